@@ -1,0 +1,3 @@
+from kohya_tuner.cli.app import main
+
+main()
