@@ -24,3 +24,16 @@ def vendor_file(*parts: str) -> Path:
 
 def presets_dir() -> Path:
     return data_dir("presets")
+
+
+def user_data_dir() -> Path:
+    """Per-user data (sd-scripts checkout, run history). KOHYA_TUNER_HOME overrides it,
+    which is also how tests keep away from the real home directory."""
+    import os
+
+    override = os.environ.get("KOHYA_TUNER_HOME")
+    if override:
+        return Path(override)
+    from platformdirs import user_data_path
+
+    return user_data_path("kohya-tuner", appauthor=False)
