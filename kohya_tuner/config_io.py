@@ -1,0 +1,566 @@
+"""Reading and writing sd-scripts configs in the forms users keep them.
+
+Inputs: an sd-scripts `--config_file` TOML, a kohya_ss GUI JSON, or a text file holding
+an `accelerate launch …` / `python …_train_network.py …` command line. All become one
+flat dict of sd-scripts argument names, the form sd-scripts itself ends up with.
+
+Outputs are TOML written by tomli-w and proven to read back unchanged through `toml`
+0.10.2, the parser sd-scripts uses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import toml
+import tomli_w
+
+from kohya_tuner import schema
+from kohya_tuner.errors import UserError
+from kohya_tuner.families import FAMILIES, Family, family_for_script, get_family
+
+
+@dataclass
+class LoadedConfig:
+    config: dict[str, Any]
+    family: Family | None
+    script: str | None
+    fmt: str  # "toml" | "kohya_gui_json" | "command_line"
+    dataset_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# ---- reading -----------------------------------------------------------------------
+
+
+def _read_text(path: Path) -> str:
+    if not path.exists():
+        raise UserError(f"{path} does not exist.")
+    if path.is_dir():
+        raise UserError(f"{path} is a directory, not a config file.")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    if b"\x00" in data[:4096]:
+        raise UserError(f"{path} is a binary file, not a config (TOML, kohya_ss JSON or a command line).")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    return data.decode("utf-8", errors="replace")
+
+
+def loads_toml(text: str, where: str) -> dict[str, Any]:
+    """Parse with the same parser sd-scripts uses, so what we accept it accepts."""
+    try:
+        return toml.loads(text)
+    except toml.TomlDecodeError as exc:
+        raise UserError(
+            f"{where} is not valid TOML for sd-scripts' parser (toml 0.10.2): {exc.msg} "
+            f"at line {exc.lineno}, column {exc.colno}."
+        ) from None
+    except (IndexError, ValueError, TypeError) as exc:  # toml 0.10.2 raises these on some garbage
+        raise UserError(f"{where} is not valid TOML: {exc}.") from None
+
+
+def flatten(doc: dict[str, Any]) -> dict[str, Any]:
+    """sd-scripts' flattening: keys of every top-level table are merged into one dict,
+    later tables win; top-level scalars are kept as they are."""
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat
+
+
+def _guess_family(config: dict[str, Any], script: str | None, model: str | None) -> Family | None:
+    if model:
+        return get_family(model)
+    if script:
+        fam = family_for_script(script)
+        if fam:
+            return fam
+    nm = str(config.get("network_module", ""))
+    if nm.endswith("lora_flux") or any(k in config for k in ("t5xxl", "ae", "blocks_to_swap", "clip_l")):
+        return FAMILIES["flux"]
+    name = str(config.get("pretrained_model_name_or_path", "")).lower()
+    if "flux" in name:
+        return FAMILIES["flux"]
+    if "xl" in name or config.get("sdxl") or "cache_text_encoder_outputs" in config:
+        return FAMILIES["sdxl"]
+    if name or nm == "networks.lora":
+        return FAMILIES["sd15"]
+    return None
+
+
+def _coerce(spec: schema.ArgSpec, raw: Any) -> Any:
+    """Convert a value that arrived as text (CLI or GUI JSON) to what argparse would make."""
+    t = spec.type
+    if t == "bool-store_true":
+        if isinstance(raw, bool):
+            return raw
+        return str(raw).strip().lower() in ("1", "true", "yes", "on", "")
+    if t == "list":
+        items = raw if isinstance(raw, list) else [raw]
+        if spec.item_type == "float":
+            return [float(x) for x in items]
+        return [str(x) for x in items]
+    if isinstance(raw, str):
+        s = raw.strip()
+        if t == "int":
+            return int(float(s))
+        if t == "float":
+            return float(s)
+        if t == "int_or_float":
+            if s.endswith("%"):
+                return float(s[:-1]) / 100
+            f = float(s)
+            return int(f) if f >= 1 or f == int(f) else f
+        return s
+    if t == "int" and isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    if t == "float" and isinstance(raw, int) and not isinstance(raw, bool):
+        return float(raw)
+    if t == "int_or_float" and isinstance(raw, float) and raw.is_integer() and raw >= 1:
+        return int(raw)
+    if t == "str" and not isinstance(raw, str):
+        return str(raw)
+    return raw
+
+
+def _join_wrapped_lines(text: str) -> str:
+    """Undo the ways a command line gets split: shell continuations (`\\`, `^`, PowerShell
+    backtick) and console wrapping that breaks a token in the middle (a line that starts
+    without indentation right after a line that ended without a space)."""
+    lines = [ln.rstrip("\r") for ln in text.split("\n")]
+    out = ""
+    for ln in lines:
+        stripped = ln.strip()
+        if not stripped or stripped.startswith(("#", "REM ", "rem ", "::")):
+            continue
+        if not out:
+            out = ln.rstrip()
+        elif out.endswith(("\\", "^", "`")):
+            out = out[:-1].rstrip() + " " + stripped
+        elif ln[:1].isspace() or stripped.startswith("--"):
+            out += " " + stripped
+        else:
+            out += stripped
+        out = out.rstrip()
+    return out
+
+
+def _tokens(command: str) -> list[str]:
+    lex = shlex.shlex(command, posix=True)
+    lex.whitespace_split = True
+    lex.escape = ""  # Windows paths: a backslash is a path separator, never an escape
+    lex.commenters = ""
+    try:
+        return list(lex)
+    except ValueError as exc:
+        raise UserError(f"Cannot split the command line: {exc} (an unclosed quote?).") from None
+
+
+def parse_command_line(text: str, model: str | None = None) -> LoadedConfig:
+    command = _join_wrapped_lines(text)
+    tokens = _tokens(command)
+    script_idx = next((i for i, t in enumerate(tokens) if t.replace("\\", "/").endswith(".py")), None)
+    if script_idx is None:
+        raise UserError("No sd-scripts entry script (…_train_network.py) found in the command line.")
+    script_path = tokens[script_idx]
+    script_name = script_path.replace("\\", "/").rsplit("/", 1)[-1]
+    notes: list[str] = []
+    fam = family_for_script(script_name)
+    if model:
+        fam = get_family(model)
+    script = fam.script if fam else script_name
+    try:
+        specs = schema.script_args(script)
+    except UserError:
+        raise UserError(f"{script_name} is not an sd-scripts LoRA entry script kohya-tuner knows "
+                        f"({', '.join(f.script for f in FAMILIES.values())}).") from None
+    launcher_opts = tokens[:script_idx]
+    if "--mixed_precision" in " ".join(launcher_opts):
+        notes.append("accelerate's own --mixed_precision is ignored by sd-scripts; only the script's setting counts")
+    config: dict[str, Any] = {}
+    dataset_path = None
+    args = tokens[script_idx + 1:]
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        i += 1
+        if not tok.startswith("--"):
+            notes.append(f"ignored stray token {tok!r}")
+            continue
+        name, eq, inline = tok[2:].partition("=")
+        values: list[str] = [inline] if eq else []
+        if not eq:
+            while i < len(args) and not args[i].startswith("--"):
+                values.append(args[i])
+                i += 1
+        spec = specs.get(name)
+        if spec is None:
+            near = schema.closest_key(name, specs)
+            notes.append(f"--{name} is not an argument of {script}" + (f" (did you mean --{near}?)" if near else "")
+                         + "; ignored")
+            continue
+        if name == "config_file":
+            notes.append("the command line names a --config_file; read that file for the full picture")
+            continue
+        if name == "dataset_config":
+            dataset_path = values[0] if values else None
+            config[name] = dataset_path
+            continue
+        try:
+            if spec.type == "bool-store_true":
+                config[name] = True if not values else _coerce(spec, values[0])
+            elif spec.type == "list":
+                config[name] = _coerce(spec, values)
+            else:
+                if not values:
+                    notes.append(f"--{name} has no value; ignored")
+                    continue
+                config[name] = _coerce(spec, values[0])
+        except ValueError:
+            notes.append(f"--{name} {' '.join(values)!r} is not a valid {spec.type}; ignored")
+    if fam is None:
+        fam = _guess_family(config, script, model)
+    return LoadedConfig(config, fam, script, "command_line", dataset_path, notes)
+
+
+# kohya_ss GUI keys that are not sd-scripts argument names.
+_GUI_RENAMES = {
+    "epoch": "max_train_epochs",
+    "optimizer": "optimizer_type",
+    "max_resolution": "resolution",
+    "model_list": None,
+    "LoRA_type": None,
+    "sdxl": None,
+    "flux1_checkbox": None,
+}
+
+_GUI_PAIR_RE = re.compile(r'^\s*"([^"]+)"\s*:\s*(.+?)\s*,?\s*$')
+
+
+def _salvage_json(text: str) -> tuple[dict[str, Any], bool]:
+    """Parse JSON; when it is cut short (a truncated paste), keep every complete
+    `"key": value` line rather than give up."""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise UserError("The JSON file does not hold an object of settings.")
+        return data, False
+    except json.JSONDecodeError:
+        pass
+    data: dict[str, Any] = {}
+    for line in text.splitlines():
+        m = _GUI_PAIR_RE.match(line)
+        if not m:
+            continue
+        try:
+            data[m.group(1)] = json.loads(m.group(2).rstrip(","))
+        except json.JSONDecodeError:
+            continue
+    if not data:
+        raise UserError("The file is neither valid JSON nor a recognisable kohya_ss settings file.")
+    return data, True
+
+
+def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
+    data, salvaged = _salvage_json(text)
+    notes: list[str] = []
+    if salvaged:
+        notes.append("the JSON is incomplete (cut short?); read every complete setting line")
+    if model:
+        fam = get_family(model)
+    elif data.get("flux1_checkbox"):
+        fam = FAMILIES["flux"]
+    elif data.get("sdxl") or data.get("sdxl_checkbox"):
+        fam = FAMILIES["sdxl"]
+    else:
+        fam = None
+    script = fam.script if fam else FAMILIES["sd15"].script
+    specs = schema.script_args(script)
+    config: dict[str, Any] = {}
+    extra = data.get("additional_parameters")
+    # The GUI keeps LoRA module options as top-level fields; sd-scripts wants them in network_args.
+    net_args = []
+    for key in ("conv_dim", "conv_alpha"):
+        raw = data.get(key)
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw > 0:
+            net_args.append(f"{key}={raw:g}")
+    if net_args and data.get("conv_dim"):
+        config["network_args"] = net_args
+    for key, raw in data.items():
+        name = _GUI_RENAMES.get(key, key)
+        if name is None or key == "additional_parameters":
+            continue
+        spec = specs.get(name)
+        if spec is None or raw is None or raw == "":
+            continue
+        if name == "resolution" and isinstance(raw, str):
+            raw = raw.replace(" ", "")
+        if name == "xformers" and isinstance(raw, str):
+            # Newer GUIs store the attention choice as a string.
+            if raw in ("xformers", "sdpa", "mem_eff_attn"):
+                config[raw] = True
+            continue
+        try:
+            value = _coerce(spec, raw)
+        except (ValueError, TypeError):
+            notes.append(f"{key}={raw!r} is not a valid {spec.type}; ignored")
+            continue
+        if spec.type == "bool-store_true" and value is False:
+            continue
+        if spec.type in ("int", "float") and value == 0 and spec.default in (None, 0, 0.0):
+            continue  # the GUI writes 0 for "unset"
+        config[name] = value
+    if isinstance(extra, str) and extra.strip():
+        extra_cfg = parse_command_line(f"{script} {extra}", model=fam.name if fam else None)
+        config.update(extra_cfg.config)
+        notes.extend(extra_cfg.notes)
+    if fam is None:
+        fam = _guess_family(config, None, None)
+        if fam is None:
+            fam = FAMILIES["sd15"]
+            notes.append("model family not stated in the GUI file; assumed SD 1.5 (use --model to say otherwise)")
+        script = fam.script
+    return LoadedConfig(config, fam, script, "kohya_gui_json", config.get("dataset_config"), notes)
+
+
+def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConfig:
+    """Read any of the three forms into one flat sd-scripts config."""
+    p = Path(path)
+    text = _read_text(p)
+    stripped = text.lstrip()
+    if not stripped:
+        raise UserError(f"{p} is empty.")
+    if p.suffix.lower() == ".json" or stripped.startswith("{"):
+        return read_gui_json(text, model)
+    looks_like_command = bool(re.search(r"(accelerate\s+launch|python[\w.]*\s|\S+\.py\b)", stripped)) and "=" not in \
+        stripped.splitlines()[0].split("--")[0]
+    if p.suffix.lower() in (".sh", ".bat", ".cmd", ".ps1", ".txt") or looks_like_command:
+        return parse_command_line(text, model)
+    doc = loads_toml(text, str(p))
+    config = flatten(doc)
+    nested = [k for k, v in config.items() if isinstance(v, dict)]
+    notes = [f"{k} is a nested table; sd-scripts ignores its contents" for k in nested]
+    fam = _guess_family(config, None, model)
+    return LoadedConfig(config, fam, fam.script if fam else None, "toml", config.get("dataset_config"), notes)
+
+
+def read_dataset(path: str | os.PathLike) -> dict[str, Any]:
+    p = Path(path)
+    text = _read_text(p)
+    if p.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{p} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
+    else:
+        data = loads_toml(text, str(p))
+    if not isinstance(data, dict):
+        raise UserError(f"{p} does not hold a dataset config table.")
+    return data
+
+
+def effective_settings(config: dict[str, Any], dataset: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The values sd-scripts will train with after the dataset file's precedence rules
+    (subset > dataset > general > training argument > default), for the memory-relevant
+    keys. With several datasets, the most demanding one (largest batch × area) wins."""
+
+    def res_pair(v: Any) -> tuple[int, int] | None:
+        if v is None:
+            return None
+        if isinstance(v, (list, tuple)) and len(v) == 2:
+            return int(v[0]), int(v[1])
+        if isinstance(v, (int, float)):
+            return int(v), int(v)
+        parts = [x for x in str(v).replace(" ", "").split(",") if x]
+        try:
+            nums = [int(float(x)) for x in parts]
+        except ValueError:
+            return None
+        if len(nums) == 1:
+            return nums[0], nums[0]
+        if len(nums) >= 2:
+            return nums[0], nums[1]
+        return None
+
+    base = {
+        "batch_size": config.get("train_batch_size", 1),
+        "resolution": res_pair(config.get("resolution")),
+        "enable_bucket": bool(config.get("enable_bucket", False)),
+        "max_bucket_reso": config.get("max_bucket_reso", 1024),
+        "min_bucket_reso": config.get("min_bucket_reso", 256),
+        "bucket_reso_steps": config.get("bucket_reso_steps", 64),
+        "bucket_no_upscale": bool(config.get("bucket_no_upscale", False)),
+        "num_repeats": config.get("dataset_repeats", 1),
+        "shuffle_caption": bool(config.get("shuffle_caption", False)),
+        "caption_dropout_rate": config.get("caption_dropout_rate", 0.0),
+    }
+    if not dataset:
+        return base
+    general = dataset.get("general") or {}
+    candidates = []
+    for ds in dataset.get("datasets") or [{}]:
+        eff = dict(base)
+        for level in (general, ds):
+            for k in eff:
+                if k in level and level[k] is not None:
+                    eff[k] = res_pair(level[k]) if k == "resolution" else level[k]
+        subs = ds.get("subsets") or []
+        if subs:
+            for k in ("shuffle_caption", "num_repeats"):
+                vals = [s[k] for s in subs if k in s]
+                if vals:
+                    eff[k] = any(vals) if k == "shuffle_caption" else max(vals)
+        candidates.append(eff)
+
+    def demand(e):
+        r = e["resolution"] or (0, 0)
+        return (e["batch_size"] or 1) * r[0] * r[1]
+
+    return max(candidates, key=demand)
+
+
+# ---- writing -----------------------------------------------------------------------
+
+# sd-scripts ignores section names; these only make the file readable. The section of a
+# key follows the sd-scripts helper that defines the argument (from args.json).
+_SECTION_BY_SOURCE = [
+    ("add_sd_models_arguments", "model"),
+    ("add_flux_train_arguments", "model"),
+    ("add_sdxl_training_arguments", "model"),
+    ("add_dit_training_arguments", "memory"),
+    ("add_dataset_arguments", "dataset"),
+    ("add_optimizer_arguments", "optimizer"),
+    ("setup_parser", "network"),
+    ("add_training_arguments", "training"),
+    ("add_config_arguments", "dataset"),
+    ("add_logging_arguments", "logging"),
+]
+_MEMORY_KEYS = {
+    "gradient_checkpointing", "cpu_offload_checkpointing", "mixed_precision", "full_bf16", "full_fp16", "fp8_base",
+    "fp8_base_unet", "blocks_to_swap", "cache_latents", "cache_latents_to_disk", "cache_text_encoder_outputs",
+    "cache_text_encoder_outputs_to_disk", "xformers", "sdpa", "mem_eff_attn", "vae_batch_size", "lowram", "highvram",
+    "train_batch_size", "gradient_accumulation_steps", "max_data_loader_n_workers", "persistent_data_loader_workers",
+}
+_SAVE_PREFIXES = ("save_", "resume", "skip_until_initial_step", "output_", "sample_")
+_SECTION_ORDER = ["model", "network", "optimizer", "training", "memory", "dataset", "saving", "logging", "other"]
+
+
+def _section_of(key: str, sources: dict[str, str]) -> str:
+    if key in _MEMORY_KEYS:
+        return "memory"
+    if key.startswith(_SAVE_PREFIXES):
+        return "saving"
+    src = sources.get(key, "")
+    if key.startswith("network_") or key in ("dim_from_weights", "scale_weight_norms"):
+        return "network"
+    for needle, section in _SECTION_BY_SOURCE:
+        if needle in src:
+            return section
+    return "other"
+
+
+def _comment(text: str) -> str:
+    return "".join(f"# {line}\n" for line in text.strip().splitlines())
+
+
+def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, script: str | None = None,
+                 header: str | None = None) -> str:
+    """A `--config_file` TOML: one level of sections (ignored by sd-scripts), each key
+    preceded by the reason it has this value when `why` gives one."""
+    sources: dict[str, str] = {}
+    if script:
+        sources = {n: a.desc and "" or "" for n, a in schema.script_args(script).items()}
+        raw = schema.raw_schema()["scripts"].get(script, {}).get("args", [])
+        sources = {a["name"]: a.get("source", "") for a in raw}
+    groups: dict[str, list[str]] = {}
+    for key in sorted(config):
+        value = config[key]
+        if value is None:
+            continue
+        groups.setdefault(_section_of(key, sources), []).append(key)
+    out = []
+    if header:
+        out.append(_comment(header))
+    for section in _SECTION_ORDER:
+        keys = groups.get(section)
+        if not keys:
+            continue
+        out.append(f"[{section}]\n")
+        for key in keys:
+            if why and why.get(key):
+                out.append(_comment(why[key]))
+            out.append(tomli_w.dumps({key: config[key]}))
+        out.append("\n")
+    text = "".join(out).rstrip() + "\n"
+    check_roundtrip(text, config)
+    return text
+
+
+def dumps_dataset(dataset: dict[str, Any], header: str | None = None) -> str:
+    text = (_comment(header) + "\n" if header else "") + tomli_w.dumps(dataset)
+    back = toml.loads(text)
+    if back != dataset:
+        raise AssertionError("dataset TOML does not read back unchanged through toml 0.10.2")
+    return text
+
+
+def check_roundtrip(text: str, config: dict[str, Any]) -> None:
+    """The written file must mean exactly `config` to sd-scripts: parse it with toml
+    0.10.2 and flatten as sd-scripts does."""
+    back = flatten(toml.loads(text))
+    want = {k: v for k, v in config.items() if v is not None}
+    if back != want:
+        diff = sorted(k for k in set(back) | set(want) if back.get(k) != want.get(k))
+        raise AssertionError(f"config TOML does not read back unchanged through toml 0.10.2: {diff}")
+
+
+def write_new(path: str | os.PathLike, text: str, force: bool = False) -> Path | None:
+    """Write `text` to `path` atomically. An existing file is the user's: refuse unless
+    `force`, and even then keep it as `<name>.bak` (returned). Identical content is left
+    alone."""
+    p = Path(path)
+    backup = None
+    if p.exists():
+        if p.is_dir():
+            raise UserError(f"{p} is a directory; cannot write a file there.")
+        try:
+            if p.read_text(encoding="utf-8") == text:
+                return None
+        except (OSError, UnicodeDecodeError):
+            pass
+        if not force:
+            raise UserError(f"{p} already exists; kohya-tuner never overwrites your files.",
+                            "Choose another --out, or pass --force (the old file is kept as .bak).")
+        backup = p.with_name(p.name + ".bak")
+        n = 1
+        while backup.exists():
+            backup = p.with_name(f"{p.name}.bak{n}")
+            n += 1
+        os.replace(p, backup)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"Cannot create folder {p.parent}: {exc.strerror or exc}.") from None
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return backup
