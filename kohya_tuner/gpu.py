@@ -1,0 +1,206 @@
+"""The GPUs of this machine, read through NVML (nvidia-ml-py).
+
+The only module that talks to NVML. Every function degrades to "no GPU" rather than
+raising, because kohya-tuner must work on machines without an NVIDIA driver (a CPU box,
+CI, a user preparing configs for another machine).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from kohya_tuner.errors import UserError
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str
+    used_gib: float | None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    total_gib: float
+    free_gib: float
+    used_gib: float
+    compute_capability: tuple[int, int]
+    driver: str = ""
+    processes: tuple[GpuProcess, ...] = field(default_factory=tuple)
+
+    @property
+    def bf16(self) -> bool:
+        # bf16 kernels exist from Ampere (8.0) on; older cards emulate it slowly or not at all.
+        return self.compute_capability >= (8, 0)
+
+    @property
+    def total_gb_class(self) -> int:
+        """The card's size as people name it: an RTX 3060 reports ~11.76 GiB and is a 12 GB card."""
+        return int(round(self.total_gib * GIB / 1e9 * 0.93 + 0.2)) if self.total_gib else 0
+
+    def others_gib(self, own_pids: set[int] = frozenset()) -> float:
+        return sum(p.used_gib or 0.0 for p in self.processes if p.pid not in own_pids)
+
+
+_lock = threading.Lock()
+_init_error: str | None = None
+_initialised = False
+
+
+def _nvml():
+    """Initialise NVML once; return the module, or None with the reason kept."""
+    global _initialised, _init_error
+    with _lock:
+        if _initialised:
+            return None if _init_error else __import__("pynvml")
+        _initialised = True
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            return pynvml
+        except Exception as exc:  # library missing, driver missing, no permission
+            _init_error = _describe(exc)
+            return None
+
+
+def _describe(exc: Exception) -> str:
+    name = type(exc).__name__
+    if "LibraryNotFound" in name:
+        return "the NVIDIA driver library (NVML) was not found: no NVIDIA driver on this machine"
+    if "DriverNotLoaded" in name:
+        return "the NVIDIA driver is installed but not loaded"
+    if isinstance(exc, ImportError):
+        return "nvidia-ml-py is not installed"
+    return f"NVML failed: {exc}"
+
+
+def nvml_status() -> str | None:
+    """None when NVML works; otherwise why it does not."""
+    _nvml()
+    return _init_error
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _processes(nv, handle) -> tuple[GpuProcess, ...]:
+    import psutil
+
+    procs = []
+    for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        try:
+            running = getattr(nv, getter)(handle)
+        except Exception:
+            continue
+        for p in running:
+            try:
+                name = psutil.Process(p.pid).name()
+            except Exception:
+                name = "?"
+            used = getattr(p, "usedGpuMemory", None)
+            procs.append(GpuProcess(p.pid, name, used / GIB if isinstance(used, int) and used >= 0 else None))
+    seen: dict[int, GpuProcess] = {}
+    for p in procs:
+        seen.setdefault(p.pid, p)
+    return tuple(seen.values())
+
+
+def list_gpus() -> list[GpuInfo]:
+    nv = _nvml()
+    if nv is None:
+        return []
+    out = []
+    try:
+        count = nv.nvmlDeviceGetCount()
+        driver = _text(nv.nvmlSystemGetDriverVersion())
+    except Exception:
+        return []
+    for i in range(count):
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            try:
+                cc = tuple(nv.nvmlDeviceGetCudaComputeCapability(h))
+            except Exception:
+                cc = (0, 0)
+            out.append(GpuInfo(
+                index=i,
+                name=_text(nv.nvmlDeviceGetName(h)),
+                total_gib=mem.total / GIB,
+                free_gib=mem.free / GIB,
+                used_gib=mem.used / GIB,
+                compute_capability=(int(cc[0]), int(cc[1])),
+                driver=driver,
+                processes=_processes(nv, h),
+            ))
+        except Exception:
+            continue
+    return out
+
+
+def detect(index: int = 0) -> GpuInfo:
+    gpus = list_gpus()
+    if not gpus:
+        raise UserError(
+            f"--gpu auto found no NVIDIA GPU: {nvml_status() or 'NVML reports no devices'}.",
+            "Give the card's memory instead, e.g. --gpu 12 for a 12 GB card.",
+        )
+    for g in gpus:
+        if g.index == index:
+            return g
+    raise UserError(f"There is no GPU {index}; NVML sees {len(gpus)} (0..{len(gpus) - 1}).")
+
+
+def used_gib(index: int = 0) -> float | None:
+    nv = _nvml()
+    if nv is None:
+        return None
+    try:
+        return nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)).used / GIB
+    except Exception:
+        return None
+
+
+class VramSampler(threading.Thread):
+    """Samples the card's used memory every `interval` seconds until stopped.
+
+    Whole-card usage (what nvidia-smi shows) is what decides an OOM, so that is what is
+    recorded; without NVML it records nothing and `peak_gib` stays None."""
+
+    def __init__(self, index: int = 0, interval: float = 1.0, reader=used_gib):
+        super().__init__(name="vram-sampler", daemon=True)
+        self.index = index
+        self.interval = interval
+        self._reader = reader
+        self._stop_event = threading.Event()
+        self._t0 = time.monotonic()
+        self.samples: list[tuple[float, float]] = []
+
+    @property
+    def peak_gib(self) -> float | None:
+        return max((v for _, v in self.samples), default=None)
+
+    @property
+    def now_gib(self) -> float | None:
+        return self.samples[-1][1] if self.samples else None
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            value = self._reader(self.index)
+            if value is None:
+                return
+            self.samples.append((time.monotonic() - self._t0, value))
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout=2 * self.interval + 1)
