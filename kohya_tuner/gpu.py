@@ -41,8 +41,8 @@ class GpuInfo:
 
     @property
     def total_gb_class(self) -> int:
-        """The card's size as people name it: an RTX 3060 reports ~11.76 GiB and is a 12 GB card."""
-        return int(round(self.total_gib * GIB / 1e9 * 0.93 + 0.2)) if self.total_gib else 0
+        """The card's size as people name it: NVML reports 12288 MiB for a "12 GB" RTX 3060."""
+        return int(round(self.total_gib))
 
     def others_gib(self, own_pids: set[int] = frozenset()) -> float:
         return sum(p.used_gib or 0.0 for p in self.processes if p.pid not in own_pids)
