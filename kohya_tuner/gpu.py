@@ -204,3 +204,52 @@ class VramSampler(threading.Thread):
         self._stop_event.set()
         if self.is_alive():
             self.join(timeout=2 * self.interval + 1)
+
+
+MIN_GPU_GB = 4
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """What `--gpu` resolved to: a size in GB and, with `auto`, the card behind it."""
+
+    gb: int
+    info: GpuInfo | None = None
+
+    @property
+    def others_gib(self) -> float:
+        return self.info.others_gib() if self.info else 0.0
+
+    @property
+    def bf16(self) -> bool | None:
+        return self.info.bf16 if self.info else None
+
+    def describe(self) -> str:
+        if self.info is None:
+            return f"{self.gb} GB (given)"
+        i = self.info
+        return (f"{i.name}: {i.total_gib:.1f} GiB, {i.free_gib:.1f} GiB free, compute {i.compute_capability[0]}."
+                f"{i.compute_capability[1]} ({'bf16' if i.bf16 else 'no bf16'})")
+
+
+def parse_gb(text: str) -> int:
+    s = str(text).strip().lower().removesuffix("gb").strip()
+    try:
+        value = float(s)
+    except ValueError:
+        raise UserError(f"--gpu {text!r} is neither 'auto' nor a number of GB.",
+                        "Give the card's memory as a whole number (e.g. --gpu 12) or --gpu auto.") from None
+    if value != int(value):
+        raise UserError(f"--gpu {text!r}: give a whole number of GB (e.g. --gpu 12).")
+    gb = int(value)
+    if gb < MIN_GPU_GB:
+        raise UserError(f"--gpu {gb} is below {MIN_GPU_GB} GB; no sd-scripts LoRA training fits such a card.")
+    return gb
+
+
+def choose(text: str, index: int = 0) -> GpuChoice:
+    """Resolve `--gpu auto` (through NVML) or `--gpu N`."""
+    if str(text).strip().lower() == "auto":
+        info = detect(index)
+        return GpuChoice(gb=max(MIN_GPU_GB, info.total_gb_class), info=info)
+    return GpuChoice(gb=parse_gb(text))

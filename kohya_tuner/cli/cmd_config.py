@@ -1,0 +1,140 @@
+"""`kohya-tuner config`: write sd-scripts config files for a GPU, job and model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from kohya_tuner import planfiles, presets, schema
+from kohya_tuner.cli.common import console, print_json, user_errors, warn
+from kohya_tuner.errors import UserError
+from kohya_tuner.families import get_family
+from kohya_tuner.gpu import choose
+
+# kohya-tuner flag -> sd-scripts key, for the model files a family needs.
+FILE_FLAGS = {"base": "pretrained_model_name_or_path", "clip_l": "clip_l", "t5xxl": "t5xxl", "ae": "ae"}
+
+
+def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps) -> tuple[dict[str, Any], list[str]]:
+    """The plan's input layer, and the model files still missing."""
+    given = {"pretrained_model_name_or_path": base, "clip_l": clip_l, "t5xxl": t5xxl, "ae": ae}
+    inputs: dict[str, Any] = {}
+    missing = []
+    for key, flag in family.required_files.items():
+        value = given.get(key)
+        if value:
+            inputs[key] = str(Path(value).expanduser().absolute()) if not _looks_like_hub_id(value) else value
+        else:
+            missing.append(flag)
+    extra = [k for k, v in given.items() if v and k not in family.required_files]
+    if extra:
+        raise UserError(f"{family.label} does not use {', '.join('--' + k.replace('_', '-') for k in extra)}.")
+    inputs["output_dir"] = str((Path(out) / "output").absolute())
+    inputs["output_name"] = name
+    if steps is not None:
+        if steps < 1:
+            raise UserError(f"--steps {steps} must be at least 1.")
+        inputs["max_train_steps"] = steps
+    return inputs, missing
+
+
+def _looks_like_hub_id(value: str) -> bool:
+    # SD/SDXL also load from a Hugging Face id such as stabilityai/stable-diffusion-xl-base-1.0.
+    return value.count("/") == 1 and not os.path.exists(value) and not value.startswith((".", "/", "~"))
+
+
+def plan_to_json(plan: presets.Plan, dataset: dict, files: dict[str, Path] | None, extra: dict) -> dict:
+    return {
+        "model": plan.family.name,
+        "variant": plan.variant,
+        "job": plan.job,
+        "gpu_gb": plan.gpu_gb,
+        "gpu_class": plan.gpu_class,
+        "script": plan.family.script,
+        "config": plan.config,
+        "dataset": dataset,
+        "files": {k: str(v) for k, v in (files or {}).items()},
+        "provenance": {k: {"layer": s.layer, "why": s.why} for k, s in plan.provenance.items()},
+        **extra,
+    }
+
+
+def render_plan_table(plan: presets.Plan, title: str) -> Table:
+    table = Table(title=title, show_lines=False, expand=False)
+    table.add_column("setting", style="cyan", no_wrap=True)
+    table.add_column("value", no_wrap=False, max_width=40)
+    table.add_column("layer", style="magenta", no_wrap=True)
+    table.add_column("why", max_width=70)
+    for key in sorted(plan.config):
+        src = plan.provenance.get(key)
+        value = plan.config[key]
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        table.add_row(key, shown, src.layer if src else "", src.why if src else "")
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("config")
+    @user_errors
+    def config_cmd(
+        model: str = typer.Option(..., "--model", "-m", help="Model family: sd15, sdxl or flux."),
+        job: str = typer.Option(..., "--job", "-j", help="What you train: character, style or concept."),
+        gpu: str = typer.Option(..., "--gpu", "-g", help="GPU memory in GB (e.g. 12), or 'auto' to read it through NVML."),
+        out: Path = typer.Option(..., "--out", "-o", help="Folder for config.toml, dataset.toml, launch.sh and launch.bat."),
+        base: Optional[str] = typer.Option(None, "--base", help="Base model file (or a Diffusers folder / hub id for SD 1.5 and SDXL)."),
+        clip_l: Optional[str] = typer.Option(None, "--clip-l", help="FLUX: CLIP-L text encoder file."),
+        t5xxl: Optional[str] = typer.Option(None, "--t5xxl", help="FLUX: T5-XXL text encoder file."),
+        ae: Optional[str] = typer.Option(None, "--ae", help="FLUX: autoencoder file."),
+        data: Optional[Path] = typer.Option(None, "--data", help="Folder of training images with .txt captions."),
+        name: str = typer.Option("lora", "--name", help="Name of the LoRA file (output_name)."),
+        trigger: Optional[str] = typer.Option(None, "--trigger", help="Trigger word, set as class_tokens."),
+        steps: Optional[int] = typer.Option(None, "--steps", help="Total optimizer steps (max_train_steps)."),
+        variant: Optional[str] = typer.Option(None, "--variant", help="FLUX.1 variant: dev (default) or schnell."),
+        preset: Optional[Path] = typer.Option(None, "--preset", help="Your own preset TOML, applied after the built-in layers."),
+        set_: list[str] = typer.Option([], "--set", help="key=value for any sd-scripts argument; repeatable; applied last."),
+        sd_scripts: Optional[Path] = typer.Option(None, "--sd-scripts", help="sd-scripts checkout written into launch.sh/.bat."),
+        no_fit: bool = typer.Option(False, "--no-fit", help="Write the composed presets as they are, without the memory fit."),
+        force: bool = typer.Option(False, "--force", help="Replace existing files (the old ones are kept as .bak)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    ):
+        """Write sd-scripts config files tuned to your GPU, job and model, with every choice explained."""
+        family = get_family(model)
+        choice = choose(gpu)
+        if data is not None and not data.is_dir():
+            raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
+                            "Point --data at the folder that holds your training images.")
+        inputs, missing = model_inputs(family, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae, name=name, out=out,
+                                       steps=steps)
+        plan = presets.compose(family.name, job, choice.gb, preset_file=preset, sets=set_, variant=variant,
+                               inputs=inputs, bf16=choice.bf16)
+        dataset = presets.build_dataset(plan, data if data is not None else Path(out) / "images", trigger)
+        schema.raise_if_invalid(presets.validate_plan(plan, dataset), "The composed config")
+        schema.raise_if_invalid(schema.validate_dataset(dataset, family), "The dataset config")
+        files = planfiles.render(plan, dataset, out, sd_scripts=sd_scripts.absolute() if sd_scripts else None)
+        written = planfiles.write(files, out, force=force)
+        warnings = []
+        if missing:
+            warnings.append(f"Model files not given: {', '.join(missing)}. Add them before training "
+                            f"(config.toml has no path for them yet).")
+        if data is None:
+            warnings.append(f"No --data folder given: dataset.toml points at {Path(out).absolute() / 'images'}; "
+                            "put your images there or edit image_dir.")
+        if choice.info and choice.info.processes:
+            others = ", ".join(f"{p.name} ({p.used_gib or 0:.1f} GiB)" for p in choice.info.processes)
+            warnings.append(f"Other processes hold GPU memory: {others}.")
+        if as_json:
+            print_json(plan_to_json(plan, dataset, written, {"gpu": choice.describe(), "warnings": warnings}))
+            return
+        console.print(f"[bold]{family.label}[/bold] LoRA, job [bold]{job}[/bold], GPU {choice.describe()} "
+                      f"→ preset class {plan.gpu_class} GB")
+        console.print(render_plan_table(plan, "config.toml"))
+        for w in warnings:
+            warn(w)
+        console.print("Wrote:")
+        for p in written.values():
+            console.print(f"  {p}")
+        console.print(f"Train with: [bold]sh {written['launch.sh']}[/bold] (or launch.bat on Windows)")

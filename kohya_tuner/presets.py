@@ -1,0 +1,243 @@
+"""Compose a training plan from the preset layers in `presets/`.
+
+Layers, in order: model → job (and the job's per-model table) → GPU class → what the
+user gave on the command line (files, name, steps) → `--preset FILE` → `--set k=v`.
+Each key remembers the layer that set it last and why, so every value can be explained.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from kohya_tuner import schema
+from kohya_tuner.errors import UserError
+from kohya_tuner.families import Family, get_family
+from kohya_tuner.gpu import MIN_GPU_GB
+from kohya_tuner.resources import presets_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+JOBS = ("character", "style", "concept")
+GPU_CLASSES = (6, 8, 10, 12, 16, 20, 24, 32, 48, 80)
+
+
+@dataclass(frozen=True)
+class Source:
+    layer: str
+    why: str = ""
+
+
+@dataclass
+class Plan:
+    family: Family
+    job: str
+    gpu_gb: int
+    gpu_class: int
+    variant: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Source] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def set(self, key: str, value: Any, layer: str, why: str = "") -> None:
+        if value is None:
+            self.config.pop(key, None)
+            self.provenance.pop(key, None)
+            return
+        self.config[key] = value
+        self.provenance[key] = Source(layer, why)
+
+    def apply(self, settings: dict[str, Any], why: dict[str, str], layer: str) -> None:
+        for key, value in settings.items():
+            self.set(key, value, layer, why.get(key, ""))
+
+    def why(self) -> dict[str, str]:
+        return {k: f"[{s.layer}] {s.why}".strip() for k, s in self.provenance.items()}
+
+
+def gpu_class_for(gb: int) -> int:
+    """The largest preset class not above `gb`."""
+    if gb < MIN_GPU_GB:
+        raise UserError(f"--gpu {gb} is below {MIN_GPU_GB} GB; no sd-scripts LoRA training fits such a card.")
+    fitting = [c for c in GPU_CLASSES if c <= gb]
+    return fitting[-1] if fitting else GPU_CLASSES[0]
+
+
+def _load_toml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} does not exist.") from None
+    except IsADirectoryError:
+        raise UserError(f"{what} {path} is a directory, not a TOML file.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{what} {path} is not valid TOML: {exc}.") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{what} {path} is not a text file.") from None
+
+
+def _layer(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    return dict(doc.get("settings") or {}), dict(doc.get("why") or {})
+
+
+def load_layers(family: Family, job: str, gpu_class: int) -> list[tuple[str, dict, dict]]:
+    root = presets_dir()
+    model_doc = _load_toml(root / "models" / f"{family.name}.toml", "Preset")
+    job_doc = _load_toml(root / "jobs" / f"{job}.toml", "Preset")
+    gpu_doc = _load_toml(root / "gpu" / f"{family.name}.toml", "Preset")
+    layers = [(f"model:{family.name}", *_layer(model_doc)), (f"job:{job}", *_layer(job_doc))]
+    if family.name in job_doc:
+        layers.append((f"job:{job}:{family.name}", *_layer(job_doc[family.name])))
+    layers.append((f"gpu:{gpu_class}GB", *_layer(gpu_doc.get(str(gpu_class), {}))))
+    return layers
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """`key=value` with the value read as a TOML value (so 32, 1e-4, true, ["a=1"]
+    work), falling back to a plain string."""
+    if "=" not in item:
+        raise UserError(f"--set {item!r} needs the form key=value (e.g. --set network_dim=32).")
+    key, raw = item.split("=", 1)
+    key, raw = key.strip(), raw.strip()
+    if not key:
+        raise UserError(f"--set {item!r} has no key.")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def _conform(spec: schema.ArgSpec, value: Any) -> Any:
+    """Make a user value the TOML type sd-scripts needs where the intent is unambiguous."""
+    if spec.type == "str" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if spec.type == "str" and spec.name == "resolution" and isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if spec.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if spec.type == "list" and not isinstance(value, list):
+        return [value]
+    return value
+
+
+def _user_settings(script: str, pairs: Iterable[tuple[str, Any]], what: str) -> dict[str, Any]:
+    specs = schema.script_args(script)
+    out = {}
+    for key, value in pairs:
+        spec = specs.get(key)
+        if spec is None:
+            near = schema.closest_key(key, specs)
+            raise UserError(f"{what}: {key!r} is not an argument of {script} at the pinned sd-scripts commit"
+                            + (f"; did you mean {near!r}?" if near else "."))
+        value = _conform(spec, value)
+        problems = [p for p in schema.validate_config({key: value}, script) if p.severity == "error"]
+        if problems:
+            raise UserError(f"{what}: {problems[0]}.")
+        out[key] = value
+    return out
+
+
+def save_cadence(steps: int) -> int:
+    """Save a resumable state about ten times per run, on round numbers."""
+    raw = max(1, steps // 10)
+    for unit in (500, 100, 50, 10, 5, 1):
+        if raw >= unit * 2 or unit == 1:
+            return max(unit, raw // unit * unit)
+    return raw
+
+
+def compose(
+    model: str,
+    job: str,
+    gpu_gb: int,
+    *,
+    preset_file: str | Path | None = None,
+    sets: Iterable[str] = (),
+    variant: str | None = None,
+    inputs: dict[str, Any] | None = None,
+    bf16: bool | None = None,
+) -> Plan:
+    family = get_family(model)
+    if job not in JOBS:
+        near = schema.closest_key(job, JOBS)
+        raise UserError(f"Unknown job {job!r}.", f"Choose one of: {', '.join(JOBS)}"
+                        + (f" (did you mean {near!r}?)" if near else "") + ".")
+    if variant is None and family.variants:
+        variant = family.variants[0]
+    if variant is not None and variant not in family.variants:
+        raise UserError(f"{family.label} has no variant {variant!r}; choose from {', '.join(family.variants) or 'none'}.")
+    gpu_class = gpu_class_for(gpu_gb)
+    plan = Plan(family=family, job=job, gpu_gb=gpu_gb, gpu_class=gpu_class, variant=variant)
+    for name, settings, why in load_layers(family, job, gpu_class):
+        plan.apply(settings, why, name)
+
+    if variant == "schnell":
+        plan.set("guidance_scale", 0.0, "variant:schnell", "schnell is guidance-distilled; train without guidance.")
+        plan.set("t5xxl_max_token_length", 256, "variant:schnell", "FLUX.1 schnell uses 256 T5 tokens.")
+    if bf16 is False and plan.config.get("mixed_precision") == "bf16":
+        plan.set("mixed_precision", "fp16", "gpu:detected",
+                 "This GPU has no bf16 support (compute capability below 8.0); fp16 instead.")
+        if family.name in ("sd15", "sdxl"):
+            plan.set("no_half_vae", True, "gpu:detected", "The VAE overflows in fp16.")
+        if plan.config.get("save_precision") == "bf16":
+            plan.set("save_precision", "fp16", "gpu:detected", "Matches fp16 training.")
+
+    for key, value in (inputs or {}).items():
+        plan.set(key, value, "input", "From your command line.")
+
+    if preset_file is not None:
+        doc = _load_toml(Path(preset_file), "--preset")
+        settings, why = _layer(doc) if "settings" in doc else (
+            {k: v for k, v in doc.items() if not isinstance(v, dict)} |
+            {k2: v2 for v in doc.values() if isinstance(v, dict) for k2, v2 in v.items()}, {})
+        settings = _user_settings(family.script, settings.items(), f"--preset {preset_file}")
+        plan.apply(settings, why, f"preset:{Path(preset_file).name}")
+
+    user_sets = _user_settings(family.script, (parse_set(s) for s in sets), "--set")
+    for key, value in user_sets.items():
+        plan.set(key, value, "--set", "You asked for this.")
+
+    steps = int(plan.config.get("max_train_steps", 1500))
+    if "save_every_n_steps" not in plan.config or plan.provenance["save_every_n_steps"].layer.startswith(
+            ("model:", "job:", "gpu:")):
+        cadence = save_cadence(steps)
+        plan.set("save_every_n_steps", cadence, "plan",
+                 f"A LoRA and a resumable state every {cadence} steps (about ten per run).")
+        plan.set("save_last_n_steps_state", cadence * 2, "plan",
+                 "Keep only the last two states: each holds the optimizer and costs disk.")
+    plan.config.setdefault("save_state", True)
+    warmup = plan.config.get("lr_warmup_steps")
+    if isinstance(warmup, int) and warmup >= steps:
+        plan.set("lr_warmup_steps", max(0, steps // 10), "plan", "Warmup shortened to a tenth of the run.")
+    return plan
+
+
+def validate_plan(plan: Plan, dataset: dict[str, Any] | None = None) -> list[schema.Problem]:
+    return schema.validate_config(plan.config, plan.family.script, dataset=dataset, family=plan.family)
+
+
+def build_dataset(plan: Plan, data_dir: str | Path | None, trigger: str | None = None,
+                  image_count: int | None = None, num_repeats: int | None = None) -> dict[str, Any]:
+    """The `--dataset_config` for a plan: one DreamBooth-style subset. Resolution, batch
+    and buckets stay in config.toml (the dataset file falls back to them), so `fit`
+    changes one file only."""
+    subset: dict[str, Any] = {"image_dir": str(Path(data_dir).resolve()) if data_dir else "images"}
+    if num_repeats is None:
+        num_repeats = 1
+    subset["num_repeats"] = int(num_repeats)
+    if trigger:
+        subset["class_tokens"] = trigger
+    general: dict[str, Any] = {
+        "caption_extension": plan.config.get("caption_extension", ".txt"),
+        "shuffle_caption": bool(plan.config.get("shuffle_caption", False)),
+    }
+    if trigger and general["shuffle_caption"]:
+        general["keep_tokens"] = 1
+    return {"general": general, "datasets": [{"subsets": [subset]}]}
