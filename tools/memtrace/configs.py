@@ -157,3 +157,21 @@ def math_attention_bytes(layout: list[dict], n_tokens: int, batch: int = 1) -> d
         total_qkv += lay["count"] * qkv
         max_l2 = max(max_l2, l2)
     return dict(sum_l2=total_l2, sum_qkv_fp32=total_qkv, max_l2=max_l2)
+
+
+# Structural fields of the text encoders (public configs: OpenAI CLIP ViT-L/14 text tower, OpenCLIP
+# ViT-bigG/14 text tower as the transformers CLIPTextModelWithProjection, Google T5 v1.1 XXL encoder).
+CLIP_L = dict(vocab_size=49408, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+              num_attention_heads=12, max_position_embeddings=77, hidden_act="quick_gelu", projection_dim=768)
+CLIP_BIGG = dict(vocab_size=49408, hidden_size=1280, intermediate_size=5120, num_hidden_layers=32,
+                 num_attention_heads=20, max_position_embeddings=77, hidden_act="gelu", projection_dim=1280)
+T5_XXL = dict(vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+              feed_forward_proj="gated-gelu", relative_attention_num_buckets=32,
+              relative_attention_max_distance=128, is_encoder_decoder=False, use_cache=False)
+
+# Which text encoders each family's LoRA network can wrap, keyed by the component names the estimator uses.
+TEXT_ENCODERS = {
+    "sd15": {"text_encoder": ("clip", CLIP_L)},
+    "sdxl": {"text_encoder_1": ("clip", CLIP_L), "text_encoder_2": ("clip_proj", CLIP_BIGG)},
+    "flux": {"clip_l": ("clip", CLIP_L), "t5xxl": ("t5", T5_XXL)},
+}
