@@ -345,10 +345,15 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
         raise UserError(f"{p} is empty.")
     if p.suffix.lower() == ".json" or stripped.startswith("{"):
         return read_gui_json(text, model)
-    looks_like_command = bool(re.search(r"(accelerate\s+launch|python[\w.]*\s|\S+\.py\b)", stripped)) and "=" not in \
-        stripped.splitlines()[0].split("--")[0]
-    if p.suffix.lower() in (".sh", ".bat", ".cmd", ".ps1", ".txt") or looks_like_command:
+    suffix = p.suffix.lower()
+    if suffix in (".sh", ".bat", ".cmd", ".ps1", ".txt"):
         return parse_command_line(text, model)
+    if suffix != ".toml":
+        try:
+            toml.loads(text)
+        except Exception:
+            if re.search(r"\S+\.py\b", text):
+                return parse_command_line(text, model)
     doc = loads_toml(text, str(p))
     config = flatten(doc)
     nested = [k for k, v in config.items() if isinstance(v, dict)]

@@ -11,9 +11,9 @@ class UserError(Exception):
     """Bad input, missing files, impossible requests: something the user can act on."""
 
     def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
         self.message = message
         self.hint = hint
+        super().__init__(self.paragraph())
 
     def paragraph(self) -> str:
         text = self.message.rstrip()

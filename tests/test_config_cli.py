@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import toml
+
+from kohya_tuner import config_io, schema
+
+EXE = [sys.executable, "-m", "kohya_tuner"]
+
+
+def run(*args, cwd=None):
+    return subprocess.run([*EXE, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+@pytest.mark.parametrize("model", ["sd15", "sdxl", "flux"])
+@pytest.mark.parametrize("job", ["character", "style", "concept"])
+@pytest.mark.parametrize("gb", [6, 8, 12, 16, 24])
+def test_config_json_for_every_model_job_and_class(model, job, gb, tmp_path):
+    from kohya_tuner.cli.app import app
+    from typer.testing import CliRunner
+
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["config", "--model", model, "--job", job, "--gpu", str(gb), "--out", str(out),
+                                   "--json"])
+    if res.exit_code == 2 and model == "flux" and gb == 6:
+        assert "fit" in res.output or "GB" in res.output
+        return
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    for key in ("model", "job", "gpu_gb", "script", "config", "dataset", "files"):
+        assert key in data
+    assert data["model"] == model and data["gpu_gb"] == gb
+    cfg_text = Path(data["files"]["config.toml"]).read_text()
+    config = config_io.flatten(toml.loads(cfg_text))
+    assert config == data["config"]
+    assert schema.errors_only(schema.validate_config(config, data["script"])) == []
+    dataset = toml.loads(Path(data["files"]["dataset.toml"]).read_text())
+    assert schema.validate_dataset(dataset) == [] and dataset == data["dataset"]
+    launch = Path(data["files"]["launch.sh"]).read_text()
+    assert data["script"] in launch and "--dataset_config" in launch and os.access(data["files"]["launch.sh"], os.X_OK)
+
+
+def test_config_writes_real_paths_and_explains(tmp_path):
+    data = tmp_path / "my images"
+    data.mkdir()
+    base = tmp_path / "sd_xl_base_1.0.safetensors"
+    res = run("config", "--model", "sdxl", "--job", "style", "--gpu", "12", "--base", base, "--data", data,
+              "--name", "mystyle", "--out", tmp_path / "runs" / "mystyle", "--trigger", "mystyle")
+    assert res.returncode == 0, res.stderr
+    assert "network_dim" in res.stdout and "job:style" in res.stdout
+    cfg = config_io.read_config(tmp_path / "runs" / "mystyle" / "config.toml").config
+    assert cfg["pretrained_model_name_or_path"] == str(base) and cfg["output_name"] == "mystyle"
+    ds = toml.loads((tmp_path / "runs" / "mystyle" / "dataset.toml").read_text())
+    assert ds["datasets"][0]["subsets"][0]["image_dir"] == str(data)
+    assert ds["datasets"][0]["subsets"][0]["class_tokens"] == "mystyle"
+
+
+def test_existing_files_are_refused_then_backed_up_with_force(tmp_path):
+    out = tmp_path / "o"
+    assert run("config", "--model", "sd15", "--job", "style", "--gpu", "8", "--out", out).returncode == 0
+    (out / "config.toml").write_text("# my edits\n")
+    res = run("config", "--model", "sd15", "--job", "style", "--gpu", "8", "--out", out)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "--force" in res.stderr
+    assert (out / "config.toml").read_text() == "# my edits\n"
+    res = run("config", "--model", "sd15", "--job", "style", "--gpu", "8", "--out", out, "--force")
+    assert res.returncode == 0
+    assert (out / "config.toml.bak").read_text() == "# my edits\n"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "sd3", "--job", "style", "--gpu", "8"], "model family"),
+    (["--model", "sdxl", "--job", "portrait", "--gpu", "8"], "job"),
+    (["--model", "sdxl", "--job", "style", "--gpu", "3"], "below 4"),
+    (["--model", "sdxl", "--job", "style", "--gpu", "twelve"], "number of GB"),
+    (["--model", "sdxl", "--job", "style", "--gpu", "auto"], "NVIDIA"),
+    (["--model", "sdxl", "--job", "style", "--gpu", "8", "--data", "/nonexistent/images"], "does not exist"),
+    (["--model", "sdxl", "--job", "style", "--gpu", "8", "--set", "network_dimm=4"], "network_dim"),
+    (["--model", "sdxl", "--job", "style", "--gpu", "8", "--set", "mixed_precision=fp32"], "mixed_precision"),
+    (["--model", "sdxl", "--job", "style", "--gpu", "8", "--t5xxl", "t5.safetensors"], "does not use"),
+])
+def test_bad_input_is_one_paragraph_and_exit_2(args, needle, tmp_path):
+    res = run("config", *args, "--out", tmp_path / "o")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    assert needle.lower() in res.stderr.lower()
+    assert not (tmp_path / "o" / "config.toml").exists()
+
+
+def test_malformed_preset_reports_position(tmp_path):
+    p = tmp_path / "p.toml"
+    p.write_text("[settings]\nnetwork_dim = 4\nlearning_rate = \n")
+    res = run("config", "--model", "sd15", "--job", "style", "--gpu", "8", "--out", tmp_path / "o", "--preset", p)
+    assert res.returncode == 2 and "line 3" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_help_reads_well():
+    res = run("--help")
+    assert res.returncode == 0 and "config" in res.stdout
+    res = run("config", "--help")
+    assert res.returncode == 0 and "--gpu" in res.stdout and "--set" in res.stdout
+
+
+def test_core_commands_do_not_import_torch(tmp_path):
+    code = ("import sys; from kohya_tuner.cli.app import app; "
+            "assert not any(m.split('.')[0] in ('torch','accelerate','diffusers') for m in sys.modules), "
+            "sorted(m for m in sys.modules if m.startswith(('torch','accelerate','diffusers')))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import pytest
+import toml
+
+from kohya_tuner import config_io, planfiles, presets, schema
+from kohya_tuner.errors import UserError
+from kohya_tuner.families import FAMILIES
+from kohya_tuner.gpu import choose, parse_gb
+
+
+@pytest.mark.parametrize("model", list(FAMILIES))
+@pytest.mark.parametrize("job", presets.JOBS)
+@pytest.mark.parametrize("gb", presets.GPU_CLASSES)
+def test_every_composed_preset_validates_and_round_trips(model, job, gb, tmp_path):
+    plan = presets.compose(model, job, gb, inputs={"output_dir": str(tmp_path / "o"), "output_name": "x"})
+    dataset = presets.build_dataset(plan, tmp_path / "imgs", trigger="ohwx")
+    assert schema.errors_only(presets.validate_plan(plan, dataset)) == []
+    assert schema.validate_dataset(dataset, plan.family) == []
+    files = planfiles.render(plan, dataset, tmp_path)
+    assert config_io.flatten(toml.loads(files.texts["config.toml"])) == plan.config
+    assert toml.loads(files.texts["dataset.toml"]) == dataset
+    assert plan.config["save_state"] is True and plan.config["save_every_n_steps"] >= 1
+    assert "mixed_precision" in plan.config and "split_mode" not in plan.config
+    if model == "flux":
+        assert plan.config["network_train_unet_only"] is True
+        if gb < 24:
+            assert plan.config["fp8_base"] is True
+
+
+def test_layers_compose_in_order_and_keep_provenance(tmp_path):
+    user = tmp_path / "mine.toml"
+    user.write_text("[settings]\nnetwork_dim = 24\nlearning_rate = 2e-4\n[why]\nnetwork_dim = 'my taste'\n")
+    plan = presets.compose("sdxl", "style", 12, preset_file=user, sets=["learning_rate=3e-4"])
+    assert plan.config["network_dim"] == 24
+    assert plan.provenance["network_dim"].layer == "preset:mine.toml"
+    assert plan.provenance["network_dim"].why == "my taste"
+    assert plan.config["learning_rate"] == 3e-4 and plan.provenance["learning_rate"].layer == "--set"
+    assert plan.provenance["network_module"].layer == "model:sdxl"
+    assert plan.provenance["train_batch_size"].layer == "gpu:12GB"
+
+
+def test_guide_starting_values():
+    sd6 = presets.compose("sd15", "character", 6).config
+    assert (sd6["network_dim"], sd6["network_alpha"], sd6["resolution"], sd6["train_batch_size"],
+            sd6["gradient_accumulation_steps"], sd6["mixed_precision"], sd6["gradient_checkpointing"],
+            sd6["learning_rate"]) == (4, 8.0, "512", 1, 4, "fp16", True, 1e-4)
+    f24 = presets.compose("flux", "style", 24).config
+    assert (f24["resolution"], f24["train_batch_size"], f24["gradient_accumulation_steps"], f24["mixed_precision"],
+            f24["optimizer_type"], f24["learning_rate"]) == ("512", 1, 4, "bf16", "AdamW8bit", 1e-4)
+    assert f24["network_alpha"] in (f24["network_dim"], f24["network_dim"] / 2)
+    assert [presets.compose("flux", "style", g).config["blocks_to_swap"] for g in (12, 10, 8)] == [16, 22, 28]
+    assert 1000 <= presets.compose("sdxl", "character", 12).config["max_train_steps"] <= 2000
+    assert 2000 <= presets.compose("sdxl", "style", 12).config["max_train_steps"] <= 4000
+
+
+def test_gpu_class_is_the_largest_not_above():
+    assert presets.gpu_class_for(11) == 10 and presets.gpu_class_for(24) == 24 and presets.gpu_class_for(4) == 6
+    assert presets.gpu_class_for(200) == 80
+
+
+@pytest.mark.parametrize("text", ["3", "twelve", "12.5", "-8", ""])
+def test_bad_gpu_values(text):
+    with pytest.raises(UserError):
+        parse_gb(text)
+
+
+def test_gpu_auto_without_nvidia_is_a_user_error(monkeypatch):
+    from kohya_tuner import gpu
+
+    monkeypatch.setattr(gpu, "list_gpus", lambda: [])
+    with pytest.raises(UserError, match="--gpu 12"):
+        choose("auto")
+
+
+def test_no_bf16_card_switches_to_fp16():
+    plan = presets.compose("sdxl", "style", 12, bf16=False)
+    assert plan.config["mixed_precision"] == "fp16" and plan.config["no_half_vae"] is True
+    assert plan.provenance["mixed_precision"].layer == "gpu:detected"
+
+
+@pytest.mark.parametrize("item,match", [
+    ("network_dimm=8", "network_dim"), ("network_dim=eight", "integer"), ("nokey", "key=value"),
+    ("mixed_precision=fp32", "mixed_precision"),
+])
+def test_bad_set_values(item, match):
+    with pytest.raises(UserError, match=match):
+        presets.compose("sd15", "style", 8, sets=[item])
+
+
+def test_set_values_are_conformed_to_sd_scripts_types():
+    plan = presets.compose("sdxl", "style", 12, sets=["resolution=768", "network_alpha=8", 'network_args=["conv_dim=4"]'])
+    assert plan.config["resolution"] == "768" and plan.config["network_alpha"] == 8.0
+    assert plan.config["network_args"] == ["conv_dim=4"]
+
+
+def test_malformed_preset_says_line_and_column(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[settings]\nnetwork_dim = = 4\n")
+    with pytest.raises(UserError, match="line 2"):
+        presets.compose("sd15", "style", 8, preset_file=bad)
+
+
+def test_unknown_model_and_job():
+    with pytest.raises(UserError, match="sd15, sdxl, flux"):
+        presets.compose("sd3", "style", 8)
+    with pytest.raises(UserError, match="style"):
+        presets.compose("sdxl", "styel", 8)
+
+
+def test_schnell_variant():
+    plan = presets.compose("flux", "style", 24, variant="schnell")
+    assert plan.config["t5xxl_max_token_length"] == 256 and plan.variant == "schnell"
+    with pytest.raises(UserError):
+        presets.compose("sdxl", "style", 24, variant="schnell")
+
+
+@pytest.mark.parametrize("steps,cadence", [(100, 10), (1500, 150), (3000, 300), (20, 2), (1, 1)])
+def test_save_cadence_scales_with_the_run(steps, cadence):
+    assert presets.save_cadence(steps) == cadence
