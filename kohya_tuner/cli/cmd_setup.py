@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from kohya_tuner import sdscripts
-from kohya_tuner.cli.common import console, print_json, user_errors, warn
+from kohya_tuner.cli.common import console, print_json, user_errors
 from kohya_tuner.errors import UserError
 
 
@@ -74,35 +74,42 @@ def setup_command(
 
 def _render(checkout: sdscripts.Checkout, action: str, report: sdscripts.PinReport, pip_cmd: list[str],
             installed: Optional[int], found_by_default: bool) -> None:
+    out = lambda text="": console.print(text, soft_wrap=True)  # noqa: E731 - paths must not be wrapped
     pinned = report.pinned_commit[:12]
-    console.print(f"sd-scripts: {action} — [bold]{checkout.path}[/bold]")
+    out(f"sd-scripts: {action}: [bold]{checkout.path}[/bold]")
     commit = report.commit[:12] if report.commit else "unknown (not a git checkout)"
-    console.print(f"  commit {commit}, pinned {pinned}; entry scripts: {', '.join(sorted(checkout.scripts)) or 'none'}")
+    out(f"  commit:         {commit} (pinned: {pinned})")
+    out(f"  entry scripts:  {', '.join(sorted(checkout.scripts)) or 'none'}")
     if report.matches:
-        console.print("  [green]matches the pin[/green]")
-    elif report.compatible:
-        console.print(f"  argument set identical to the pin's ({report.checked_by} compared)")
-    for name in report.missing_scripts:
-        warn(f"entry script missing: {name}")
-    if report.local_changes:
-        warn(f"local changes in {len(report.local_changes)} file(s): {', '.join(report.local_changes[:8])}")
-    if not report.matches and report.commit and report.commit != report.pinned_commit:
-        warn(f"this checkout is not at the pinned commit {pinned}; kohya-tuner will use it, "
-             "but `run --strict-pin` refuses it")
-    if report.differences:
-        warn(f"{len(report.differences)} argument difference(s) from the pin:")
-        for line in report.differences:
-            console.print(f"    {line}")
-    for item in report.unchecked:
-        warn(f"not checked (could not read): {item}")
+        out("  [green]matches the pin[/green]")
+    else:
+        reasons = []
+        if report.commit != report.pinned_commit:
+            reasons.append("another commit" if report.commit else "commit unknown")
+        if report.local_changes:
+            reasons.append(f"local changes in {len(report.local_changes)} file(s)")
+        if report.missing_scripts:
+            reasons.append("missing " + ", ".join(report.missing_scripts))
+        out(f"  [yellow]differs from the pin[/yellow]: {'; '.join(reasons)}. kohya-tuner will use it with a "
+            "warning; `run --strict-pin` refuses it.")
+        for path in report.local_changes[:10]:
+            out(f"    changed: {path}")
+        if report.differences:
+            out(f"  {len(report.differences)} argument difference(s) from the pin (read from its source):")
+            for line in report.differences:
+                out(f"    {line}")
+        elif report.checked_by == "arguments":
+            out("  its arguments are the same as the pin's (read from its source)")
+        for item in report.unchecked:
+            out(f"    not checked (could not read): {item}")
     if not found_by_default and not os.environ.get(sdscripts.ENV_VAR):
-        console.print(f"  Other commands find it with --sd-scripts {shlex.quote(str(checkout.path))} "
-                      f"or `export {sdscripts.ENV_VAR}={shlex.quote(str(checkout.path))}`.")
+        out(f"  Other commands find it with --sd-scripts {shlex.quote(str(checkout.path))} "
+            f"or `export {sdscripts.ENV_VAR}={shlex.quote(str(checkout.path))}`.")
     if installed is None:
         env = sdscripts.pin()["environment"]
-        console.print(
-            f"Trainer environment: install torch >= {env['torch_min']} (Python {env['python']} is what upstream "
-            "tests), then from inside the checkout run:")
-        console.print(f"  cd {shlex.quote(str(checkout.path))} && {shlex.join(pip_cmd)}", soft_wrap=True)
+        out()
+        out(f"Trainer environment: install torch >= {env['torch_min']} first (upstream tests Python {env['python']}), "
+            "then its requirements with the Python that will run training (`run --python`, default this one):")
+        out(f"  cd {shlex.quote(str(checkout.path))} && {shlex.join(pip_cmd)}")
     else:
-        console.print("[green]requirements installed[/green]")
+        out("[green]requirements installed[/green]")
