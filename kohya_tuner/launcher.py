@@ -1,0 +1,356 @@
+"""Starting sd-scripts under `accelerate launch`, watching it, and stopping it.
+
+The only module that starts processes. The command line and the environment are
+built by pure functions (tested without a process); `run_process` spawns the
+launcher in its own process group, streams both pipes line by line (sd-scripts'
+progress bars rewrite one line with carriage returns, so a line ends at `\\r` or
+`\\n`), keeps the raw bytes in a log file, watches for hangs and, on Ctrl-C,
+SIGTERM or a hang, ends the whole group: accelerate starts the trainer as a child,
+and a trainer left behind keeps its GPU memory.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import queue
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+# Rich wraps sd-scripts' log records at 80 columns when stderr is a pipe; a wide
+# COLUMNS keeps each record on one line for the parser.
+WIDE_COLUMNS = "250"
+EMULATE_ENV = "KOHYA_TUNER_EMULATE_VRAM_GB"
+_IS_WINDOWS = sys.platform == "win32"
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything that decides the trainer's command line."""
+
+    script: Path
+    config_file: Path
+    dataset_config: Path | None = None
+    python: str = sys.executable
+    mixed_precision: str = "no"
+    num_processes: int = 1
+    gpu_ids: tuple[int, ...] = ()
+    accelerate_config: Path | None = None
+    # Tests and smoke runs on machines without CUDA; never set for a real GPU run.
+    cpu: bool = False
+    num_cpu_threads_per_process: int = 2
+
+
+def build_argv(spec: LaunchSpec) -> list[str]:
+    """The argument list (never a shell string) that launches one attempt."""
+    argv = [
+        spec.python, "-m", "accelerate.commands.launch",
+        "--num_cpu_threads_per_process", str(spec.num_cpu_threads_per_process),
+        "--mixed_precision", str(spec.mixed_precision or "no"),
+    ]
+    if spec.accelerate_config is not None:
+        argv += ["--config_file", str(spec.accelerate_config)]
+    else:
+        # Explicit values so a stale `accelerate config` default file cannot change
+        # how many processes train, and accelerate does not warn about defaults.
+        argv += ["--num_machines", "1", "--dynamo_backend", "no"]
+    if spec.num_processes > 1:
+        argv += ["--multi_gpu", "--num_processes", str(spec.num_processes)]
+        if spec.gpu_ids:
+            argv += ["--gpu_ids", ",".join(str(i) for i in spec.gpu_ids)]
+    elif spec.accelerate_config is None:
+        argv += ["--num_processes", "1"]
+    if spec.cpu:
+        argv.append("--cpu")
+    argv += [str(spec.script), "--config_file", str(spec.config_file)]
+    if spec.dataset_config is not None:
+        argv += ["--dataset_config", str(spec.dataset_config)]
+    return argv
+
+
+def emulate_dir() -> Path:
+    """The folder holding the `sitecustomize` that caps CUDA memory inside the trainer."""
+    return Path(__file__).resolve().parent / "emulate"
+
+
+def build_env(base: Mapping[str, str], *, gpu_ids: tuple[int, ...] = (), emulate_vram_gb: float | None = None,
+              extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The trainer's environment: the user's own, plus what supervision needs.
+
+    Values the user set win (their allocator settings, their COLUMNS if already wide);
+    PYTHONPATH is extended, never replaced."""
+    env = dict(base)
+    if "PYTORCH_CUDA_ALLOC_CONF" not in env and "PYTORCH_ALLOC_CONF" not in env:
+        # Fragmentation turns a fitting run into an OOM hours in; PyTorch's own message advises this.
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONIOENCODING"] = env.get("PYTHONIOENCODING") or "utf-8"
+    try:
+        wide = int(env.get("COLUMNS", "0")) >= int(WIDE_COLUMNS)
+    except ValueError:
+        wide = False
+    if not wide:
+        env["COLUMNS"] = WIDE_COLUMNS
+    if gpu_ids:
+        # NVML numbers cards in PCI order; CUDA's default order differs on mixed machines.
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+    if emulate_vram_gb is not None:
+        env[EMULATE_ENV] = f"{float(emulate_vram_gb):g}"
+        parts = [str(emulate_dir())] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def format_command(argv: list[str]) -> str:
+    """The command as the user's shell would need it typed."""
+    if _IS_WINDOWS:
+        return subprocess.list2cmdline(argv)
+    return shlex.join(argv)
+
+
+def env_changes(env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+    """Only what `build_env` added or changed, for printing next to the command."""
+    return {k: v for k, v in env.items() if base.get(k) != v}
+
+
+# ---- streaming ------------------------------------------------------------------------
+
+
+class LineSplitter:
+    """Incremental decoder + splitter: bytes in, complete lines out, on `\\r` or `\\n`.
+
+    A `\\r\\n` pair ends one line, not two. Decoding is incremental so a UTF-8 character
+    cut between two reads is not mangled."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buf = ""
+        self._pending_cr = False
+
+    def feed(self, data: bytes) -> list[str]:
+        return self._split(self._decoder.decode(data))
+
+    def finish(self) -> list[str]:
+        lines = self._split(self._decoder.decode(b"", final=True))
+        if self._buf:
+            lines.append(self._buf)
+            self._buf = ""
+        return lines
+
+    def _split(self, text: str) -> list[str]:
+        if self._pending_cr and text.startswith("\n"):
+            text = text[1:]
+        if not text:
+            return []
+        self._pending_cr = text.endswith("\r")
+        parts = _LINE_END.split(text)
+        parts[0] = self._buf + parts[0]
+        self._buf = parts.pop()
+        return parts
+
+
+@dataclass
+class ProcessResult:
+    exit_status: int | None
+    duration_s: float
+    pid: int
+    hung: bool = False
+    interrupted: bool = False
+    # What ended it when we did: "interrupt", "terminate", "hang".
+    stopped_by: str | None = None
+    signals_sent: list[str] = field(default_factory=list)
+
+
+class Interrupted(Exception):
+    """The user pressed Ctrl-C or the supervisor got SIGTERM."""
+
+
+def _popen_kwargs() -> dict:
+    if _IS_WINDOWS:
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # type: ignore[attr-defined]
+    return {"start_new_session": True}
+
+
+def spawn(argv: list[str], env: Mapping[str, str], cwd: str | os.PathLike | None = None) -> subprocess.Popen:
+    """Start `argv` in its own process group with both pipes captured (binary)."""
+    try:
+        return subprocess.Popen(
+            argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, bufsize=0, **_popen_kwargs(),
+        )
+    except FileNotFoundError as exc:
+        from kohya_tuner.errors import UserError
+
+        raise UserError(f"Cannot start {argv[0]}: {exc.strerror}.",
+                        "Check --python: it must be the interpreter of the environment sd-scripts is installed in.") from None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 10.0, first: str = "SIGINT") -> list[str]:
+    """End `proc` and everything in its process group: SIGINT (so the trainer can finish
+    what it is writing), then SIGTERM, then SIGKILL. Returns the signals sent."""
+    sent: list[str] = []
+    if _IS_WINDOWS:
+        try:
+            proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+            sent.append("CTRL_BREAK")
+            proc.wait(timeout=grace_s)
+        except (subprocess.TimeoutExpired, OSError):
+            subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True)
+            sent.append("taskkill")
+        return sent
+    pgid = proc.pid  # start_new_session makes the child the leader of its own group
+    order = ["SIGINT", "SIGTERM", "SIGKILL"]
+    order = order[order.index(first):]
+    for name in order:
+        if not _group_alive(pgid):
+            break
+        try:
+            os.killpg(pgid, getattr(signal, name))
+        except ProcessLookupError:
+            break
+        sent.append(name)
+        deadline = time.monotonic() + (grace_s if name != "SIGKILL" else 5.0)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(pgid):
+                break
+            time.sleep(0.05)
+    proc.poll()
+    return sent
+
+
+def _reader(stream, name: str, out: queue.Queue, log, log_lock: threading.Lock) -> None:
+    splitter = LineSplitter()
+    fd = stream.fileno()
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        if not data:
+            break
+        if log is not None:
+            with log_lock:
+                log.write(data)
+                log.flush()
+        out.put(("data", name, None))
+        for line in splitter.feed(data):
+            out.put(("line", name, line))
+    for line in splitter.finish():
+        out.put(("line", name, line))
+    out.put(("eof", name, None))
+
+
+def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[str, str], None],
+                log_path: str | os.PathLike | None = None, hang_timeout_s: float | None = None,
+                stop: threading.Event | None = None, cwd: str | os.PathLike | None = None,
+                grace_s: float = 10.0, on_start: Callable[[subprocess.Popen], None] | None = None,
+                tick: Callable[[], None] | None = None, tick_s: float = 0.5) -> ProcessResult:
+    """Run one attempt to its end, calling `on_line(stream, line)` for every line.
+
+    Ends early (and ends the whole process group) when `stop` is set, on Ctrl-C or
+    SIGTERM (`interrupted`), or when nothing was printed for `hang_timeout_s` (`hung`).
+    The raw output of both pipes goes to `log_path` byte for byte."""
+    stop = stop or threading.Event()
+    log = open(log_path, "ab") if log_path is not None else None
+    log_lock = threading.Lock()
+    t0 = time.monotonic()
+    proc = spawn(argv, env, cwd)
+    if on_start is not None:
+        on_start(proc)
+    q: queue.Queue = queue.Queue()
+    readers = [
+        threading.Thread(target=_reader, args=(proc.stdout, "stdout", q, log, log_lock), daemon=True),
+        threading.Thread(target=_reader, args=(proc.stderr, "stderr", q, log, log_lock), daemon=True),
+    ]
+    for r in readers:
+        r.start()
+
+    previous_term = None
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main and not _IS_WINDOWS:
+        def _on_term(signum, frame):  # noqa: ARG001
+            raise Interrupted()
+
+        previous_term = signal.signal(signal.SIGTERM, _on_term)
+
+    result = ProcessResult(exit_status=None, duration_s=0.0, pid=proc.pid)
+    open_streams = 2
+    last_output = time.monotonic()
+    last_tick = 0.0
+    try:
+        while open_streams or proc.poll() is None:
+            if stop.is_set():
+                result.stopped_by = "terminate"
+                result.interrupted = True
+                result.signals_sent = stop_group(proc, grace_s)
+                break
+            try:
+                kind, name, line = q.get(timeout=0.1)
+            except queue.Empty:
+                kind = None
+            if kind == "data":
+                last_output = time.monotonic()
+            elif kind == "line":
+                on_line(name, line)
+            elif kind == "eof":
+                open_streams -= 1
+            now = time.monotonic()
+            if tick is not None and now - last_tick >= tick_s:
+                last_tick = now
+                tick()
+            if hang_timeout_s is not None and now - last_output > hang_timeout_s and proc.poll() is None:
+                result.hung = True
+                result.stopped_by = "hang"
+                result.signals_sent = stop_group(proc, grace_s)
+                break
+            if not open_streams and proc.poll() is not None:
+                break
+    except (KeyboardInterrupt, Interrupted):
+        result.interrupted = True
+        result.stopped_by = "interrupt"
+        result.signals_sent = stop_group(proc, grace_s)
+    finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+        if proc.poll() is None:
+            result.signals_sent += stop_group(proc, grace_s, first="SIGKILL")
+        # Whatever the readers still hold is part of the record.
+        for r in readers:
+            r.join(timeout=2.0)
+        while True:
+            try:
+                kind, name, line = q.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "line":
+                try:
+                    on_line(name, line)
+                except Exception:
+                    pass
+        if log is not None:
+            log.close()
+    result.exit_status = proc.returncode
+    result.duration_s = time.monotonic() - t0
+    return result
