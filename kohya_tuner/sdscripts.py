@@ -213,18 +213,13 @@ def _local_changes(path: Path) -> list[str] | None:
 # ---- reading add_argument calls statically -----------------------------------------
 
 
-@dataclass
-class _Func:
-    file: str  # relative to the checkout
-    node: ast.FunctionDef
-
-
 class _Source:
     """Parsed python files of one checkout, each read at most once."""
 
     def __init__(self, root: Path):
         self.root = root
         self._trees: dict[str, ast.Module | None] = {}
+        self._imports: dict[str, dict[str, str]] = {}
 
     def tree(self, rel: str) -> ast.Module | None:
         if rel not in self._trees:
@@ -247,14 +242,18 @@ class _Source:
     def imports(self, rel: str) -> dict[str, str]:
         """Local name -> dotted module (for `import a.b as c`, `from a import b`) or
         dotted module + ':' + function (for `from a.b import f`)."""
+        if rel in self._imports:
+            return self._imports[rel]
         tree = self.tree(rel)
-        names: dict[str, str] = {}
+        names: dict[str, str] = self._imports.setdefault(rel, {})
         if tree is None:
             return names
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    names[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+                    # `import a.b` binds `a`; `import a.b as c` binds `c` to a.b.
+                    top = alias.name.split(".")[0]
+                    names[alias.asname or top] = alias.name if alias.asname else top
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 for alias in node.names:
                     local = alias.asname or alias.name
