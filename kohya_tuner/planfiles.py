@@ -23,13 +23,17 @@ class PlanFiles:
         return {name: out_dir / name for name in self.texts}
 
 
-def accelerate_args(mixed_precision: str, num_processes: int = 1) -> list[str]:
-    """accelerate's own options. Its --mixed_precision is ignored by sd-scripts (the
-    script passes its own), but matching it avoids accelerate's mismatch warning."""
-    args = ["--num_cpu_threads_per_process", "2", "--mixed_precision", mixed_precision]
-    if num_processes > 1:
-        args += ["--multi_gpu", "--num_processes", str(num_processes)]
-    return args
+_SCRIPT_MARK = "@SCRIPT@"
+
+
+def accelerate_args(mixed_precision: str) -> list[str]:
+    """accelerate's own options, exactly as `kohya-tuner run` passes them (the launcher
+    builds both, so a hand-run launch.sh trains like `run` does)."""
+    from kohya_tuner.launcher import LaunchSpec, build_argv
+
+    argv = build_argv(LaunchSpec(script=Path(_SCRIPT_MARK), config_file=Path("c"), dataset_config=Path("d"),
+                                 mixed_precision=mixed_precision))
+    return argv[3:argv.index(_SCRIPT_MARK)]
 
 
 def _sh_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Path) -> str:

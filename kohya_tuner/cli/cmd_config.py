@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from kohya_tuner import planfiles, presets, schema
+from kohya_tuner import planfiles, presets, schema, sdscripts
 from kohya_tuner.cli.common import console, print_json, user_errors, warn
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import get_family
@@ -114,7 +114,9 @@ def register(app: typer.Typer) -> None:
         dataset = presets.build_dataset(plan, data if data is not None else Path(out) / "images", trigger)
         schema.raise_if_invalid(presets.validate_plan(plan, dataset), "The composed config")
         schema.raise_if_invalid(schema.validate_dataset(dataset, family), "The dataset config")
-        files = planfiles.render(plan, dataset, out, sd_scripts=sd_scripts.absolute() if sd_scripts else None)
+        checkout = sdscripts.locate(sd_scripts)
+        sd_path = checkout.path if checkout else sdscripts.default_dir()
+        files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute())
         written = planfiles.write(files, out, force=force)
         warnings = []
         if missing:
@@ -126,6 +128,9 @@ def register(app: typer.Typer) -> None:
         if choice.info and choice.info.processes:
             others = ", ".join(f"{p.name} ({p.used_gib or 0:.1f} GiB)" for p in choice.info.processes)
             warnings.append(f"Other processes hold GPU memory: {others}.")
+        if checkout is None:
+            warnings.append(f"No sd-scripts checkout found; launch.sh expects one at {sd_path} "
+                            "(run `kohya-tuner setup`, or set SD_SCRIPTS).")
         if as_json:
             print_json(plan_to_json(plan, dataset, written, {"gpu": choice.describe(), "warnings": warnings}))
             return
