@@ -1,0 +1,281 @@
+"""What a supervised run leaves behind in its output folder.
+
+  run.json          the run's inputs, so `run --continue OUT` can pick it up again
+  attempt-N.log     raw output of attempt N (written by the launcher)
+  attempt-N.config.toml  the config attempt N ran with (the user's files are never edited)
+  attempts.jsonl    one record per attempt: what changed and why, how it ended
+  summary.json      the outcome: LoRA path, settings that worked, peak VRAM, time lost
+  report.html       one self-contained page with loss and VRAM over time (see report.py)
+
+Records are plain dataclasses written as JSON; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+RUN_FILE = "run.json"
+ATTEMPTS_FILE = "attempts.jsonl"
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"
+EVENTS_FILE = "events.jsonl"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+@dataclass
+class StateRecord:
+    """A resumable state directory and the absolute optimizer step it holds."""
+
+    path: str
+    step: int
+    attempt: int
+
+
+@dataclass
+class Change:
+    key: str
+    old: Any
+    new: Any
+
+
+@dataclass
+class AttemptRecord:
+    attempt: int
+    started: str
+    config_file: str
+    log_file: str
+    reason: str  # why this attempt exists: "first attempt", "OOM at step 40 ...", "continued"
+    changes: list[Change] = field(default_factory=list)  # against the previous attempt
+    move: str | None = None
+    resume_from: str | None = None
+    probe: bool = False
+    start_step: int = 0  # absolute optimizer steps already behind the weights at launch
+    end_step: int = 0  # absolute optimizer steps done when it ended
+    total_steps: int | None = None
+    duration_s: float = 0.0
+    exit_status: int | None = None
+    outcome: str = "incomplete"  # success, oom, error, ram, hang, interrupted, incomplete
+    phase: str | None = None
+    oom: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    advice: list[str] = field(default_factory=list)
+    peak_vram_gib: float | None = None
+    # [seconds since launch, GiB] and [seconds, absolute step, loss]; thinned for the report.
+    vram: list[list[float]] = field(default_factory=list)
+    loss: list[list[float]] = field(default_factory=list)
+    states: list[StateRecord] = field(default_factory=list)
+    final_model: str | None = None
+    note: str | None = None  # e.g. why it restarted instead of resuming
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "AttemptRecord":
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        kw["changes"] = [Change(**c) for c in kw.get("changes") or []]
+        kw["states"] = [StateRecord(**s) for s in kw.get("states") or []]
+        return cls(**kw)
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome != "success"
+
+
+def thin(points: list, limit: int = 600) -> list:
+    """Keep at most `limit` points, evenly spread, always keeping the last one."""
+    if len(points) <= limit:
+        return list(points)
+    stride = len(points) / limit
+    out = [points[int(i * stride)] for i in range(limit)]
+    if out[-1] is not points[-1]:
+        out[-1] = points[-1]
+    return out
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class Journal:
+    """The files of one run folder. Appends only; never rewrites an attempt."""
+
+    def __init__(self, out_dir: str | os.PathLike):
+        self.out = Path(out_dir)
+
+    @property
+    def attempts_path(self) -> Path:
+        return self.out / ATTEMPTS_FILE
+
+    @property
+    def summary_path(self) -> Path:
+        return self.out / SUMMARY_FILE
+
+    @property
+    def report_path(self) -> Path:
+        return self.out / REPORT_FILE
+
+    @property
+    def run_path(self) -> Path:
+        return self.out / RUN_FILE
+
+    @property
+    def events_path(self) -> Path:
+        return self.out / EVENTS_FILE
+
+    def log_path(self, attempt: int) -> Path:
+        return self.out / f"attempt-{attempt}.log"
+
+    def config_path(self, attempt: int) -> Path:
+        return self.out / f"attempt-{attempt}.config.toml"
+
+    def exists(self) -> bool:
+        return self.run_path.is_file()
+
+    # -- run inputs --
+
+    def write_run(self, data: dict[str, Any]) -> None:
+        _atomic_write(self.run_path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+
+    def read_run(self) -> dict[str, Any]:
+        from kohya_tuner.errors import UserError
+
+        try:
+            return json.loads(self.run_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{self.out} holds no kohya-tuner run ({RUN_FILE} is missing).",
+                            "Give the --out folder of an earlier `kohya-tuner run`.") from None
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{self.run_path} is damaged: {exc.msg}.") from None
+
+    # -- attempts --
+
+    def append(self, record: AttemptRecord) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(record.to_json(), ensure_ascii=False, default=str)
+        with open(self.attempts_path, "a", encoding="utf-8", newline="\n") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def attempts(self) -> list[AttemptRecord]:
+        if not self.attempts_path.is_file():
+            return []
+        out = []
+        for line in self.attempts_path.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(AttemptRecord.from_json(json.loads(line)))
+            except (json.JSONDecodeError, TypeError):
+                # A line cut short by a crash: every complete record before it still counts.
+                continue
+        return out
+
+    def next_attempt_number(self) -> int:
+        done = self.attempts()
+        return (max(a.attempt for a in done) + 1) if done else 1
+
+    # -- outcome --
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        _atomic_write(self.summary_path, json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n")
+
+    def read_summary(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.summary_path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def write_report(self, html: str) -> None:
+        _atomic_write(self.report_path, html)
+
+
+def known_states(attempts: list[AttemptRecord]) -> list[StateRecord]:
+    """Every state the journal recorded that still exists on disk, oldest step first."""
+    seen: dict[str, StateRecord] = {}
+    for a in attempts:
+        for s in a.states:
+            seen[s.path] = s
+    alive = [s for s in seen.values() if (Path(s.path) / "train_state.json").is_file()]
+    return sorted(alive, key=lambda s: (s.step, s.attempt))
+
+
+def newest_state(attempts: list[AttemptRecord]) -> StateRecord | None:
+    states = known_states(attempts)
+    return states[-1] if states else None
+
+
+def read_train_state(state_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """sd-scripts' `train_state.json` ({"current_epoch": e, "current_step": s}) or None."""
+    try:
+        data = json.loads((Path(state_dir) / "train_state.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def summarize(attempts: list[AttemptRecord], *, status: str, reason: str, total_steps: int | None,
+              final_config: dict[str, Any] | None, plan_config: dict[str, Any] | None,
+              lora_path: str | None, gpu: dict[str, Any] | None = None,
+              continue_command: str | None = None, history_note: str | None = None) -> dict[str, Any]:
+    """The run's outcome in one dict (summary.json), computed from the attempt records."""
+    failed = [a for a in attempts if a.failed]
+    lost_s = sum(a.duration_s for a in failed)
+    # Steps a failed attempt trained beyond the state the next attempt started from are lost.
+    lost_steps = 0
+    for i, a in enumerate(attempts):
+        if not a.failed or a.outcome == "interrupted":
+            continue
+        nxt = attempts[i + 1] if i + 1 < len(attempts) else None
+        resumed_at = nxt.start_step if nxt is not None else a.end_step
+        lost_steps += max(0, a.end_step - resumed_at)
+    peaks = [a.peak_vram_gib for a in attempts if a.peak_vram_gib is not None]
+    worked = None
+    if final_config is not None and plan_config is not None:
+        worked = {k: {"plan": plan_config.get(k), "final": final_config.get(k)}
+                  for k in sorted(set(plan_config) | set(final_config))
+                  if plan_config.get(k) != final_config.get(k) and k not in _BOOKKEEPING}
+    return {
+        "status": status,
+        "reason": reason,
+        "lora": lora_path,
+        "attempts": len(attempts),
+        "failed_attempts": len(failed),
+        "time_lost_s": round(lost_s, 1),
+        "steps_lost": lost_steps,
+        "total_steps": total_steps,
+        "steps_done": max((a.end_step for a in attempts), default=0),
+        "peak_vram_gib": round(max(peaks), 3) if peaks else None,
+        "peak_vram_gib_final_attempt": attempts[-1].peak_vram_gib if attempts else None,
+        "changed_settings": worked,
+        "final_config": final_config,
+        "gpu": gpu,
+        "continue_command": continue_command,
+        "history": history_note,
+        "finished": now_iso(),
+    }
+
+
+# Keys the supervisor sets on every resumed attempt; they are not "settings that changed".
+_BOOKKEEPING = {"resume", "skip_until_initial_step", "initial_step", "console_log_simple"}
