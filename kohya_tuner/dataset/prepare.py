@@ -1,0 +1,610 @@
+"""prepare(): a trainable copy of a dataset folder, never touching the original.
+
+Each image is decoded once, rotated by its EXIF orientation, brought to 8-bit RGB (CMYK
+and wide-gamut pictures through their ICC profile, transparency flattened onto white),
+and scaled down with Lanczos so its long side is at most the largest bucket; an image
+that needs none of this is copied byte for byte. Captions are copied (as UTF-8, one line)
+with the trigger word added on request. A manifest records, per output, its source, the
+source's SHA-256 and the output's size, so a second run skips what is done and a
+changed source is redone. Every file is written under a temporary name and renamed into
+place, so an interrupted run leaves no half-written image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from PIL import Image, ImageOps
+
+from kohya_tuner.dataset import guidance
+from kohya_tuner.dataset.captions import add_trigger, decode_caption_bytes
+from kohya_tuner.dataset.images import SIXTEEN_BIT_MODES, TRAINER_EXTENSIONS, sha256_file
+from kohya_tuner.dataset.models import PrepItem, PrepResult
+from kohya_tuner.dataset.parallel import default_workers, parallel_map
+from kohya_tuner.dataset.walk import (MANIFEST_NAME, TMP_SUFFIX, Entry, check_folder, display, guess_caption_extension,
+                                      list_dataset)
+from kohya_tuner.errors import UserError
+from kohya_tuner.families import Family, get_family
+from kohya_tuner.resources import user_data_dir
+
+MANIFEST_VERSION = 1
+# Bump when the image pipeline changes, so earlier outputs are redone.
+PIPELINE_VERSION = 1
+OUTPUT_CAPTION_EXTENSION = ".txt"
+REGISTRY_NAME = "prepared.json"
+# Prep is for the user's own pictures: allow large originals (Pillow's default refuses
+# anything over ~179 MP as a decompression-bomb guard), within reason.
+PREP_MAX_PIXELS = 1_000_000_000
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+def default_max_side(family: Family | str, resolution: int | None = None, max_bucket_reso: int | None = None) -> int:
+    """The longest side any bucket can have for this family at this resolution, with
+    sd-scripts' default bucket range unless told otherwise."""
+    fam = family if isinstance(family, Family) else get_family(family)
+    res = int(resolution or fam.native_resolution)
+    return guidance.largest_bucket_side(res, guidance.DEFAULT_MIN_BUCKET_RESO,
+                                        max(int(max_bucket_reso or guidance.DEFAULT_MAX_BUCKET_RESO), res),
+                                        fam.bucket_step)
+
+
+# ---- one image (runs in a worker process) ---------------------------------------------
+
+
+def _output_suffix(rel: str) -> str:
+    suffix = os.path.splitext(rel)[1].lower()
+    return suffix if suffix in TRAINER_EXTENSIONS else ".png"
+
+
+_SAVE_OPTIONS = {
+    ".jpg": ("JPEG", {"quality": 95, "subsampling": 0}),
+    ".jpeg": ("JPEG", {"quality": 95, "subsampling": 0}),
+    ".png": ("PNG", {"compress_level": 4}),
+    ".webp": ("WEBP", {"quality": 95, "method": 4}),
+    ".bmp": ("BMP", {}),
+}
+
+
+def _is_srgb(icc: bytes) -> bool:
+    try:
+        from PIL import ImageCms
+
+        desc = ImageCms.getProfileDescription(ImageCms.ImageCmsProfile(io.BytesIO(icc)))
+        return "srgb" in desc.lower().replace(" ", "")
+    except Exception:
+        return True  # unreadable profile: leave the pixels as they are
+
+
+def _to_srgb(img: Image.Image, icc: bytes, mode: str) -> Image.Image | None:
+    try:
+        from PIL import ImageCms
+
+        src = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+        dst = ImageCms.createProfile("sRGB")
+        return ImageCms.profileToProfile(img, src, dst, outputMode=mode)
+    except Exception:
+        return None
+
+
+def _has_transparency(img: Image.Image) -> bool:
+    if img.mode in ("RGBA", "LA", "PA"):
+        return img.getchannel("A").getextrema()[0] < 255
+    return "transparency" in img.info
+
+
+def _convert(img: Image.Image, max_side: int) -> tuple[Image.Image, list[str]]:
+    """The picture as it should be trained, and what was done to get it."""
+    actions: list[str] = []
+    if getattr(img, "n_frames", 1) > 1:
+        img.seek(0)
+        actions.append("first frame of an animation")
+    icc = img.info.get("icc_profile")
+    orientation = 1
+    try:
+        orientation = int(img.getexif().get(0x0112, 1) or 1)
+    except Exception:
+        pass
+    original = img.size
+    if img.format == "JPEG":
+        stored_long = max(img.size)
+        if stored_long > max_side:
+            # libjpeg decodes straight at 1/2, 1/4 or 1/8 scale, never below the request.
+            scale = max_side / stored_long
+            img.draft(img.mode, (max(1, int(img.width * scale)), max(1, int(img.height * scale))))
+    img.load()
+    if orientation not in (0, 1):
+        img = ImageOps.exif_transpose(img)
+        actions.append(f"rotated by EXIF orientation {orientation}")
+    if img.mode == "CMYK":
+        converted = _to_srgb(img, icc, "RGB") if icc else None
+        img = converted if converted is not None else img.convert("RGB")
+        actions.append("CMYK to RGB" + (" via ICC profile" if converted is not None else ""))
+        icc = None
+    elif img.mode in SIXTEEN_BIT_MODES:
+        if img.mode == "F":
+            img = img.convert("L")
+        else:
+            img = img.convert("I").point(lambda v: v * (1 / 257)).convert("L")
+        actions.append("16-bit to 8-bit")
+    elif _has_transparency(img):
+        rgba = img.convert("RGBA")
+        flat = Image.new("RGB", rgba.size, (255, 255, 255))
+        flat.paste(rgba, mask=rgba.getchannel("A"))
+        img = flat
+        actions.append("transparency flattened onto white")
+    elif img.mode not in ("RGB", "L"):
+        img = img.convert("RGB")
+        actions.append(f"{img.mode} to RGB")
+    if icc and img.mode == "RGB" and not _is_srgb(icc):
+        converted = _to_srgb(img, icc, "RGB")
+        if converted is not None:
+            img = converted
+            actions.append("colour profile converted to sRGB")
+    long_side = max(img.size)
+    if long_side > max_side:
+        scale = max_side / long_side
+        size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
+        shown = original if orientation not in _TRANSPOSING else original[::-1]
+        actions.append(f"resized {shown[0]}x{shown[1]} to {size[0]}x{size[1]}")
+        img = img.resize(size, Image.Resampling.LANCZOS)
+    return img, actions
+
+
+_TRANSPOSING = {5, 6, 7, 8}
+
+
+def _tmp_name(final: Path) -> Path:
+    return final.with_name(f".{final.name}.{os.getpid()}{TMP_SUFFIX}")
+
+
+def prepare_one(task: dict[str, Any]) -> dict[str, Any]:
+    """Prepare one image; returns the manifest entry (with "outcome"). Never raises for a
+    bad picture: it comes back as outcome "failed" with the reason."""
+    src = task["src"]
+    final = Path(task["dst"])
+    prev = task.get("prev")
+    try:
+        st = os.stat(src)
+        digest = sha256_file(src)
+    except OSError as exc:
+        return {"outcome": "failed", "reason": exc.strerror or str(exc)}
+    entry = {
+        "source": task["rel"], "source_sha256": digest, "source_size": st.st_size, "source_mtime_ns": st.st_mtime_ns,
+        "output": task["out_rel"], "pipeline": task["pipeline"],
+    }
+    if prev and prev.get("source_sha256") == digest and prev.get("pipeline") == task["pipeline"] \
+            and prev.get("output") == task["out_rel"]:
+        try:
+            if final.stat().st_size == prev.get("output_size"):
+                return {**prev, "source_size": st.st_size, "source_mtime_ns": st.st_mtime_ns, "outcome": "skipped"}
+        except OSError:
+            pass
+    saved_limit = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = PREP_MAX_PIXELS
+    tmp = _tmp_name(final)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(src) as opened:
+                fmt = opened.format
+                img, actions = _convert(opened, task["max_side"])
+                width, height = img.size
+                suffix = final.suffix.lower()
+                same_format = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP", ".bmp": "BMP"}
+                if not actions and same_format.get(suffix) == fmt:
+                    # Already right: keep the exact bytes (no re-encoding loss).
+                    shutil.copyfile(src, tmp)
+                    outcome = "copied"
+                else:
+                    save_fmt, options = _SAVE_OPTIONS[suffix]
+                    if save_fmt == "JPEG" and img.mode not in ("RGB", "L"):
+                        img = img.convert("RGB")
+                    if not actions:
+                        actions.append(f"re-encoded from {fmt} to {save_fmt}")
+                    img.save(tmp, save_fmt, **options)
+                    outcome = "written"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, final)
+    except (Exception, KeyboardInterrupt) as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {"outcome": "failed", "reason": str(exc) or type(exc).__name__, "source": task["rel"]}
+    finally:
+        Image.MAX_IMAGE_PIXELS = saved_limit
+    entry.update({"output_size": final.stat().st_size, "output_sha256": sha256_file(str(final)),
+                  "width": width, "height": height, "actions": actions, "outcome": outcome})
+    return entry
+
+
+# ---- the whole folder ----------------------------------------------------------------
+
+
+def _within(child: Path, parent: Path) -> bool:
+    try:
+        child.relative_to(parent)
+        return True
+    except ValueError:
+        return False
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            # ensure_ascii keeps file names that are not valid UTF-8 as \udcxx escapes.
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _check_out(root: Path, out: str | os.PathLike) -> Path:
+    out_path = Path(out).expanduser()
+    try:
+        out_abs = out_path.resolve()
+    except (OSError, RuntimeError):
+        raise UserError(f"--out {display(str(out))} cannot be resolved (a symbolic link loop?).") from None
+    if out_abs == root:
+        raise UserError("--out is the source folder itself.",
+                        "prep never changes the originals; give a new folder, e.g. "
+                        f"{display(str(root))}.prepared")
+    if _within(out_abs, root):
+        raise UserError(f"--out {display(str(out_abs))} is inside the source folder, which prep never changes.",
+                        f"Put it beside the source, e.g. {display(str(root))}.prepared")
+    if _within(root, out_abs):
+        raise UserError(f"--out {display(str(out_abs))} contains the source folder.",
+                        f"Give a new folder beside it, e.g. {display(str(root))}.prepared")
+    if out_abs.exists():
+        if not out_abs.is_dir():
+            raise UserError(f"--out {display(str(out_abs))} exists and is a file.")
+        manifest = _read_json(out_abs / MANIFEST_NAME)
+        if manifest is None:
+            try:
+                has_files = any(out_abs.iterdir())
+            except OSError as exc:
+                raise UserError(f"--out {display(str(out_abs))} cannot be read: {exc.strerror or exc}.") from None
+            if has_files:
+                raise UserError(f"--out {display(str(out_abs))} already holds files that kohya-tuner did not write.",
+                                "Choose an empty or new folder; nothing there is overwritten.")
+        elif manifest.get("source") != str(root):
+            raise UserError(f"--out {display(str(out_abs))} is the prepared copy of another folder "
+                            f"({display(str(manifest.get('source')))}).", "Choose another --out.")
+    return out_abs
+
+
+def _remove_temp_files(out: Path) -> None:
+    if not out.is_dir():
+        return
+    for dirpath, _dirs, files in os.walk(out):
+        for name in files:
+            if name.endswith(TMP_SUFFIX):
+                try:
+                    os.unlink(os.path.join(dirpath, name))
+                except OSError:
+                    pass
+
+
+def _plan_outputs(pictures: list[Entry]) -> dict[str, str]:
+    """Output path (relative) per source, unique even when two sources share a stem
+    ("a.png" and "a.gif"), compared case-insensitively for Windows' sake."""
+    taken: set[str] = set()
+    out: dict[str, str] = {}
+    for e in sorted(pictures, key=lambda e: e.rel):
+        stem = os.path.splitext(e.rel)[0]
+        suffix = _output_suffix(e.rel)
+        name = stem + suffix
+        if name.lower() in taken or (stem + OUTPUT_CAPTION_EXTENSION).lower() in taken:
+            stem = f"{stem}-{hashlib.sha1(e.rel.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
+            name = stem + suffix
+        taken.add(name.lower())
+        taken.add((stem + OUTPUT_CAPTION_EXTENSION).lower())
+        out[e.rel] = name
+    return out
+
+
+@dataclass
+class _Run:
+    root: Path
+    out: Path
+    manifest: dict[str, Any]
+    last_write: float = 0.0
+
+    @property
+    def path(self) -> Path:
+        return self.out / MANIFEST_NAME
+
+    def save(self, complete: bool) -> None:
+        self.manifest["complete"] = complete
+        self.manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        _write_json_atomic(self.path, self.manifest)
+        self.last_write = time.monotonic()
+
+
+def prepare(src: str | os.PathLike, out: str | os.PathLike, family: Family | str | None = None,
+            max_side: int | None = None, trigger: str | None = None, workers: int | None = None,
+            progress: ProgressFn | None = None, *, caption_extension: str | None = None) -> PrepResult:
+    """Write a prepared copy of `src` into `out` (see the module docstring).
+
+    `max_side` defaults to the largest bucket side for `family`. Raises UserError for a
+    source or destination that cannot be used; pictures that cannot be read are left out
+    and reported in the result."""
+    t0 = time.monotonic()
+    root = check_folder(src)
+    if max_side is None:
+        if family is None:
+            raise UserError("prep needs --model (to know the largest bucket) or --max-side.")
+        max_side = default_max_side(family)
+    elif family is not None and not isinstance(family, Family):
+        get_family(family)
+    if int(max_side) < 64:
+        raise UserError(f"--max-side {max_side} is too small to train on; sd-scripts buckets start at 256 px.")
+    max_side = int(max_side)
+    trigger = trigger.strip() if trigger and trigger.strip() else None
+    out_abs = _check_out(root, out)
+    listing = list_dataset(root)
+
+    cap_ext = caption_extension or guess_caption_extension(listing.entries)
+    pictures = [e for e in listing.entries if e.kind in ("image", "convertible")]
+    if not pictures:
+        raise UserError(f"{display(str(root))} holds no images to prepare.")
+    out_abs.mkdir(parents=True, exist_ok=True)
+    _remove_temp_files(out_abs)
+
+    old = _read_json(out_abs / MANIFEST_NAME) or {}
+    prev_entries: dict[str, Any] = old.get("entries") or {}
+    pipeline = {"version": PIPELINE_VERSION, "max_side": max_side}
+    run = _Run(root, out_abs, {
+        "tool": "kohya-tuner", "manifest_version": MANIFEST_VERSION, "source": str(root),
+        "settings": {"max_side": max_side, "trigger": trigger, "caption_extension": cap_ext},
+        "caption_extension": OUTPUT_CAPTION_EXTENSION, "entries": dict(prev_entries), "failed": {},
+        "complete": False,
+    })
+    targets = _plan_outputs(pictures)
+    tasks = [{"src": str(root / e.rel), "rel": e.rel, "out_rel": targets[e.rel], "dst": str(out_abs / targets[e.rel]),
+              "max_side": max_side, "pipeline": pipeline, "prev": prev_entries.get(e.rel)} for e in pictures]
+
+    items: list[PrepItem | None] = [None] * len(tasks)
+
+    def on_result(i: int, res: dict[str, Any]) -> None:
+        rel = tasks[i]["rel"]
+        outcome = res.pop("outcome")
+        if outcome == "failed":
+            run.manifest["failed"][rel] = res.get("reason")
+            run.manifest["entries"].pop(rel, None)
+            items[i] = PrepItem(source=display(rel), outcome="failed", reason=res.get("reason"))
+        else:
+            run.manifest["entries"][rel] = res
+            run.manifest["failed"].pop(rel, None)
+            items[i] = PrepItem(source=display(rel), output=display(res["output"]), outcome=outcome,
+                                actions=res.get("actions") if outcome != "skipped" else [])
+        if time.monotonic() - run.last_write > 2.0:
+            run.save(complete=False)
+
+    n_workers = min(workers or default_workers(), len(tasks))
+    try:
+        parallel_map(prepare_one, tasks, workers=n_workers,
+                     progress=(lambda d, t, i: progress(d, t, display(tasks[i]["rel"]))) if progress else None,
+                     on_result=on_result)
+    except BaseException:
+        run.save(complete=False)
+        _remove_temp_files(out_abs)
+        raise
+
+    result = PrepResult(source=display(str(root)), out=display(str(out_abs)), manifest=display(str(run.path)),
+                        max_side=max_side, trigger=trigger, items=[i for i in items if i is not None],
+                        workers=n_workers)
+    current = {e.rel for e in pictures}
+    try:
+        _copy_captions(run, current, cap_ext, trigger, prev_entries, result)
+        _remove_gone(run, current, result)
+    except BaseException:
+        run.save(complete=False)
+        raise
+    run.save(complete=True)
+    _register(root, out_abs)
+    result.elapsed_s = time.monotonic() - t0
+    return result
+
+
+def _caption_text(path: Path) -> str | None:
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    text = decode_caption_bytes(raw)
+    # sd-scripts trains on the first line only; keep everything the user wrote.
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _copy_captions(run: _Run, current: set[str], cap_ext: str, trigger: str | None, prev_entries: dict[str, Any],
+                   result: PrepResult) -> None:
+    for rel, entry in run.manifest["entries"].items():
+        if rel not in current or not entry.get("output"):
+            continue
+        src_cap = run.root / (os.path.splitext(rel)[0] + cap_ext)
+        out_cap_rel = os.path.splitext(entry["output"])[0] + OUTPUT_CAPTION_EXTENSION
+        out_cap = run.out / out_cap_rel
+        text: str | None = None
+        try:
+            cst = src_cap.stat()
+            entry["caption_source_size"], entry["caption_source_mtime_ns"] = cst.st_size, cst.st_mtime_ns
+            text = _caption_text(src_cap)
+        except OSError:
+            entry.pop("caption_source_size", None)
+            entry.pop("caption_source_mtime_ns", None)
+        if trigger:
+            new = add_trigger(text, trigger)
+            if new != (text or None):
+                result.trigger_added += 1
+            text = new
+        recorded = (prev_entries.get(rel) or {}).get("caption_sha256")
+        existing = sha256_file(str(out_cap)) if out_cap.is_file() else None
+        # A caption in the copy that differs from what the last run wrote (or that the
+        # last run did not write at all) was edited there by hand: that edit wins.
+        edited = existing is not None and (existing != recorded if recorded else rel in prev_entries)
+        if edited:
+            result.captions_kept.append(display(out_cap_rel))
+            entry["caption_output"], entry["caption_sha256"] = out_cap_rel, existing
+            continue
+        if not text:
+            if existing is not None:
+                out_cap.unlink()
+            entry.pop("caption_output", None)
+            entry.pop("caption_sha256", None)
+            continue
+        data = (text + "\n").encode("utf-8")
+        digest = hashlib.sha256(data).hexdigest()
+        if existing != digest:
+            tmp = _tmp_name(out_cap)
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, out_cap)
+            finally:
+                if tmp.exists():
+                    tmp.unlink()
+            result.captions_written += 1
+        entry["caption_output"], entry["caption_sha256"] = out_cap_rel, digest
+
+
+def _remove_gone(run: _Run, current: set[str], result: PrepResult) -> None:
+    """Drop outputs whose source was deleted, unless they were edited in the copy."""
+    for rel in list(run.manifest["entries"]):
+        if rel in current:
+            continue
+        entry = run.manifest["entries"].pop(rel)
+        out_img = run.out / entry.get("output", "")
+        if entry.get("output") and out_img.is_file():
+            if sha256_file(str(out_img)) == entry.get("output_sha256"):
+                out_img.unlink()
+                result.removed.append(display(entry["output"]))
+        cap = entry.get("caption_output")
+        if cap and (run.out / cap).is_file() and sha256_file(str(run.out / cap)) == entry.get("caption_sha256"):
+            (run.out / cap).unlink()
+    for rel in list(run.manifest["failed"]):
+        if rel not in current:
+            run.manifest["failed"].pop(rel)
+
+
+# ---- finding a prepared copy -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreparedCopy:
+    path: Path
+    complete: bool
+    # The source still matches what was prepared (same files, sizes, times).
+    fresh: bool
+    stale: tuple[str, ...] = ()
+
+
+def _registry_path() -> Path:
+    return user_data_dir() / REGISTRY_NAME
+
+
+def _register(root: Path, out: Path) -> None:
+    try:
+        reg = _read_json(_registry_path()) or {}
+        reg[str(root)] = str(out)
+        _write_json_atomic(_registry_path(), reg)
+    except OSError:
+        pass  # the sibling-folder convention still finds the usual case
+
+
+def prepared_copy(src: str | os.PathLike) -> PreparedCopy | None:
+    """The prepared copy of `src`, if one exists: the folder last written by prepare()
+    for it, or `<src>.prepared` beside it."""
+    try:
+        root = Path(src).expanduser().resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    candidates = []
+    reg = _read_json(_registry_path()) or {}
+    if isinstance(reg.get(str(root)), str):
+        candidates.append(Path(reg[str(root)]))
+    candidates.append(root.with_name(root.name + ".prepared"))
+    for cand in candidates:
+        manifest = _read_json(cand / MANIFEST_NAME)
+        if not manifest or manifest.get("source") != str(root):
+            continue
+        complete = bool(manifest.get("complete"))
+        stale = _staleness(root, manifest) if complete else ("the last prep run did not finish",)
+        return PreparedCopy(cand, complete, complete and not stale, tuple(stale))
+    return None
+
+
+def find_prepared(src: str | os.PathLike) -> Path | None:
+    """The prepared copy to train from instead of `src`: complete and up to date with the
+    source, else None."""
+    copy = prepared_copy(src)
+    return copy.path if copy and copy.fresh else None
+
+
+def _staleness(root: Path, manifest: dict[str, Any]) -> list[str]:
+    try:
+        listing = list_dataset(root)
+    except UserError as exc:
+        return [exc.message]
+    entries = manifest.get("entries") or {}
+    failed = manifest.get("failed") or {}
+    cap_ext = (manifest.get("settings") or {}).get("caption_extension", ".txt")
+    reasons: list[str] = []
+    pictures = [e for e in listing.entries if e.kind in ("image", "convertible")]
+    names = {e.rel for e in pictures}
+    new = [e.rel for e in pictures if e.rel not in entries and e.rel not in failed]
+    if new:
+        reasons.append(f"{len(new)} new image(s) in the source")
+    gone = [r for r in entries if r not in names]
+    if gone:
+        reasons.append(f"{len(gone)} image(s) removed from the source")
+    changed = 0
+    captions_changed = 0
+    for rel, entry in entries.items():
+        if rel not in names:
+            continue
+        try:
+            st = (root / rel).stat()
+        except OSError:
+            changed += 1
+            continue
+        if st.st_size != entry.get("source_size") or st.st_mtime_ns != entry.get("source_mtime_ns"):
+            changed += 1
+        cap = root / (os.path.splitext(rel)[0] + cap_ext)
+        try:
+            cst = cap.stat()
+            now = (cst.st_size, cst.st_mtime_ns)
+        except OSError:
+            now = None
+        then = (entry["caption_source_size"], entry["caption_source_mtime_ns"]) \
+            if "caption_source_size" in entry else None
+        if now != then:
+            captions_changed += 1
+    if changed:
+        reasons.append(f"{changed} image(s) changed since prep")
+    if captions_changed:
+        reasons.append(f"{captions_changed} caption(s) changed since prep")
+    return reasons
