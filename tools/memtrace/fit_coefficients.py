@@ -230,6 +230,33 @@ def optimizer_checks(rows: list[dict]) -> list[dict]:
     return out
 
 
+def expected_calls(arch: str, n_tokens: int, batch: int) -> list[list[int]]:
+    out = {}
+    for lay in configs.attention_layout(arch):
+        lq = int(round(lay["q_frac"] * n_tokens))
+        lk = lay["kv_fixed"] if lay["kv_fixed"] is not None else int(round(lay["kv_frac"] * n_tokens))
+        key = (batch, lay["heads"], lq, lk, lay["head_dim"])
+        out[key] = out.get(key, 0) + lay["count"]
+    return sorted(list(k) + [n] for k, n in out.items())
+
+
+def layout_checks(rows: list[dict]) -> list[dict]:
+    """Compare the analytic attention layout with the SDPA calls a trace recorded (one row per arch/impl)."""
+    done = set()
+    out = []
+    for row in rows:
+        calls = row.get("attn_calls")
+        key = (row["arch"], row.get("impl", "diffusers"))
+        if not calls or key in done:
+            continue
+        done.add(key)
+        traced = sorted(list(c) for c in calls)
+        expected = expected_calls(row["arch"], row_tokens(row), row["batch"])
+        out.append(dict(arch=key[0], impl=key[1], tokens=row_tokens(row), batch=row["batch"],
+                        matches=traced == expected, traced=traced, expected=expected, source=row["_src"]))
+    return out
+
+
 def collect_versions(rows: list[dict], assumed: dict) -> dict:
     seen: dict[str, set] = defaultdict(set)
     for row in rows:
@@ -277,6 +304,7 @@ def build(paths: list[str], assumed_versions: dict, generated_by: str) -> dict:
             ),
             "layouts": layouts,
             **fit_math_attention(rows),
+            "layout_checks": layout_checks(rows),
         },
         "architectures": architectures(rows),
         "optimizer_checks": optimizer_checks(rows),
