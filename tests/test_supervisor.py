@@ -1,0 +1,272 @@
+"""decide() and the bookkeeping around it, as pure functions: no process, no GPU."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import pytest
+
+from kohya_tuner.families import get_family
+from kohya_tuner.journal import Change, StateRecord
+from kohya_tuner.supervisor import (AttemptFacts, Progress, Retry, RunState, Stop, attempt_config, decide,
+                                    deficit_gib, ensure_resumable, keep_effective_batch, probe_config, ram_changes,
+                                    resume_unsafe)
+
+SD15 = get_family("sd15")
+FLUX = get_family("flux")
+
+
+@dataclass
+class FakeStep:
+    move: str
+    changes: list
+    resume_safe: bool = True
+    reason: str = "cheaper"
+    saved_gib: float = 1.0
+
+
+@dataclass
+class FakeLadder:
+    """Records how it was asked; offers moves from a script."""
+
+    moves: list[FakeStep]
+    calls: list[dict] = field(default_factory=list)
+
+    def __call__(self, config, family, *, phase, deficit_gib, policy, dataset, tried, require_resume_safe):
+        self.calls.append(dict(phase=phase, deficit=deficit_gib, tried=set(tried), safe=require_resume_safe))
+        for m in self.moves:
+            if m.move in tried:
+                continue
+            if require_resume_safe and not m.resume_safe:
+                continue
+            return m
+        return None
+
+
+def oom(phase="training", tried=2.0, free=0.5):
+    return SimpleNamespace(outcome="oom", phase=phase, oom=SimpleNamespace(tried_gib=tried, free_gib=free),
+                           error=None, advice=[])
+
+
+def error(kind="python", message="FileNotFoundError: base.safetensors"):
+    return SimpleNamespace(outcome="error", phase="model_load", oom=None, error={"kind": kind, "message": message},
+                           advice=["check the path"])
+
+
+PLAN = {"train_batch_size": 4, "network_dim": 16, "max_train_steps": 100, "save_every_n_steps": 10}
+
+
+def state(tmp_path=None, **kw):
+    base = dict(attempt=1, attempts_left=5, total_steps=100, plan_config=PLAN)
+    base.update(kw)
+    return RunState(**base)
+
+
+def facts(**kw):
+    base = dict(exit_status=1, end_step=37)
+    base.update(kw)
+    return AttemptFacts(**base)
+
+
+def test_oom_takes_ladder_move_and_resumes_from_newest_state():
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
+    s = state(newest_state=StateRecord("/o/lora-step00000030-state", 30, 1), stored_step=30)
+    action = decide(oom(tried=2.0, free=0.5), PLAN, SD15, s, facts(), next_step=ladder)
+    assert isinstance(action, Retry)
+    assert action.resume_from == "/o/lora-step00000030-state" and action.start_step == 30
+    assert action.config["train_batch_size"] == 2
+    # Effective batch kept: 4 x 1 before, 2 x 2 after; the step count stays the plan's.
+    assert action.config["gradient_accumulation_steps"] == 2
+    assert action.config["max_train_steps"] == 100
+    assert {c.key for c in action.changes} == {"train_batch_size", "gradient_accumulation_steps"}
+    assert ladder.calls[0]["deficit"] == pytest.approx(1.5)
+    assert ladder.calls[0]["phase"] == "training" and ladder.calls[0]["safe"] is True
+    assert "out of memory while training at step 37" in action.reason
+
+
+def test_resume_safe_move_preferred_when_a_state_exists():
+    ladder = FakeLadder([FakeStep("rank_half", [("network_dim", 16, 8)], resume_safe=False),
+                         FakeStep("checkpointing", [("gradient_checkpointing", None, True)])])
+    s = state(newest_state=StateRecord("/o/s", 30, 1))
+    action = decide(oom(), PLAN, SD15, s, facts(), next_step=ladder)
+    assert action.move == "checkpointing" and action.resume_from == "/o/s"
+
+
+def test_unsafe_move_restarts_and_says_so():
+    ladder = FakeLadder([FakeStep("rank_half", [("network_dim", 16, 8)], resume_safe=False)])
+    s = state(newest_state=StateRecord("/o/s", 30, 1))
+    action = decide(oom(), PLAN, SD15, s, facts(), next_step=ladder)
+    assert action.resume_from is None and action.start_step == 0
+    assert "restarts from step 0" in action.note and "network_dim" in action.note
+
+
+def test_ladder_claiming_safety_is_overruled_for_pinned_keys():
+    # A state cannot load into a network of another rank, whatever a move claims.
+    ladder = FakeLadder([FakeStep("rank_half", [("network_dim", 16, 8)], resume_safe=True)])
+    s = state(newest_state=StateRecord("/o/s", 30, 1))
+    action = decide(oom(), PLAN, SD15, s, facts(), next_step=ladder)
+    assert action.resume_from is None
+
+
+def test_no_state_yet_restarts_from_zero():
+    ladder = FakeLadder([FakeStep("checkpointing", [("gradient_checkpointing", None, True)])])
+    action = decide(oom(phase="model_load"), PLAN, SD15, state(), facts(end_step=0), next_step=ladder)
+    assert action.resume_from is None and "no saved state" in action.note
+    assert ladder.calls[0]["safe"] is False  # nothing to protect, so any move may be taken
+
+
+def test_sampling_oom_changes_only_sampling():
+    cfg = dict(PLAN, sample_every_n_steps=20, sample_prompts="p.txt", sample_at_first=True)
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
+    s = state(newest_state=StateRecord("/o/s", 20, 1))
+    action = decide(oom(phase="sampling"), cfg, SD15, s, facts(end_step=20), next_step=ladder)
+    assert {c.key for c in action.changes} == {"sample_every_n_steps", "sample_at_first"}
+    assert action.config["train_batch_size"] == 4 and action.resume_from == "/o/s"
+    assert ladder.calls == []
+
+
+def test_non_oom_failure_is_never_retried():
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
+    action = decide(error(), PLAN, SD15, state(), facts(), next_step=ladder)
+    assert isinstance(action, Stop) and action.status == "failed"
+    assert "not retried" in action.reason and "base.safetensors" in action.reason
+    assert action.advice == ("check the path",)
+    assert ladder.calls == []
+
+
+def test_floor_reached_stops_with_clear_reason():
+    action = decide(oom(), PLAN, SD15, state(), facts(), next_step=FakeLadder([]))
+    assert isinstance(action, Stop) and "floor" in action.reason
+
+
+def test_attempts_exhausted_stops():
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
+    action = decide(oom(), PLAN, SD15, state(attempts_left=0), facts(), next_step=ladder)
+    assert isinstance(action, Stop) and "--max-attempts" in action.reason
+
+
+def test_tried_moves_are_passed_on():
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)]),
+                         FakeStep("checkpointing", [("gradient_checkpointing", None, True)])])
+    action = decide(oom(), PLAN, SD15, state(tried=frozenset({"batch_half"})), facts(), next_step=ladder)
+    assert action.move == "checkpointing"
+
+
+def test_success_needs_exit_zero_and_final_model():
+    ok = decide(SimpleNamespace(outcome="success"), PLAN, SD15, state(),
+                facts(exit_status=0, final_model="/o/lora.safetensors"), next_step=FakeLadder([]))
+    assert isinstance(ok, Stop) and ok.status == "success"
+    no_file = decide(SimpleNamespace(outcome="success", error=None, advice=[]), PLAN, SD15, state(),
+                     facts(exit_status=0, final_model=None), next_step=FakeLadder([]))
+    assert isinstance(no_file, Stop) and no_file.status == "failed" and "no final model" in no_file.reason
+
+
+def test_interrupt_and_hang_stop():
+    a = decide(oom(), PLAN, SD15, state(), facts(interrupted=True), next_step=FakeLadder([]))
+    assert isinstance(a, Stop) and a.status == "interrupted"
+    h = decide(SimpleNamespace(outcome="incomplete"), PLAN, SD15, state(), facts(hung=True, hang_minutes=0.5),
+               next_step=FakeLadder([]))
+    assert isinstance(h, Stop) and "nothing for 0.5 minutes" in h.reason
+
+
+def test_host_ram_kill_takes_ram_moves_not_vram_moves():
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
+    diag = SimpleNamespace(outcome="error", phase="model_load", oom=None, error={"kind": "killed"}, advice=[])
+    cfg = dict(PLAN, max_data_loader_n_workers=8, persistent_data_loader_workers=True)
+    action = decide(diag, cfg, SD15, state(), facts(killed=True, end_step=0), next_step=ladder)
+    assert isinstance(action, Retry) and action.move == "ram_workers"
+    assert action.config["max_data_loader_n_workers"] == 0
+    assert "persistent_data_loader_workers" not in action.config
+    assert ladder.calls == []
+
+
+def test_ram_moves_run_out():
+    cfg = dict(PLAN, max_data_loader_n_workers=0, lowram=True)
+    assert ram_changes(cfg, SD15, frozenset()) is None
+    cfg2 = dict(PLAN, max_data_loader_n_workers=0, cache_latents=True)
+    name, changes, _ = ram_changes(cfg2, SD15, frozenset({"ram_workers"}))
+    assert name == "ram_disk_caches" and changes == [("cache_latents_to_disk", None, True)]
+
+
+def test_probe_success_moves_on_to_the_full_run():
+    action = decide(SimpleNamespace(outcome="success"), PLAN, SD15, state(probe=True, total_steps=20),
+                    facts(exit_status=0, final_model="/o/probe/probe.safetensors"), next_step=FakeLadder([]))
+    assert isinstance(action, Retry) and action.resume_from is None and "probe" in action.reason
+
+
+def test_probe_oom_never_resumes_probe_states():
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
+    s = state(probe=True, newest_state=StateRecord("/o/s", 30, 1))
+    action = decide(oom(), PLAN, SD15, s, facts(), next_step=ladder)
+    assert action.resume_from is None
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+
+def test_attempt_config_resume_keys_and_drift_correction():
+    cfg = {"max_train_steps": 100, "resume": "/stale", "initial_step": 3}
+    fresh = attempt_config(cfg, resume_from=None, resume_step=0, stored_step=None)
+    assert "resume" not in fresh and "initial_step" not in fresh
+    same = attempt_config(cfg, resume_from="/o/s", resume_step=30, stored_step=30)
+    assert same["resume"] == "/o/s" and same["skip_until_initial_step"] is True and "initial_step" not in same
+    drift = attempt_config(cfg, resume_from="/o/s", resume_step=60, stored_step=30)
+    assert drift["initial_step"] == 60
+
+
+def test_keep_effective_batch_cases():
+    cfg, why = keep_effective_batch({"train_batch_size": 2}, 4)
+    assert cfg["gradient_accumulation_steps"] == 2 and why is None
+    cfg, why = keep_effective_batch({"train_batch_size": 3}, 4)
+    assert "gradient_accumulation_steps" not in cfg and "not a multiple" in why
+    cfg, why = keep_effective_batch({"train_batch_size": 1, "fused_backward_pass": True}, 2)
+    assert "fused_backward_pass" in why
+
+
+def test_resume_unsafe_keys():
+    assert resume_unsafe([Change("gradient_checkpointing", None, True), Change("train_batch_size", 2, 1)]) == []
+    assert resume_unsafe([Change("network_dim", 16, 8)]) == ["network_dim"]
+    assert resume_unsafe([("mixed_precision", "bf16", "fp16")]) == ["mixed_precision"]
+    assert resume_unsafe([("mixed_precision", "fp16", "bf16")]) == []
+
+
+def test_ensure_resumable_forces_states_and_scales_cadence():
+    out = ensure_resumable({"save_state": False}, 3000)
+    assert out["save_state"] is True
+    assert 100 <= out["save_every_n_steps"] <= 500
+    assert out["save_last_n_steps_state"] == 2 * out["save_every_n_steps"]
+    kept = ensure_resumable({"save_every_n_steps": 50}, 3000)
+    assert kept["save_every_n_steps"] == 50
+
+
+def test_deficit_from_figures():
+    assert deficit_gib(SimpleNamespace(tried_gib=2.0, free_gib=0.25)) == pytest.approx(1.75)
+    assert deficit_gib({"tried_gib": 1.0, "free_gib": None}) == pytest.approx(1.0)
+    assert deficit_gib(None) is None
+
+
+def test_probe_config_is_short_and_stateless(tmp_path):
+    cfg = probe_config(dict(PLAN, save_state=True, resume="/x", output_dir="/o/output"), 20, tmp_path)
+    assert cfg["max_train_steps"] == 20 and "save_state" not in cfg and "resume" not in cfg
+    assert cfg["output_dir"] == str(tmp_path / "probe")
+
+
+def test_progress_tracks_absolute_steps_across_a_resume():
+    p = Progress(start_step=30, total_steps=100, attempt=2)
+    p.on_progress(5, 70, 0.2, 3.0)
+    assert p.step == 35
+    assert p.eta_s == pytest.approx(65 / 3.0)
+    # The name says step 40 (absolute in sd-scripts when skipping); progress lagged at 35.
+    rec = p.on_saved("state", "/o/lora-step00000040-state")
+    assert rec.step == 40
+    # A run-relative number smaller than the absolute count does not pull it back.
+    p.on_progress(20, 70, 0.2, 3.0)
+    rec = p.on_saved("state", "/o/lora-step00000020-state")
+    assert rec.step == 50
+    p.on_saved("checkpoint", "/o/lora-step00000050.safetensors")
+    assert p.final_model is None
+    p.on_saved("checkpoint", "/o/lora.safetensors")
+    assert p.final_model == "/o/lora.safetensors"
+    assert [pt[1] for pt in p.losses] == [35, 50]
