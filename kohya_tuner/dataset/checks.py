@@ -7,6 +7,7 @@ for the job, sizes against the training resolution and bucket range, the trigger
 
 from __future__ import annotations
 
+import math
 import os
 from collections import defaultdict
 from typing import Callable, Iterable
@@ -53,12 +54,12 @@ PROBLEMS: dict[str, tuple[str, str, str]] = {
               "areas out of the loss."),
     "exif_rotated": ("warn", "are stored rotated with an EXIF orientation tag, which sd-scripts ignores: they train "
                      "sideways or upside down", "`dataset prep` applies the rotation."),
-    "huge": ("warn", "are far larger than the training resolution: slow to load and cache, heavy on host RAM, and "
-             "no sharper once scaled down", "`dataset prep` downscales them (Lanczos) to the largest bucket."),
-    "tiny": ("warn", "are smaller than the training resolution and get upscaled (blurry)",
-             "Use larger originals, or set bucket_no_upscale = true to train them at their own size."),
-    "extreme_aspect": ("warn", "have an aspect ratio beyond what the bucket range holds, so sd-scripts crops them",
-                       "Crop them to the part that matters, or raise max_bucket_reso / lower min_bucket_reso."),
+    # The three size problems get their numbers and consequences from check().
+    "huge": ("warn", "are far larger than the training resolution",
+             "`dataset prep` downscales them (Lanczos) to the largest bucket."),
+    "tiny": ("warn", "are well below the training resolution", "Replace them with larger originals if you have them."),
+    "extreme_aspect": ("warn", "have an extreme aspect ratio",
+                       "Crop them to the part that matters, or widen the bucket range (min/max_bucket_reso)."),
     "caption_missing": ("warn", "have no caption file; sd-scripts trains them on the subset's class_tokens, or on "
                         "an empty caption", "Write captions, or run `dataset prep --trigger WORD`, which captions "
                         "them with the trigger."),
@@ -170,7 +171,9 @@ def _verb(what: str, n: int) -> str:
     return what
 
 
-_FILE_CODES = [c for c in _ORDER if c not in ("huge", "tiny", "extreme_aspect", "trigger_missing")]
+# Judged by check() against the training plan; the rest are facts about the files.
+_PLAN_CODES = ("huge", "tiny", "extreme_aspect", "trigger_missing")
+_FILE_CODES = [c for c in _ORDER if c not in _PLAN_CODES]
 
 
 def _file_findings(report: DatasetReport, listing, other_ext_captions: list[Entry]) -> list[Finding]:
@@ -234,7 +237,8 @@ def _file_findings(report: DatasetReport, listing, other_ext_captions: list[Entr
     if report.other_files:
         findings.append(Finding(
             code="other_files", severity="warn",
-            message=f"{len(report.other_files)} file(s) are neither images nor captions; sd-scripts ignores them.",
+            message=(f"{len(report.other_files)} files are neither images nor captions" if len(report.other_files) > 1
+                     else "1 file is neither an image nor a caption") + "; sd-scripts ignores them.",
             fix="Move them out of the dataset folder to keep it clear.", files=report.other_files))
     if listing.nested:
         findings.append(Finding(
@@ -273,26 +277,33 @@ def _resolve_family(family: Family | str | None) -> Family | None:
 
 def evaluate(report: DatasetReport, job: str | None, family: Family | str | None, trigger: str | None = None,
              resolution: int | None = None, min_bucket_reso: int | None = None,
-             max_bucket_reso: int | None = None) -> DatasetReport:
-    """check()'s judgement of a scanned folder, as a new report. Pure."""
+             max_bucket_reso: int | None = None, bucket_no_upscale: bool | None = None) -> DatasetReport:
+    """check()'s judgement of a scanned folder, as a new report. Pure.
+
+    Sizes are judged against what the family's preset trains at (resolution, bucket
+    range, bucket_no_upscale), unless the arguments say otherwise."""
     fam = _resolve_family(family)
     if job is not None:
         job = guidance.get_job(job).job
-    res = int(resolution or (fam.native_resolution if fam else 1024))
-    lo = int(min_bucket_reso or guidance.DEFAULT_MIN_BUCKET_RESO)
-    hi = max(int(max_bucket_reso or guidance.DEFAULT_MAX_BUCKET_RESO), res)
-    step = fam.bucket_step if fam else 64
-    buckets = guidance.bucket_list(res, lo, hi, step)
-    limit = max(max(b) / min(b) for b in buckets)
+    plan = guidance.planned_buckets(fam, resolution, min_bucket_reso, max_bucket_reso, bucket_no_upscale)
+    res = plan.resolution
+    buckets = plan.buckets()
+    limit = plan.max_aspect
     trigger = trigger.strip() if trigger and trigger.strip() else None
 
     images = []
     for info in report.images:
         info = info.model_copy(deep=True)
-        info.problems = [p for p in info.problems if p not in ("huge", "tiny", "extreme_aspect", "trigger_missing")]
+        info.problems = [p for p in info.problems if p not in _PLAN_CODES]
         if info.loadable and info.width and info.height:
-            bucket = guidance.bucket_for(info.width, info.height, buckets)
-            scale = guidance.bucket_scale(info.width, info.height, bucket)
+            # Scale to reach the training area: with bucket_no_upscale sd-scripts only
+            # ever shrinks, otherwise it scales to cover the closest-aspect bucket.
+            area_scale = res / math.sqrt(info.width * info.height)
+            if plan.no_upscale:
+                scale = area_scale
+            else:
+                scale = guidance.bucket_scale(info.width, info.height,
+                                              guidance.bucket_for(info.width, info.height, buckets))
             if scale < 0.5:
                 info.problems.append("huge")
             elif scale > 1.5:
@@ -305,24 +316,30 @@ def evaluate(report: DatasetReport, job: str | None, family: Family | str | None
 
     out = report.model_copy(update={
         "images": images, "job": job, "family": fam.name if fam else None, "resolution": res,
-        "min_bucket_reso": lo, "max_bucket_reso": hi, "trigger": trigger,
+        "min_bucket_reso": plan.min_bucket, "max_bucket_reso": plan.max_bucket,
+        "bucket_no_upscale": plan.no_upscale, "trigger": trigger,
     })
-    findings = [f for f in report.findings if f.code not in ("huge", "tiny", "extreme_aspect", "trigger_missing",
-                                                             "count", "sizes", "trigger")]
+    findings = [f for f in report.findings if f.code not in _PLAN_CODES + ("count", "sizes", "trigger")]
     trainable = out.trainable
     unique = len({i.sha256 or i.path for i in trainable})
     if trainable:
         severity, message, fix = guidance.count_verdict(unique, job)
         findings.insert(1, Finding(code="count", severity=severity, message=message, fix=fix))
-    plan_findings = _problem_findings(images, ["huge", "tiny", "extreme_aspect", "trigger_missing"], {
-        "huge": f" (more than twice the {res} px training size per side)",
-        "tiny": f" (scaled up more than 1.5x to reach the {res} px training size)",
-        "extreme_aspect": f" (buckets of {lo}-{hi} px at {res} px hold at most {limit:.2f}:1)",
+    bucket_text = f"buckets of {plan.min_bucket}-{plan.max_bucket} px at {res} px"
+    plan_findings = _problem_findings(images, _PLAN_CODES, {
+        "huge": f" (over twice the {res} px training size per side): slow to load and cache, heavy on host RAM, "
+                "and no sharper once scaled down",
+        "tiny": f" (over 1.5x smaller per side than {res} px)" + (
+            ": with bucket_no_upscale they train at their own size, with less detail than the rest"
+            if plan.no_upscale else ": sd-scripts upscales them, which blurs them"),
+        "extreme_aspect": f" (beyond {limit:.2f}:1, the most {bucket_text} hold)" + (
+            ": with bucket_no_upscale each trains alone in an odd-shaped bucket" if plan.no_upscale
+            else ": sd-scripts crops them to the nearest bucket"),
     })
     findings.extend(plan_findings)
     if trainable and not any(f.code in ("huge", "tiny", "extreme_aspect") for f in plan_findings):
         findings.append(Finding(code="sizes", severity="pass",
-                                message=f"Image sizes suit training at {res} px (buckets {lo}-{hi} px)."))
+                                message=f"Image sizes suit training at {res} px ({bucket_text})."))
     if trigger and trainable:
         missing = sum(1 for i in images if "trigger_missing" in i.problems)
         uncaptioned = sum(1 for i in trainable if not i.caption)
@@ -340,12 +357,12 @@ def _sorted(findings: list[Finding]) -> list[Finding]:
 
 def check(path: str | os.PathLike, job: str | None, family: Family | str | None, trigger: str | None = None,
           resolution: int | None = None, *, min_bucket_reso: int | None = None, max_bucket_reso: int | None = None,
-          caption_extension: str | None = None, workers: int | None = None,
+          bucket_no_upscale: bool | None = None, caption_extension: str | None = None, workers: int | None = None,
           progress: ProgressFn | None = None) -> DatasetReport:
-    """scan() the folder and judge it for `job` on `family` at `resolution` (default:
-    the family's native resolution) with the given bucket range (sd-scripts defaults)."""
+    """scan() the folder and judge it for `job` on `family` at `resolution` and bucket
+    range (by default what the family's preset trains at)."""
     if job is not None:
         guidance.get_job(job)  # bad names fail before the slow part
     _resolve_family(family)
     report = scan(path, caption_extension=caption_extension, workers=workers, progress=progress)
-    return evaluate(report, job, family, trigger, resolution, min_bucket_reso, max_bucket_reso)
+    return evaluate(report, job, family, trigger, resolution, min_bucket_reso, max_bucket_reso, bucket_no_upscale)

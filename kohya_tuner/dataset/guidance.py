@@ -11,9 +11,19 @@ help as long as they are good ones.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 from kohya_tuner.errors import UserError
+from kohya_tuner.families import Family
+from kohya_tuner.resources import presets_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 # sd-scripts dataset defaults at the pinned commit (dataset config schema).
 DEFAULT_MIN_BUCKET_RESO = 256
@@ -65,8 +75,8 @@ def count_verdict(unique_images: int, job: str | None) -> tuple[str, str, str | 
     flo, fhi = g.fine
     if n < g.too_few:
         return ("warn", f"Only {n} distinct image(s) for {g.label}; {lo}-{hi} good images are the guide.",
-                f"Add more varied images (angles, lighting, backgrounds); with fewer than {g.too_few} the LoRA copies "
-                "them instead of learning the subject.")
+                f"Add more varied images; with fewer than {g.too_few} the LoRA copies these pictures instead of "
+                "learning what they have in common.")
     if n < flo:
         return ("warn", f"{n} distinct images for {g.label}: on the low side ({lo}-{hi} is the guide).",
                 "A few more varied images help more than more steps.")
@@ -140,3 +150,79 @@ def bucket_scale(width: int, height: int, bucket: tuple[int, int]) -> float:
 def largest_bucket_side(resolution: int, min_bucket: int = DEFAULT_MIN_BUCKET_RESO,
                         max_bucket: int = DEFAULT_MAX_BUCKET_RESO, step: int = 64) -> int:
     return max(max(b) for b in bucket_list(resolution, min_bucket, max_bucket, step))
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """The training size and bucket range images are judged (and prepared) against."""
+
+    resolution: int
+    min_bucket: int
+    max_bucket: int
+    step: int
+    no_upscale: bool
+
+    def buckets(self) -> list[tuple[int, int]]:
+        return bucket_list(self.resolution, self.min_bucket, self.max_bucket, self.step)
+
+    @property
+    def max_aspect(self) -> float:
+        return max(max(b) / min(b) for b in self.buckets())
+
+    @property
+    def largest_side(self) -> int:
+        return max(max(b) for b in self.buckets())
+
+
+@lru_cache(maxsize=None)
+def _preset_layers(family: str) -> tuple[dict[str, Any], ...]:
+    """The model preset's settings, then each GPU class's, for `family` (packaged data)."""
+    layers: list[dict[str, Any]] = []
+    try:
+        with open(presets_dir() / "models" / f"{family}.toml", "rb") as fh:
+            layers.append(dict(tomllib.load(fh).get("settings") or {}))
+        with open(presets_dir() / "gpu" / f"{family}.toml", "rb") as fh:
+            for table in tomllib.load(fh).values():
+                if isinstance(table, dict):
+                    layers.append(dict(table.get("settings") or {}))
+    except (OSError, ValueError):
+        pass
+    return tuple(layers)
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        return int(str(value).split(",")[0])
+    except (TypeError, ValueError):
+        return None
+
+
+def planned_buckets(family: Family | None, resolution: int | None = None, min_bucket: int | None = None,
+                    max_bucket: int | None = None, no_upscale: bool | None = None) -> BucketPlan:
+    """What a kohya-tuner plan for `family` trains at: the model preset's resolution and
+    bucket range (sd-scripts' defaults where a preset is silent), overridden by the
+    arguments, and made consistent the way sd-scripts requires (min <= resolution <= max)."""
+    model = _preset_layers(family.name)[0] if family and _preset_layers(family.name) else {}
+    res = int(resolution or _as_int(model.get("resolution")) or (family.native_resolution if family else 1024))
+    lo = int(min_bucket or _as_int(model.get("min_bucket_reso")) or DEFAULT_MIN_BUCKET_RESO)
+    hi = int(max_bucket or _as_int(model.get("max_bucket_reso")) or DEFAULT_MAX_BUCKET_RESO)
+    step = int(_as_int(model.get("bucket_reso_steps")) or (family.bucket_step if family else 64))
+    if no_upscale is None:
+        no_upscale = bool(model.get("bucket_no_upscale", False))
+    return BucketPlan(res, min(lo, res), max(hi, res), step, bool(no_upscale))
+
+
+def largest_planned_side(family: Family) -> int:
+    """The longest bucket side any preset for `family` can train at (model layer and
+    every GPU class), so a prepared copy keeps every pixel any plan could use."""
+    layers = _preset_layers(family.name)
+    if not layers:
+        return planned_buckets(family).largest_side
+    base = layers[0]
+    best = 0
+    for layer in layers:
+        merged = {**base, **layer}
+        plan = planned_buckets(family, _as_int(merged.get("resolution")), _as_int(merged.get("min_bucket_reso")),
+                               _as_int(merged.get("max_bucket_reso")))
+        best = max(best, plan.largest_side)
+    return best

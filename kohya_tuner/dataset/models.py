@@ -97,6 +97,7 @@ class DatasetReport(BaseModel):
     resolution: Optional[int] = None
     min_bucket_reso: Optional[int] = None
     max_bucket_reso: Optional[int] = None
+    bucket_no_upscale: Optional[bool] = None
     trigger: Optional[str] = None
 
     @property

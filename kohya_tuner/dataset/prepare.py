@@ -49,13 +49,13 @@ ProgressFn = Callable[[int, int, str], None]
 
 
 def default_max_side(family: Family | str, resolution: int | None = None, max_bucket_reso: int | None = None) -> int:
-    """The longest side any bucket can have for this family at this resolution, with
-    sd-scripts' default bucket range unless told otherwise."""
+    """The longest side a bucket can have: for an explicit resolution/bucket range, that
+    plan's; otherwise the largest any preset for the family trains at, so the prepared
+    copy keeps every pixel a plan could use and drops only what none can."""
     fam = family if isinstance(family, Family) else get_family(family)
-    res = int(resolution or fam.native_resolution)
-    return guidance.largest_bucket_side(res, guidance.DEFAULT_MIN_BUCKET_RESO,
-                                        max(int(max_bucket_reso or guidance.DEFAULT_MAX_BUCKET_RESO), res),
-                                        fam.bucket_step)
+    if resolution is None and max_bucket_reso is None:
+        return guidance.largest_planned_side(fam)
+    return guidance.planned_buckets(fam, resolution, None, max_bucket_reso).largest_side
 
 
 # ---- one image (runs in a worker process) ---------------------------------------------
