@@ -45,7 +45,7 @@ class JobGuidance:
 JOBS: dict[str, JobGuidance] = {
     "character": JobGuidance("character", "a character or person", (10, 20), (10, 50), 5),
     "concept": JobGuidance("concept", "a concept (object, outfit, pose)", (10, 20), (10, 50), 5),
-    "style": JobGuidance("style", "an art style", (50, 200), (30, 300), 20),
+    "style": JobGuidance("style", "an art style", (50, 200), (50, 300), 20),
 }
 
 _JOB_ALIASES = {

@@ -189,9 +189,14 @@ def prepare_one(task: dict[str, Any]) -> dict[str, Any]:
                 return {**prev, "source_size": st.st_size, "source_mtime_ns": st.st_mtime_ns, "outcome": "skipped"}
         except OSError:
             pass
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return {"outcome": "failed", "reason": f"cannot create the output folder: {exc.strerror or exc}"}
     saved_limit = Image.MAX_IMAGE_PIXELS
     Image.MAX_IMAGE_PIXELS = PREP_MAX_PIXELS
     tmp = _tmp_name(final)
+    writing = False
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -201,6 +206,7 @@ def prepare_one(task: dict[str, Any]) -> dict[str, Any]:
                 width, height = img.size
                 suffix = final.suffix.lower()
                 same_format = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP", ".bmp": "BMP"}
+                writing = True
                 if not actions and same_format.get(suffix) == fmt:
                     # Already right: keep the exact bytes (no re-encoding loss).
                     shutil.copyfile(src, tmp)
@@ -213,7 +219,6 @@ def prepare_one(task: dict[str, Any]) -> dict[str, Any]:
                         actions.append(f"re-encoded from {fmt} to {save_fmt}")
                     img.save(tmp, save_fmt, **options)
                     outcome = "written"
-        final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, final)
     except (Exception, KeyboardInterrupt) as exc:
         try:
@@ -222,7 +227,10 @@ def prepare_one(task: dict[str, Any]) -> dict[str, Any]:
             pass
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return {"outcome": "failed", "reason": str(exc) or type(exc).__name__, "source": task["rel"]}
+        reason = str(exc) or type(exc).__name__
+        if writing and isinstance(exc, OSError):
+            reason = f"cannot write the output: {exc.strerror or exc}"
+        return {"outcome": "failed", "reason": reason, "source": task["rel"]}
     finally:
         Image.MAX_IMAGE_PIXELS = saved_limit
     entry.update({"output_size": final.stat().st_size, "output_sha256": sha256_file(str(final)),

@@ -1,8 +1,8 @@
 """Which files in a dataset folder sd-scripts will read, and what the rest are.
 
 sd-scripts reads one folder per subset, not its subfolders. The kohya_ss layout puts
-each subset in a subfolder named `<repeats>_<class tokens>` under one parent; a parent
-that holds no images itself but such folders is read that way.
+each subset in a subfolder named `<repeats>_<class tokens>` under one parent; a folder
+with such subfolders is read that way.
 """
 
 from __future__ import annotations
@@ -118,8 +118,9 @@ def list_dataset(root: Path) -> Listing:
         raise UserError(f"{display(str(root))} is empty.", "Put the training images (and captions) in it first.")
 
     files, dirs = _split(top, listing, "")
-    root_has_images = any(_classify(e.name) == "image" for e in files)
-    kohya_dirs = [d for d in dirs if _KOHYA_SUBSET.match(d.name)] if not root_has_images else []
+    # kohya_ss reads only the <repeats>_<tokens> folders under its train_data_dir; once
+    # there are such folders, loose pictures beside them are not trained.
+    kohya_dirs = [d for d in dirs if _KOHYA_SUBSET.match(d.name)]
     visited = {_inode(root)}
     if kohya_dirs:
         for d in kohya_dirs:
