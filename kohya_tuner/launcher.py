@@ -125,6 +125,53 @@ def env_changes(env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, st
     return {k: v for k, v in env.items() if base.get(k) != v}
 
 
+# ---- the trainer's environment -----------------------------------------------------------
+
+_PROBE = r"""
+import json, sys
+from importlib import metadata, util
+out = {"python": sys.version.split()[0], "modules": {}}
+for name in sys.argv[1:]:
+    dist = {"bitsandbytes": "bitsandbytes", "xformers": "xformers"}.get(name, name)
+    try:
+        found = util.find_spec(name) is not None
+    except Exception:
+        found = False
+    version = None
+    if found:
+        try:
+            version = metadata.version(dist)
+        except Exception:
+            version = "unknown"
+    out["modules"][name] = version
+print(json.dumps(out))
+"""
+
+
+def probe_modules(python: str, modules: list[str], timeout_s: float = 60.0) -> dict:
+    """Which of `modules` the trainer's interpreter can import, and their versions,
+    without importing them (importing torch would start CUDA and take seconds).
+    Returns {"python": version, "modules": {name: version or None}} or {"error": why}."""
+    import json
+
+    try:
+        proc = subprocess.run([python, "-c", _PROBE, *modules], capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return {"error": f"{python} does not exist"}
+    except PermissionError:
+        return {"error": f"{python} is not executable"}
+    except subprocess.TimeoutExpired:
+        return {"error": f"{python} did not answer within {timeout_s:g} s"}
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"{python} failed: {tail[0]}"}
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return {"error": f"{python} printed something unexpected"}
+
+
 # ---- streaming ------------------------------------------------------------------------
 
 

@@ -65,6 +65,8 @@ class Retry:
     start_step: int = 0
     # Why it restarts from step 0 although states exist, or why it resumes.
     note: str | None = None
+    # The dataset config when a move changed it (None: unchanged).
+    dataset: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,14 @@ def _is_sampling(phase: str | None) -> bool:
     return bool(phase) and "sampl" in str(phase).lower()
 
 
+def ladder_phase(phase: str | None) -> str:
+    """The ladder knows the phases of a run; the log reader also says "first_step" (the
+    first optimizer step, which is training) and "unknown"."""
+    if not phase or phase in ("first_step", "unknown"):
+        return "training"
+    return str(phase)
+
+
 def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: RunState, facts: AttemptFacts, *,
            dataset: Mapping[str, Any] | None = None, next_step: Callable[..., Any] | None = None) -> Retry | Stop:
     """What to do after an attempt ended. Pure: everything it needs comes in as values.
@@ -246,6 +256,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     `next_step` is the memory ladder's `next_step` (injectable for tests)."""
     outcome = _get(diagnosis, "outcome")
     phase = _get(diagnosis, "phase")
+    error_kind = _get(_get(diagnosis, "error"), "kind")
     if facts.interrupted:
         return Stop("interrupted; the saved states are kept", status="interrupted")
     if facts.exit_status == 0 and facts.final_model and Path(facts.final_model).name:
@@ -264,8 +275,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                     f"(hang at step {facts.end_step}); it was stopped",
                     advice=("A stuck data loader or a deadlocked multi-GPU setup are the usual causes; "
                             "try --set max_data_loader_n_workers=0, then --continue.",))
-    ram = facts.killed or outcome in ("ram", "host_oom", "killed") or _get(_get(diagnosis, "error"), "kind") in (
-        "host_oom", "killed", "ram")
+    ram = facts.killed or outcome == "ram" or error_kind in ("cpu_oom", "killed")
     if outcome != "oom" and not ram:
         error = _get(diagnosis, "error") or {}
         kind = _get(error, "kind") or "error"
@@ -290,8 +300,8 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
 
     if _is_sampling(phase):
         changes = sampling_changes(config)
-        if changes and "sampling_off" not in state.tried:
-            return _retry(config, changes, "sampling_off",
+        if changes and "sample_less" not in state.tried:
+            return _retry(config, changes, "sample_less",
                           "out of memory while generating sample images: sampling is off for the rest of the run "
                           "(training itself fit); make previews after training", state, resume_ok=True,
                           target_batch=target_batch)
@@ -300,15 +310,16 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
 
         next_step = ladder.next_step
     need = deficit_gib(_get(diagnosis, "oom"))
-    where = f" while {phase}" if phase else ""
+    where = f" while {str(phase).replace('_', ' ')}" if phase and phase != "unknown" else ""
+    lphase = ladder_phase(phase)
     step = None
     if resumable:
-        step = next_step(dict(config), family, phase=phase, deficit_gib=need, policy=state.policy,
+        step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
                          dataset=dataset, tried=set(state.tried), require_resume_safe=True)
         if step is not None and resume_unsafe(_step_changes(step)):
             step = None
     if step is None:
-        step = next_step(dict(config), family, phase=phase, deficit_gib=need, policy=state.policy,
+        step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
                          dataset=dataset, tried=set(state.tried), require_resume_safe=False)
     if step is None:
         return Stop(f"out of memory{where} at step {facts.end_step}, and the memory ladder has no cheaper setting "
@@ -320,11 +331,18 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     reason = f"out of memory{where} at step {facts.end_step}{figures}: {_get(step, 'reason') or _get(step, 'move')}"
     safe = bool(_get(step, "resume_safe")) and not resume_unsafe(changes)
     return _retry(config, changes, str(_get(step, "move")), reason, state, resume_ok=safe,
-                  target_batch=target_batch)
+                  target_batch=target_batch, dataset=dataset)
 
 
 def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: RunState, *, resume_ok: bool,
-           target_batch: int) -> Retry:
+           target_batch: int, dataset: Mapping[str, Any] | None = None) -> Retry:
+    ds_changes = [c for c in changes if str(c[0]).startswith("dataset:")]
+    changes = [c for c in changes if not str(c[0]).startswith("dataset:")]
+    new_dataset = None
+    if ds_changes and dataset is not None:
+        from kohya_tuner.ladder import apply_step
+
+        _, new_dataset = apply_step({}, _Changes(ds_changes), dict(dataset))
     new = apply_changes(config, changes)
     note = None
     if "train_batch_size" in {c[0] for c in changes} and "gradient_accumulation_steps" not in {c[0] for c in changes}:
@@ -346,8 +364,14 @@ def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: Ru
         resume_from = state.newest_state.path
         start = state.newest_state.step
         note = _join(note, f"resumes from the state at step {start}")
+    all_changes += [Change(str(k), old, v) for k, old, v in ds_changes]
     return Retry(config=new, resume_from=resume_from, changes=all_changes, reason=reason, move=move,
-                 start_step=start, note=note)
+                 start_step=start, note=note, dataset=new_dataset)
+
+
+@dataclass(frozen=True)
+class _Changes:
+    changes: list
 
 
 def _join(a: str | None, b: str) -> str:
@@ -494,20 +518,23 @@ class Outcome:
     exit_code: int
 
 
-def launch_spec(settings: RunSettings, config_file: Path, mixed_precision: str):
+def launch_spec(settings: RunSettings, config_file: Path, mixed_precision: str, dataset_file: Path | None = None):
     from kohya_tuner.launcher import LaunchSpec
 
-    return LaunchSpec(script=settings.script, config_file=config_file, dataset_config=settings.dataset_file,
+    return LaunchSpec(script=settings.script, config_file=config_file,
+                      dataset_config=dataset_file or settings.dataset_file,
                       python=settings.python, mixed_precision=mixed_precision or "no",
                       num_processes=settings.num_processes, gpu_ids=settings.gpu_ids,
                       accelerate_config=settings.accelerate_config, cpu=settings.cpu)
 
 
 def command_for(settings: RunSettings, config_file: Path, config: Mapping[str, Any],
-                base_env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+                base_env: Mapping[str, str] | None = None, dataset_file: Path | None = None
+                ) -> tuple[list[str], dict[str, str]]:
     from kohya_tuner import launcher
 
-    argv = launcher.build_argv(launch_spec(settings, config_file, str(config.get("mixed_precision") or "no")))
+    argv = launcher.build_argv(launch_spec(settings, config_file, str(config.get("mixed_precision") or "no"),
+                                           dataset_file))
     env = launcher.build_env(os.environ if base_env is None else base_env,
                              gpu_ids=settings.gpu_ids if settings.gpu_ids else (),
                              emulate_vram_gb=settings.emulate_vram_gb)
@@ -543,10 +570,12 @@ class Supervisor:
         self.sampler_factory = sampler_factory
         self.next_step = next_step
         self._events_fh = None
+        self.dataset = settings.dataset
+        self.dataset_file = settings.dataset_file
 
     # -- events --
 
-    def emit(self, kind: str, **data: Any) -> None:
+    def emit(self, kind: str, /, **data: Any) -> None:
         ev = RunEvent(kind, data)
         if self._events_fh is not None:
             import json
@@ -593,8 +622,7 @@ class Supervisor:
             launched += 1
             record, diagnosis, facts = self._attempt(attempt, plan, probing)
             history.append(record)
-            lineage = [a for a in history if not a.probe]
-            newest = self._newest_state(lineage)
+            newest = self._newest_state(history)
             stored = None
             if newest is not None:
                 ts = jr.read_train_state(newest.path)
@@ -603,7 +631,7 @@ class Supervisor:
                              total_steps=self.s.probe_steps if probing else self.s.total_steps,
                              plan_config=self.s.plan_config, tried=frozenset(tried), newest_state=newest,
                              stored_step=stored, probe=probing, policy=self.s.policy)
-            action = decide(diagnosis, plan.config, self.s.family, state, facts, dataset=self.s.dataset,
+            action = decide(diagnosis, plan.config, self.s.family, state, facts, dataset=self.dataset,
                             next_step=self.next_step)
             if isinstance(action, Stop):
                 stop = action
@@ -623,12 +651,10 @@ class Supervisor:
         return self._finish(history, stop)
 
     def _newest_state(self, attempts: list[AttemptRecord]) -> StateRecord | None:
-        # States from before the last restart belong to other settings.
-        start = 0
-        for i, a in enumerate(attempts):
-            if a.resume_from is None and a.start_step == 0:
-                start = i
-        return jr.newest_state(attempts[start:])
+        newest = jr.newest_state(_lineage(attempts))
+        if newest is not None and newest.step >= self.s.total_steps:
+            return None
+        return newest
 
     def _attempt(self, attempt: int, plan: Retry, probing: bool) -> tuple[AttemptRecord, Any, AttemptFacts]:
         from kohya_tuner import launcher, logparse
@@ -643,7 +669,14 @@ class Supervisor:
         run_config = attempt_config(config, resume_from=plan.resume_from, resume_step=plan.start_step,
                                     stored_step=stored)
         cfg_path = self.write_attempt_config(attempt, run_config, plan.reason)
-        argv, env = command_for(self.s, cfg_path, run_config, self.base_env)
+        if plan.dataset is not None and plan.dataset != self.dataset:
+            from kohya_tuner import config_io
+
+            self.dataset = dict(plan.dataset)
+            self.dataset_file = self.s.out_dir / f"attempt-{attempt}.dataset.toml"
+            config_io.write_new(self.dataset_file, config_io.dumps_dataset(
+                self.dataset, header=f"Dataset config from attempt {attempt} on (a move changed it)."), force=True)
+        argv, env = command_for(self.s, cfg_path, run_config, self.base_env, dataset_file=self.dataset_file)
         log_path = self.journal.log_path(attempt)
         if log_path.exists():
             log_path.unlink()  # a stale log of an attempt that never got journaled
@@ -705,7 +738,7 @@ class Supervisor:
         for ev in parser.finish():
             handle(ev)
         exit_status = result.exit_status
-        diagnosis = logparse.diagnose(events, exit_status=exit_status, family=self.s.family)
+        diagnosis = logparse.diagnose(events, exit_status=exit_status, family=self.s.family.name)
         final = progress.final_model
         if final is None:
             guess = Path(config.get("output_dir") or ".") / (
@@ -803,6 +836,64 @@ class Supervisor:
         }
         history.append(entry)
         return f"measured peak {last.peak_vram_gib:.2f} GiB recorded for {gpu.get('name')}"
+
+
+def _lineage(attempts: list[AttemptRecord]) -> list[AttemptRecord]:
+    """The attempts since the last one that started from step 0 (probes excluded):
+    states from before a restart belong to other settings."""
+    runs = [a for a in attempts if not a.probe]
+    start = 0
+    for i, a in enumerate(runs):
+        if a.resume_from is None and a.start_step == 0:
+            start = i
+    return runs[start:]
+
+
+def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
+                 next_step: Callable[..., Any] | None = None) -> Retry | Stop:
+    """How `run --continue` picks up: after an OOM, the decision the loop would have made;
+    after an interruption, a hang or an error, the same settings from the newest state."""
+    if not attempts:
+        return Retry(config=ensure_resumable(settings.plan_config, settings.total_steps), resume_from=None,
+                     changes=[], reason="the fitted plan (started with --continue)")
+    last = attempts[-1]
+    config = _read_config_file(last.config_file) or dict(settings.plan_config)
+    if last.probe:
+        config = {k: v for k, v in config.items() if k not in ("max_train_steps", "output_dir", "output_name")}
+        config = ensure_resumable({**settings.plan_config, **config,
+                                   "output_dir": settings.plan_config.get("output_dir"),
+                                   "output_name": settings.plan_config.get("output_name"),
+                                   "max_train_steps": settings.total_steps}, settings.total_steps)
+    lineage = _lineage(attempts)
+    newest = jr.newest_state(lineage)
+    if newest is not None and newest.step >= settings.total_steps:
+        newest = None  # a final state: nothing left to resume into
+    tried = frozenset(a.move for a in attempts if a.move)
+    if last.outcome in ("oom", "ram") and not last.probe:
+        from types import SimpleNamespace
+
+        stored = None
+        if newest is not None:
+            ts = jr.read_train_state(newest.path)
+            stored = ts.get("current_step") if ts else None
+        diag = SimpleNamespace(outcome="oom" if last.outcome == "oom" else "error", phase=last.phase, oom=last.oom,
+                               error=last.error, advice=last.advice)
+        state = RunState(attempt=last.attempt, attempts_left=settings.max_attempts, total_steps=settings.total_steps,
+                         plan_config=settings.plan_config, tried=tried, newest_state=newest, stored_step=stored,
+                         policy=settings.policy)
+        facts = AttemptFacts(exit_status=last.exit_status, end_step=last.end_step, killed=last.outcome == "ram")
+        action = decide(diag, config, settings.family, state, facts, dataset=settings.dataset, next_step=next_step)
+        if isinstance(action, Retry):
+            return Retry(config=action.config, resume_from=action.resume_from, changes=action.changes,
+                         reason=f"continued: {action.reason}", move=action.move, start_step=action.start_step,
+                         note=action.note, dataset=action.dataset)
+        return action
+    why = f"continued after attempt {last.attempt} ({last.outcome})"
+    if newest is None:
+        return Retry(config=config, resume_from=None, changes=[], reason=why,
+                     note="no saved state to resume from, so it starts from step 0")
+    return Retry(config=config, resume_from=newest.path, changes=[], reason=why, start_step=newest.step,
+                 note=f"resumes from the state at step {newest.step}")
 
 
 def _read_config_file(path: str) -> dict[str, Any] | None:
