@@ -1,0 +1,258 @@
+"""How well the memory model agrees with what people published.
+
+Reads `real-world/vram_reports.json` (sd-scripts doc statements, FluxGym tier targets,
+measured peaks from an sd-scripts pull request), turns each usable record into an
+sd-scripts config, and prints per record: the prediction, the published figure, its kind
+(measured / fits-within / exceeds) and whether it holds. Then one summary line:
+constraints satisfied, median relative error on measured figures.
+
+    python benchmarks/estimator_accuracy.py [path/to/vram_reports.json] [--json]
+
+A fits-within statement ("works on a 16 GB card") holds when the estimate fits that card by
+the same rule `fit` uses (peak within budget_gib). A measured figure is compared as GiB: the
+tools people read GPU memory from (nvidia-smi, Task Manager, nvitop) count in binary units.
+Settings a record leaves unsaid are filled in by the rules in UNSTATED below, the same for
+every record, and printed with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kohya_tuner.families import FAMILIES  # noqa: E402
+from kohya_tuner.memory import budget_gib, estimate  # noqa: E402
+
+DEFAULT_REPORTS = ROOT.parent / "shared" / "real-world" / "vram_reports.json"
+
+FAMILY_OF = {"flux-dev": "flux", "flux-schnell": "flux", "sdxl": "sdxl", "sd1.5": "sd15", "sd15": "sd15"}
+KIND_OF = {"doc_fits_within": "fits-within", "doc_preset_target": "fits-within", "reported_usage": "measured",
+           "doc_approx_usage": "measured", "doc_exceeds": "exceeds", "reported_oom": "exceeds"}
+
+# What an unstated setting becomes. sd-scripts' own defaults where it has one (AdamW, no caching,
+# text-encoder LoRA trained, batch 1); the family's native resolution; bf16 mixed precision
+# where a doc statement leaves precision open (sd-scripts' default fp32 is not what any of
+# its memory statements is about). Gradient checkpointing is never assumed: a record without
+# it is left without it.
+# A measured record comes from a run that happened on a known card. When an unstated memory
+# saver left at sd-scripts' default (off) would make that run impossible on that card, the
+# saver is taken as on: the smallest departure from the defaults that explains the figure.
+# Tried in this order, one at a time, until the run fits.
+FEASIBILITY_SAVERS = ("gradient_checkpointing", "cache_text_encoder_outputs", "cache_latents")
+
+UNSTATED = {
+    "resolution": "the family's native resolution",
+    "batch_size": "1 (sd-scripts' default)",
+    "optimizer": "AdamW (sd-scripts' default)",
+    "mixed_precision": "bf16",
+    "network_rank": "4 (the LoRA module's default)",
+    "cache_latents": "off (sd-scripts' default)",
+    "cache_text_encoder_outputs": "off (sd-scripts' default)",
+    "unet_only": "off: text-encoder LoRA trained (sd-scripts' default)",
+    "gradient_checkpointing": "off (sd-scripts' default)",
+}
+
+
+def _optimizer(text: str | None) -> tuple[str, list[str] | None, str | None]:
+    if not text:
+        return "AdamW", None, UNSTATED["optimizer"]
+    t = text.lower()
+    # "8bit optimizer or adafactor": the statement must hold for both; the 8-bit one keeps more state.
+    if "8bit" in t or "8-bit" in t:
+        return "AdamW8bit", None, ("'8bit optimizer or adafactor': AdamW8bit, the larger of the two"
+                                   if "adafactor" in t else None)
+    if "adafactor" in t:
+        return "Adafactor", ["relative_step=False", "scale_parameter=False", "warmup_init=False"], None
+    if "prodigy" in t:
+        return "Prodigy", None, None
+    return "AdamW", None, None
+
+
+def record_config(r: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None, list[str]]:
+    """(config, family name, assumptions) for a record, or (None, reason, []) if unusable."""
+    fam = FAMILY_OF.get(str(r.get("model_family", "")).lower())
+    if fam is None:
+        return None, f"{r.get('model_family')} is not a model family kohya-tuner supports", []
+    if r.get("training_type") != "lora":
+        return None, f"{r.get('training_type')} is not LoRA training (the memory model covers LoRA)", []
+    if KIND_OF.get(r.get("vram_kind", "")) is None:
+        return None, f"unknown figure kind {r.get('vram_kind')!r}", []
+    family = FAMILIES[fam]
+    a: list[str] = []
+    c: dict[str, Any] = {"network_module": family.network_module}
+    mp_text = str(r.get("mixed_precision") or "")
+    if not mp_text:
+        c["mixed_precision"] = "bf16"
+        a.append(f"mixed precision: {UNSTATED['mixed_precision']}")
+    else:
+        c["mixed_precision"] = "fp16" if mp_text.startswith("fp16") else ("no" if mp_text.startswith("no") else "bf16")
+        if "full_bf16" in mp_text:
+            c["full_bf16"] = True
+        if "full_fp16" in mp_text:
+            c["full_fp16"] = True
+    res = r.get("resolution")
+    if res is None:
+        res = family.native_resolution
+        a.append(f"resolution: {res} ({UNSTATED['resolution']})")
+    c["resolution"] = str(res)
+    batch = r.get("batch_size")
+    if batch is None:
+        batch = 1
+        a.append(f"batch size: {UNSTATED['batch_size']}")
+    c["train_batch_size"] = int(batch)
+    rank = r.get("network_rank")
+    if rank is None:
+        rank = 4
+        a.append(f"rank: {UNSTATED['network_rank']}")
+    elif isinstance(rank, str):
+        nums = [int(x) for x in re.findall(r"\d+", rank)]
+        rank = max(nums) if nums else 4
+        a.append(f"rank {r['network_rank']!r}: {rank}, the larger")
+    c["network_dim"] = int(rank)
+    opt, args, note = _optimizer(r.get("optimizer"))
+    c["optimizer_type"] = opt
+    if args:
+        c["optimizer_args"] = args
+    if note:
+        a.append(f"optimizer: {note}")
+    for key, ck in (("gradient_checkpointing", "gradient_checkpointing"), ("cache_latents", "cache_latents"),
+                    ("cache_text_encoder_outputs", "cache_text_encoder_outputs"), ("fp8_base", "fp8_base")):
+        v = r.get(key)
+        if v is None and key in UNSTATED:
+            a.append(f"{key.replace('_', ' ')}: {UNSTATED[key]}")
+        if v:
+            c[ck] = True
+    unet_only = r.get("unet_only")
+    if unet_only is None:
+        a.append(f"text encoder: {UNSTATED['unet_only']}")
+    elif unet_only:
+        c["network_train_unet_only"] = True
+    if r.get("blocks_to_swap"):
+        c["blocks_to_swap"] = int(r["blocks_to_swap"])
+    off = str(r.get("offloading") or "") + " " + str(r.get("notes") or "")
+    if "split_mode" in off and not r.get("blocks_to_swap"):
+        c["split_mode"] = True
+    if "train_blocks=single" in off:
+        c["network_args"] = ["train_blocks=single"]
+    if family.attention_flags_apply:
+        att = str(r.get("attention") or "sdpa").lower()
+        c["xformers" if "xformers" in att else "sdpa"] = True
+        if not r.get("attention"):
+            a.append("attention: sdpa (every memory statement assumes a memory-efficient kernel)")
+    quant = str(r.get("quantization") or "")
+    if fam == "flux":
+        c["t5xxl"] = "t5xxl_fp8_e4m3fn.safetensors" if "t5xxl" in quant.lower() else "t5xxl_fp16.safetensors"
+        c["pretrained_model_name_or_path"] = "flux1-dev.safetensors"
+    excerpt = str(r.get("command_excerpt") or "") + " " + str(r.get("notes") or "")
+    if "--highvram" in excerpt or "highvram" in excerpt:
+        c["highvram"] = True
+    return c, fam, a
+
+
+def _gpu_gb(r: dict[str, Any]) -> float | None:
+    m = re.search(r"(\d+)\s*GB", str(r.get("gpu") or ""))
+    return float(m.group(1)) if m else None
+
+
+def make_feasible(cfg: dict[str, Any], fam: str, r: dict[str, Any], assumed: list[str]) -> dict[str, Any]:
+    """Apply FEASIBILITY_SAVERS to a measured record whose run could not have happened
+    with them off."""
+    gb = _gpu_gb(r)
+    if gb is None or KIND_OF.get(r.get("vram_kind", "")) != "measured":
+        return cfg
+    family = FAMILIES[fam]
+    cfg = dict(cfg)
+    for key in FEASIBILITY_SAVERS:
+        if estimate(cfg, family).fits(gb):
+            break
+        if r.get(key) is None and not cfg.get(key):
+            cfg[key] = True
+            assumed[:] = [x for x in assumed if not x.startswith(key.replace("_", " "))]
+            assumed.append(f"{key.replace('_', ' ')}: on (off would not fit the {gb:g} GB card the figure "
+                           f"was measured on)")
+    return cfg
+
+
+def run(path: Path) -> dict[str, Any]:
+    records = json.loads(path.read_text(encoding="utf-8"))
+    rows = []
+    skipped = []
+    for r in records:
+        cfg, fam, assumed = record_config(r)
+        if cfg is None:
+            skipped.append({"id": r.get("id"), "why": fam})
+            continue
+        cfg = make_feasible(cfg, fam, r, assumed)
+        t0 = time.perf_counter()
+        e = estimate(cfg, FAMILIES[fam])
+        ms = (time.perf_counter() - t0) * 1000
+        kind = KIND_OF[r["vram_kind"]]
+        figure = float(r["vram_gb"])
+        row = {"id": r.get("id"), "source": r.get("source", {}).get("repo", ""), "model": fam, "kind": kind,
+               "figure": figure, "predicted_gib": round(e.peak_gib, 2), "peak_phase": e.peak_phase,
+               "assumed": assumed, "ms": round(ms, 2)}
+        if kind == "fits-within":
+            b = budget_gib(figure)
+            row["budget_gib"] = round(b, 2)
+            row["holds"] = e.fits(figure)
+        elif kind == "exceeds":
+            row["holds"] = not e.fits(figure)
+        else:
+            rel = (e.peak_gib - figure) / figure
+            row["rel_error"] = round(rel, 4)
+            row["holds"] = abs(rel) <= 0.10
+        rows.append(row)
+    constraints = [r for r in rows if r["kind"] != "measured"]
+    measured = [r for r in rows if r["kind"] == "measured"]
+    docs = [r for r in constraints if r["source"] == "kohya-ss/sd-scripts"]
+    med = statistics.median(abs(r["rel_error"]) for r in measured) if measured else None
+    return {"rows": rows, "skipped": skipped,
+            "summary": {"constraints": len(constraints), "constraints_ok": sum(r["holds"] for r in constraints),
+                        "sd_scripts_docs": len(docs), "sd_scripts_docs_ok": sum(r["holds"] for r in docs),
+                        "measured": len(measured), "measured_within_10pct": sum(r["holds"] for r in measured),
+                        "median_abs_rel_error": med}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("reports", nargs="?", default=os.environ.get("KOHYA_TUNER_VRAM_REPORTS", str(DEFAULT_REPORTS)))
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    args = ap.parse_args(argv)
+    path = Path(args.reports)
+    if not path.is_file():
+        print(f"error: {path} not found (give the path to vram_reports.json)", file=sys.stderr)
+        return 2
+    res = run(path)
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    print(f"{'id':5} {'model':5} {'kind':11} {'figure':>7} {'predicted':>9} {'budget':>7} {'error':>7}  holds  "
+          f"peak phase / assumed")
+    for r in res["rows"]:
+        err = f"{r['rel_error'] * 100:+.1f}%" if "rel_error" in r else ""
+        bud = f"{r['budget_gib']:.2f}" if "budget_gib" in r else ""
+        print(f"{r['id']:5} {r['model']:5} {r['kind']:11} {r['figure']:7.2f} {r['predicted_gib']:9.2f} {bud:>7} "
+              f"{err:>7}  {'yes' if r['holds'] else 'NO ':5}  {r['peak_phase']}"
+              + (f"; assumed: {'; '.join(r['assumed'])}" if r["assumed"] else ""))
+    for s in res["skipped"]:
+        print(f"{s['id']:5} skipped: {s['why']}")
+    s = res["summary"]
+    med = f"{s['median_abs_rel_error'] * 100:.1f} %" if s["median_abs_rel_error"] is not None else "n/a"
+    print(f"summary: constraints satisfied {s['constraints_ok']}/{s['constraints']} (sd-scripts docs "
+          f"{s['sd_scripts_docs_ok']}/{s['sd_scripts_docs']}); median relative error on measured figures {med} "
+          f"({s['measured_within_10pct']}/{s['measured']} within ±10 %)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

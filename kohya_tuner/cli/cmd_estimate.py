@@ -1,0 +1,138 @@
+"""`kohya-tuner estimate`: predict the peak VRAM of a config and explain it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from kohya_tuner import config_io, history
+from kohya_tuner.cli.common import console, print_json, user_errors, warn
+from kohya_tuner.errors import UserError
+from kohya_tuner.families import Family
+from kohya_tuner.gpu import GpuChoice, choose
+from kohya_tuner.memory import GPU_SIZES, Estimate, budget_gib, estimate
+
+PHASE_LABELS = {
+    "model_load": "loading the models",
+    "cache_latents": "caching latents",
+    "cache_text_encoder": "caching text-encoder outputs",
+    "training": "training step",
+    "sampling": "sample images",
+    "saving": "saving",
+}
+
+
+def load_inputs(config_path: Path, model: str | None, dataset_path: Path | None
+                ) -> tuple[config_io.LoadedConfig, Family, dict[str, Any] | None, list[str]]:
+    """The config, its family and its dataset (when readable), plus notes for the user.
+    Shared with `fit`."""
+    loaded = config_io.read_config(config_path, model)
+    if loaded.family is None:
+        raise UserError(f"Cannot tell which model {config_path} trains (no script name, network module or model "
+                        f"path gives it away).", "Say it with --model sd15, --model sdxl or --model flux.")
+    notes = list(loaded.notes)
+    dataset = None
+    if dataset_path is not None:
+        dataset = config_io.read_dataset(dataset_path)
+    elif loaded.dataset_path:
+        candidate = Path(loaded.dataset_path).expanduser()
+        if not candidate.is_absolute():
+            candidate = Path(config_path).parent / candidate
+        if candidate.is_file():
+            try:
+                dataset = config_io.read_dataset(candidate)
+                notes.append(f"read the dataset file {candidate}")
+            except UserError as exc:
+                notes.append(f"could not read the dataset file {candidate}: {exc.message}")
+    return loaded, loaded.family, dataset, notes
+
+
+def resolve_gpu(gpu: str | None) -> tuple[GpuChoice | None, str | None]:
+    if gpu is None:
+        return None, None
+    choice = choose(gpu)
+    return choice, (choice.info.name if choice.info else None)
+
+
+def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: float = 0.0) -> None:
+    console.print(f"[bold]{est.model}[/bold]: peak [bold]{est.peak_gib:.2f} GiB[/bold] while "
+                  f"{PHASE_LABELS.get(est.peak_phase, est.peak_phase)}")
+    table = Table(title=f"Where the memory goes ({PHASE_LABELS.get(est.peak_phase, est.peak_phase)})")
+    table.add_column("part", style="cyan", no_wrap=True)
+    table.add_column("GiB", justify="right")
+    table.add_column("", no_wrap=True)
+    table.add_column("what", max_width=70)
+    total = max(est.peak_gib, 1e-9)
+    for key, value in sorted(est.components_gib.items(), key=lambda kv: -kv[1]):
+        if value <= 0.0005 and key not in est.component_notes:
+            continue
+        bar = "█" * int(round(30 * value / total))
+        table.add_row(key.replace("_", " "), f"{value:.2f}", Text(bar, style="green"),
+                      est.component_notes.get(key, ""))
+    table.add_row("[bold]peak[/bold]", f"[bold]{est.peak_gib:.2f}[/bold]", "", "")
+    console.print(table)
+    phases = Table(title="Phases")
+    phases.add_column("phase", no_wrap=True)
+    phases.add_column("GiB", justify="right")
+    for name, value in est.phases_gib.items():
+        mark = " ◀ peak" if name == est.peak_phase else ""
+        phases.add_row(PHASE_LABELS.get(name, name), f"{value:.2f}{mark}")
+    console.print(phases)
+    fits = Table(title="Fits a card of")
+    for g in GPU_SIZES:
+        fits.add_column(f"{g} GB", justify="center")
+    fits.add_row(*[("[green]yes[/green]" if est.fits(g, other_gib=others_gib) else "[red]no[/red]")
+                   for g in GPU_SIZES])
+    console.print(fits)
+    if gpu_gb is not None:
+        b = budget_gib(gpu_gb, other_processes_gib=others_gib)
+        verdict = "fits" if est.peak_gib <= b else "does NOT fit"
+        console.print(f"On your {gpu_gb} GB card: budget {b:.2f} GiB"
+                      + (f" (after {others_gib:.2f} GiB held by other processes)" if others_gib else "")
+                      + f" — {verdict}.")
+    if est.assumptions:
+        console.print("[bold]Assumed[/bold] (the input left these unsaid):")
+        for line in est.assumptions:
+            console.print(f"  • {line}", soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("estimate")
+    @user_errors
+    def estimate_cmd(
+        config: Path = typer.Argument(..., help="sd-scripts config TOML, kohya_ss GUI JSON, or a file holding the "
+                                                 "accelerate launch / python command line."),
+        dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="The --dataset_config file (its batch "
+                                                                              "size and resolution win)."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="sd15, sdxl or flux, when the file does not "
+                                                                        "say."),
+        gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="Your card in GB (e.g. 12) or 'auto' (NVML: "
+                                                                    "also subtracts other processes)."),
+        gpus: int = typer.Option(1, "--gpus", help="Number of GPUs (data parallel); the estimate is per GPU."),
+        no_history: bool = typer.Option(False, "--no-history", help="Ignore measured peaks of earlier runs."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Predict the peak VRAM of a LoRA config and show where it goes."""
+        if gpus < 1:
+            raise UserError(f"--gpus {gpus} must be at least 1.")
+        loaded, family, ds, notes = load_inputs(config, model, dataset)
+        choice, gpu_name = resolve_gpu(gpu)
+        hist = [] if no_history or not gpu_name else history.load()
+        est = estimate(loaded.config, family, dataset=ds, gpus=gpus, history=hist, gpu_name=gpu_name)
+        others = choice.others_gib if choice else 0.0
+        if as_json:
+            out = est.to_json()
+            out["input"] = {"path": str(config), "format": loaded.fmt, "script": loaded.script, "notes": notes}
+            if choice is not None:
+                b = budget_gib(choice.gb, other_processes_gib=others)
+                out["gpu"] = {"gb": choice.gb, "name": gpu_name, "others_gib": round(others, 3),
+                              "budget_gib": round(b, 3), "fits": est.peak_gib <= b}
+            print_json(out)
+            return
+        for n in notes:
+            warn(n)
+        render_estimate(est, gpu_gb=choice.gb if choice else None, others_gib=others)

@@ -1,0 +1,296 @@
+"""What an sd-scripts config means for memory: every setting the estimator needs, resolved the
+way sd-scripts resolves it (defaults, implied flags, dataset precedence), with a note for each
+thing the input left unsaid."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kohya_tuner.families import Family
+from kohya_tuner.optimizers import ResolvedOptimizer, lookup
+from kohya_tuner.schema import network_args_dict
+
+BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
+
+
+def _true(config: dict[str, Any], key: str) -> bool:
+    return bool(config.get(key))
+
+
+def _int(value: Any, default: int) -> int:
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError):
+            return default
+
+
+def _res_pair(v: Any) -> tuple[int, int] | None:
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)) and len(v) == 2:
+        try:
+            return int(v[0]), int(v[1])
+        except (TypeError, ValueError):
+            return None
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return int(v), int(v)
+    parts = [x for x in str(v).replace(" ", "").split(",") if x]
+    try:
+        nums = [int(float(x)) for x in parts]
+    except ValueError:
+        return None
+    if len(nums) == 1:
+        return nums[0], nums[0]
+    if len(nums) >= 2:
+        return nums[0], nums[1]
+    return None
+
+
+def _dataset_levels(dataset: dict[str, Any] | None):
+    """(general, [datasets]) of a dataset config, tolerating junk."""
+    if not isinstance(dataset, dict):
+        return {}, []
+    general = dataset.get("general") if isinstance(dataset.get("general"), dict) else {}
+    dss = [d for d in (dataset.get("datasets") or []) if isinstance(d, dict)]
+    return general, dss
+
+
+def dataset_batch_and_area(config: dict[str, Any], dataset: dict[str, Any] | None
+                           ) -> tuple[int, tuple[int, int] | None, bool]:
+    """The most demanding (batch, resolution) pair sd-scripts will train with, after the
+    dataset file's precedence (dataset > general > training argument), and whether the
+    dataset file decided either value."""
+    base_batch = _int(config.get("train_batch_size"), 1)
+    base_res = _res_pair(config.get("resolution"))
+    general, dss = _dataset_levels(dataset)
+    if not dss:
+        b = _int(general.get("batch_size"), base_batch) if "batch_size" in general else base_batch
+        r = _res_pair(general.get("resolution")) or base_res
+        return b, r, bool(general.get("batch_size") is not None or general.get("resolution") is not None)
+    best: tuple[int, tuple[int, int] | None] | None = None
+    from_dataset = False
+    for ds in dss:
+        b, r = base_batch, base_res
+        for level in (general, ds):
+            if level.get("batch_size") is not None:
+                b = _int(level["batch_size"], b)
+                from_dataset = True
+            if level.get("resolution") is not None:
+                r = _res_pair(level["resolution"]) or r
+                from_dataset = True
+        area = (r[0] * r[1]) if r else 0
+        if best is None or b * area > best[0] * ((best[1][0] * best[1][1]) if best[1] else 0):
+            best = (b, r)
+    assert best is not None
+    return best[0], best[1], from_dataset
+
+
+def _dataset_any(dataset: dict[str, Any] | None, key: str) -> bool:
+    general, dss = _dataset_levels(dataset)
+    if general.get(key):
+        return True
+    for ds in dss:
+        if ds.get(key):
+            return True
+        for sub in ds.get("subsets") or []:
+            if isinstance(sub, dict) and sub.get(key):
+                return True
+    return False
+
+
+@dataclass
+class Setup:
+    family: Family
+    variant: str
+    mixed_precision: str
+    weight_dtype: str
+    lora_dtype: str
+    unet_dtype: str
+    te_dtypes: tuple[str, ...]
+    vae_dtype: str
+    t5_cache_dtype: str  # T5 while caching text-encoder outputs (FLUX)
+    t5_load_dtype: str
+    checkpointing: bool
+    cpu_offload_checkpointing: bool
+    attention: str  # "flash" (sdpa/xformers/mem_eff_attn, always for FLUX) or "math"
+    attention_flag: str
+    batch: int
+    resolution: tuple[int, int]
+    t5_tokens: int
+    text_tokens: int
+    cache_latents: bool
+    cache_te: bool
+    train_unet: bool
+    te_trained: tuple[bool, ...]
+    blocks_to_swap: int
+    lowram: bool
+    highvram: bool
+    vae_batch: int
+    te_batch: int
+    sampling: bool
+    rank: int
+    conv_rank: int | None
+    network_args: dict[str, str]
+    optimizer: ResolvedOptimizer
+    gpus: int
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def area(self) -> int:
+        return self.resolution[0] * self.resolution[1]
+
+    @property
+    def latent_tokens(self) -> float:
+        """Tokens the activation coefficients are counted in: latent pixels for the U-Nets,
+        image patches plus T5 tokens for FLUX."""
+        w, h = self.resolution
+        if self.family.name == "flux":
+            return (w / 16) * (h / 16) + self.t5_tokens
+        return (w / 8) * (h / 8)
+
+
+def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None = None, gpus: int = 1) -> Setup:
+    a: list[str] = []
+    c = config
+    fname = family.name
+
+    mp = c.get("mixed_precision")
+    if mp not in ("no", "fp16", "bf16"):
+        if mp is None:
+            a.append("mixed_precision unset: sd-scripts' default \"no\" trains in fp32 (weights and activations "
+                     "twice the size of bf16)")
+        else:
+            a.append(f"mixed_precision {mp!r} is not one sd-scripts knows; counted as \"no\" (fp32)")
+        mp = "no"
+    weight_dtype = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}[mp]
+    lora_dtype = weight_dtype if (_true(c, "full_bf16") or _true(c, "full_fp16")) and mp != "no" else "fp32"
+
+    fp8_unet = (_true(c, "fp8_base") or _true(c, "fp8_base_unet")) and mp != "no"
+    if (_true(c, "fp8_base") or _true(c, "fp8_base_unet")) and mp == "no":
+        a.append("fp8_base needs mixed_precision bf16 or fp16 (sd-scripts asserts); counted without fp8")
+    # fp8_base_unet keeps the text encoders in the training dtype; fp8_base casts them too.
+    fp8_te = _true(c, "fp8_base") and not _true(c, "fp8_base_unet") and mp != "no"
+    unet_dtype = "fp8" if fp8_unet else weight_dtype
+    te_dtypes = tuple("fp8" if fp8_te else weight_dtype for _ in family.text_encoders)
+    vae_dtype = "fp32" if (_true(c, "no_half_vae") or mp == "no") else weight_dtype
+
+    variant = "dev"
+    if fname == "flux":
+        name = str(c.get("pretrained_model_name_or_path") or "").lower()
+        variant = "schnell" if "schnell" in name else "dev"
+        if not name:
+            a.append("FLUX.1 variant not visible from the model path; dev assumed (T5 length 512)")
+    t5_file = str(c.get("t5xxl") or "").lower()
+    t5_file_fp8 = "fp8" in t5_file or "e4m3" in t5_file
+    # With fp8_base, sd-scripts loads T5 as the file stores it; otherwise in the training dtype.
+    t5_load = ("fp8" if t5_file_fp8 else "fp16") if _true(c, "fp8_base") else weight_dtype
+    t5_cache = "fp8" if (_true(c, "fp8_base") and not _true(c, "fp8_base_unet") and t5_file_fp8) else weight_dtype
+
+    ckpt = _true(c, "gradient_checkpointing")
+    cpu_off = ckpt and _true(c, "cpu_offload_checkpointing") and fname == "flux"
+
+    attention, flag = "flash", "sdpa"
+    if family.attention_flags_apply:
+        for key in ("mem_eff_attn", "xformers", "sdpa"):
+            if _true(c, key):
+                flag = key
+                break
+        else:
+            attention, flag = "math", "none"
+            a.append("no attention option (sdpa / xformers / mem_eff_attn) set: sd-scripts uses plain attention, "
+                     "which keeps every attention matrix in fp32")
+
+    batch, res, _ = dataset_batch_and_area(c, dataset)
+    if batch < 1:
+        batch = 1
+    if res is None:
+        res = (family.native_resolution, family.native_resolution)
+        a.append(f"no resolution in the config{' or dataset' if dataset is not None else ''}: "
+                 f"{family.native_resolution}x{family.native_resolution} assumed")
+    # Buckets never exceed the resolution's area, so the largest bucket is the resolution itself.
+    if dataset is None and c.get("dataset_config"):
+        a.append("the dataset file named by dataset_config was not read (pass --dataset): its batch_size and "
+                 "resolution, which win over the config's, are not known")
+
+    t5_tokens = 0
+    if fname == "flux":
+        default = family.default_t5_tokens.get(variant, 512)
+        t5_tokens = _int(c.get("t5xxl_max_token_length"), default)
+    max_tok = _int(c.get("max_token_length"), 75)
+    text_tokens = max_tok + 2
+
+    cache_latents = _true(c, "cache_latents") or _true(c, "cache_latents_to_disk")
+    cache_te = family.has_te_cache and (_true(c, "cache_text_encoder_outputs")
+                                       or _true(c, "cache_text_encoder_outputs_to_disk"))
+    unet_only = _true(c, "network_train_unet_only")
+    te_only = _true(c, "network_train_text_encoder_only")
+    net_args = network_args_dict(c)
+    te_names = [t.name for t in family.text_encoders]
+    if fname == "flux":
+        te_trained = ("clip_l" in te_names and not unet_only,
+                      net_args.get("train_t5xxl") == "True" and not unet_only)
+    else:
+        te_trained = tuple(not unet_only for _ in te_names)
+    te_trained = te_trained[:len(te_names)]
+    if fname == "sdxl" and cache_te and any(te_trained):
+        a.append("SDXL refuses text-encoder output caching while the text encoders are trained "
+                 "(set network_train_unet_only); counted as not cached")
+        cache_te = False
+
+    swap = 0
+    if fname == "flux":
+        swap = _int(c.get("blocks_to_swap"), 0)
+        if not swap and _true(c, "split_mode"):
+            swap = 18
+            a.append("split_mode is deprecated; sd-scripts turns it into blocks_to_swap = 18")
+        if swap and family.blocks_to_swap_max:
+            swap = max(0, min(swap, family.blocks_to_swap_max))
+        if swap and cpu_off:
+            cpu_off = False
+
+    rank_raw = c.get("network_dim")
+    rank = _int(rank_raw, 4)
+    if rank_raw is None:
+        a.append("network_dim unset: the LoRA module's default rank 4")
+    conv_rank = _int(net_args.get("conv_dim"), 0) or None
+    nm = str(c.get("network_module") or family.network_module)
+    if nm not in (family.network_module,):
+        a.append(f"network_module {nm!r} is not {family.network_module}; trainable parameters counted as a LoRA "
+                 f"of the same rank")
+
+    opt = lookup(c.get("optimizer_type"), c.get("optimizer_args"), use_8bit_adam=_true(c, "use_8bit_adam"),
+                 use_lion_optimizer=_true(c, "use_lion_optimizer"))
+    if not opt.known:
+        a.append(f"optimizer {opt.written!r} is not in kohya-tuner's table: its states are counted as AdamW's "
+                 f"(two full moments)")
+    if opt.spec.paged:
+        a.append(f"{opt.spec.name} pages its states to CPU RAM under pressure; counted as resident on the GPU")
+
+    sampling = bool(c.get("sample_prompts")) and bool(
+        _int(c.get("sample_every_n_steps"), 0) or _int(c.get("sample_every_n_epochs"), 0) or _true(c, "sample_at_first"))
+    if sampling:
+        a.append("sample images are generated at the training resolution (the prompt file's --w/--h are not read)")
+
+    vae_batch = max(1, _int(c.get("vae_batch_size"), 1))
+    te_batch = max(1, _int(c.get("text_encoder_batch_size"), batch))
+
+    if _dataset_any(dataset, "color_aug") or _dataset_any(dataset, "random_crop"):
+        if cache_latents:
+            a.append("color_aug / random_crop make sd-scripts refuse latent caching")
+
+    return Setup(
+        family=family, variant=variant, mixed_precision=mp, weight_dtype=weight_dtype, lora_dtype=lora_dtype,
+        unet_dtype=unet_dtype, te_dtypes=te_dtypes, vae_dtype=vae_dtype, t5_cache_dtype=t5_cache,
+        t5_load_dtype=t5_load, checkpointing=ckpt, cpu_offload_checkpointing=cpu_off, attention=attention,
+        attention_flag=flag, batch=batch, resolution=res, t5_tokens=t5_tokens, text_tokens=text_tokens,
+        cache_latents=cache_latents, cache_te=cache_te, train_unet=not te_only, te_trained=te_trained,
+        blocks_to_swap=swap, lowram=_true(c, "lowram"), highvram=_true(c, "highvram"), vae_batch=vae_batch,
+        te_batch=te_batch, sampling=sampling, rank=rank, conv_rank=conv_rank, network_args=net_args,
+        optimizer=opt, gpus=max(1, int(gpus or 1)), assumptions=a,
+    )
