@@ -1,0 +1,110 @@
+"""`kohya-tuner diagnose`: read a training log and say what happened and what to change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from kohya_tuner.cli.common import console, print_json, user_errors
+from kohya_tuner.errors import UserError
+
+_OUTCOME_STYLE = {"oom": ("red", "out of GPU memory"), "error": ("red", "failed"),
+                  "success": ("green", "finished"), "incomplete": ("yellow", "did not finish")}
+_PHASE_WORDS = {"model_load": "loading the model", "cache_latents": "caching latents",
+                "cache_text_encoder": "caching text-encoder outputs", "first_step": "the first training step",
+                "training": "training, after at least one completed step", "sampling": "generating sample images", "saving": "saving",
+                "unknown": "unknown (the log does not show it)"}
+_FIGURES = (("tried_gib", "tried to allocate"), ("capacity_gib", "GPU capacity"), ("free_gib", "free on the GPU"),
+            ("process_in_use_gib", "held by this process"), ("allocated_gib", "allocated by PyTorch"),
+            ("reserved_unallocated_gib", "reserved, unallocated"))
+
+
+def _render(diagnosis, source: Path) -> None:
+    d = diagnosis
+    style, words = _OUTCOME_STYLE[d.outcome]
+    console.print(f"[bold]{source}[/bold]")
+    console.print(f"Outcome: [bold {style}]{d.outcome}[/bold {style}] — {words}")
+    console.print(f"Phase:   {d.phase} — {_PHASE_WORDS.get(d.phase, d.phase)}")
+    if d.step is not None:
+        total = f" of {d.total_steps}" if d.total_steps else ""
+        console.print(f"Step:    {d.step}{total}")
+    if d.last_loss is not None:
+        console.print(f"Loss:    {d.last_loss:g} (last average)")
+    if d.error is not None:
+        console.print(f"Error:   [bold]{d.error.kind}[/bold] — {d.error.message}", soft_wrap=True, markup=False)
+    if d.oom is not None:
+        table = Table(title="What PyTorch reported", show_header=True, expand=False)
+        table.add_column("figure")
+        table.add_column("GiB", justify="right")
+        shown = False
+        for key, label in _FIGURES:
+            value = getattr(d.oom, key)
+            if value is not None:
+                table.add_row(label, f"{value:.2f}")
+                shown = True
+        others = d.details.other_processes
+        for pid, gib in others:
+            table.add_row(f"held by process {pid}", f"{gib:.2f}")
+            shown = True
+        if shown:
+            console.print(table)
+        else:
+            console.print("The out-of-memory message holds no figures.")
+    if d.details.events == 0:
+        console.print("[yellow]No training output in this log.[/yellow]")
+    if d.advice:
+        console.print("[bold]What to do[/bold]")
+        for i, line in enumerate(d.advice, 1):
+            console.print(f"  {i}. {line}", soft_wrap=True, markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("diagnose")
+    @user_errors
+    def diagnose_cmd(
+        log: Path = typer.Argument(..., help="A training log: the console output of sd-scripts (stdout and stderr)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object (outcome, phase, step, oom, "
+                                                            "error, advice)."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="Model family (sd15, sdxl, flux) for "
+                                                                         "sharper advice; read from the log "
+                                                                         "when it names its script."),
+        exit_code: Optional[int] = typer.Option(None, "--exit-code", help="The exit status the training ended "
+                                                                           "with, if you know it (137 = killed "
+                                                                           "for lack of RAM)."),
+        events: bool = typer.Option(False, "--events", help="Print every event read from the log, one JSON "
+                                                            "object per line, before the diagnosis."),
+    ):
+        """Read a training log: outcome, phase, step, OOM figures and what to change.
+
+        Exit status 0 whenever a diagnosis was made — also for a failed run; 2 when the file
+        cannot be read as a log.
+        """
+        from kohya_tuner.families import get_family
+        from kohya_tuner.logparse import diagnose
+        from kohya_tuner.logparse.reader import iter_events, open_log
+
+        family = get_family(model).name if model else None
+        source = open_log(log)
+        stream = iter_events(source)
+        if events:
+            stream = _echo(stream)
+        try:
+            diagnosis = diagnose(stream, exit_code, family=family)
+        except UnicodeError as exc:  # a decoder that cannot go on despite replacement
+            raise UserError(f"{log} cannot be decoded as text: {exc}.") from None
+        if as_json:
+            print_json(diagnosis.to_json())
+            return
+        _render(diagnosis, log)
+
+
+def _echo(stream):
+    import json
+    import sys
+
+    for ev in stream:
+        sys.stdout.write(json.dumps(ev.to_dict(), ensure_ascii=False, default=str) + "\n")
+        yield ev

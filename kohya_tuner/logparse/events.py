@@ -1,0 +1,179 @@
+"""Typed events read from sd-scripts output.
+
+Every event is a frozen dataclass with a `kind` (its type; for Failure, the error kind)
+and the cleaned text it came from in `line`. The parser emits them in the order the trainer printed them;
+`diagnose` turns a sequence of them into one Diagnosis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+# The phases a failure can belong to, in the order a run goes through them.
+PHASES = ("model_load", "cache_latents", "cache_text_encoder", "first_step", "training", "sampling", "saving",
+          "unknown")
+# Phases a Milestone can name (first_step is decided from the step count, unknown is no milestone).
+MILESTONE_PHASES = ("model_load", "cache_latents", "cache_text_encoder", "training", "sampling", "saving")
+# error.kind values of the diagnose JSON, and Failure.kind values.
+ERROR_KINDS = ("cpu_oom", "missing_file", "bad_argument", "nan_loss", "xformers", "bitsandbytes",
+               "cuda_unavailable", "distributed", "dtype", "other")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    line: str = ""
+
+    @property
+    def event_type(self) -> str:
+        """The event's type name; equal to `kind` except for Failure, whose `kind` is the error kind."""
+        return "failure" if isinstance(self, Failure) else self.kind
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"event": self.event_type, "kind": self.kind}
+        data.update(asdict(self))
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class Progress(Event):
+    """One refresh of the main `steps` bar. `step` and `total` are the bar's own numbers,
+    which restart after a resume; `rate` is in optimizer steps per second."""
+
+    kind: ClassVar[str] = "progress"
+    step: int
+    total: int
+    loss: float | None = None
+    rate: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochStart(Event):
+    kind: ClassVar[str] = "epoch"
+    epoch: int
+    total: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Milestone(Event):
+    kind: ClassVar[str] = "milestone"
+    phase: str
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TotalSteps(Event):
+    kind: ClassVar[str] = "total_steps"
+    total: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Saved(Event):
+    """A model file ("checkpoint") or an accelerate state directory ("state") being written."""
+
+    kind: ClassVar[str] = "saved"
+    what: str
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resumed(Event):
+    """`resume training from local state: PATH` (path) or `skipping N steps` (skipped)."""
+
+    kind: ClassVar[str] = "resumed"
+    path: str | None = None
+    skipped: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OomFigures:
+    """What PyTorch said about the failed allocation, in GiB. None where the message lacks it."""
+
+    tried_gib: float | None = None
+    capacity_gib: float | None = None
+    free_gib: float | None = None
+    process_in_use_gib: float | None = None
+    allocated_gib: float | None = None
+    reserved_unallocated_gib: float | None = None
+    message: str = ""
+    device: int | None = None
+    # Other processes PyTorch named as holding memory on the same GPU: (pid, GiB).
+    other_processes: tuple[tuple[int, float], ...] = ()
+
+    def schema_dict(self) -> dict[str, float | None]:
+        return {
+            "tried_gib": self.tried_gib,
+            "capacity_gib": self.capacity_gib,
+            "free_gib": self.free_gib,
+            "process_in_use_gib": self.process_in_use_gib,
+            "allocated_gib": self.allocated_gib,
+            "reserved_unallocated_gib": self.reserved_unallocated_gib,
+        }
+
+    @property
+    def held_elsewhere_gib(self) -> float | None:
+        """GPU memory neither free nor held by this process: other programs and drivers."""
+        if self.other_processes:
+            return sum(g for _, g in self.other_processes)
+        if self.capacity_gib is None or self.free_gib is None:
+            return None
+        mine = self.process_in_use_gib
+        if mine is None and self.allocated_gib is not None:
+            # Older messages give only PyTorch's own share; the CUDA context is extra.
+            mine = self.allocated_gib + (self.reserved_unallocated_gib or 0.0)
+        if mine is None:
+            return None
+        return max(0.0, self.capacity_gib - self.free_gib - mine)
+
+    @property
+    def fragmented(self) -> bool:
+        """Reserved-but-unallocated memory large enough that the request should have fit."""
+        ru = self.reserved_unallocated_gib
+        if ru is None or ru < 0.25:
+            return False
+        reserved = (self.allocated_gib or 0.0) + ru
+        return (self.tried_gib is not None and ru >= self.tried_gib) or (reserved > 0 and ru >= 0.1 * reserved)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Oom(Event):
+    """A GPU out-of-memory. `where` is the phase the traceback frames point at, if any."""
+
+    kind: ClassVar[str] = "oom"
+    figures: OomFigures = field(default_factory=OomFigures)
+    where: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure(Event):
+    """Anything else that stops or spoils a run; `kind` is one of ERROR_KINDS."""
+
+    # Unlike the other events, `kind` here is the error kind (the diagnose JSON's error.kind).
+    kind: str
+    message: str
+    where: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finished(Event):
+    """sd-scripts' last log record, `model saved.`: the final model file is written."""
+
+    kind: ClassVar[str] = "finished"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exited(Event):
+    """The launcher reported how the trainer ended: a status (negative = signal), or
+    None when a launcher traceback shows a failure without the number."""
+
+    kind: ClassVar[str] = "exited"
+    status: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelFamily(Event):
+    """The log names a model family (an entry script or a family-specific line)."""
+
+    kind: ClassVar[str] = "family"
+    family: str

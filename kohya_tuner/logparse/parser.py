@@ -1,0 +1,515 @@
+"""The streaming parser: text chunks in, typed events out.
+
+`LogParser.feed` takes whatever the trainer wrote, in chunks of any size (a chunk may end
+mid-line, mid-`\\r\\n`, mid-record); `finish` flushes what is left. Feeding a text in one
+piece or in any split gives the same events. The parser holds at most one line, one Rich
+record, one OOM message and one traceback at a time, so memory stays flat on huge logs.
+
+Layers, bottom up:
+  physical lines   split on \\n, \\r\\n and the bare \\r of tqdm updates; ANSI codes and other
+                   tools' prefixes ([timestamp] [INFO], [rank1]:) removed; a tqdm bar glued to
+                   the next output is split off
+  logical lines    a Rich log record wrapped over several lines (80 columns on a pipe) is
+                   joined back, mid-word folds included
+  events           progress, milestones, saves, resume, OOM with figures, other failures,
+                   `model saved.`, the launcher's exit status
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from kohya_tuner.logparse import patterns as P
+from kohya_tuner.logparse.events import (
+    EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, Progress, Resumed, Saved, TotalSteps,
+)
+
+# One physical line is cut here; a log line this long is binary noise or a runaway print.
+MAX_LINE = 65536
+_RICH_INDENT = " " * P.RICH_MESSAGE_COLUMN
+_MAX_RECORD = 16384
+_MAX_FRAMES = 300
+_MAX_OOM_LINES = 8
+_HINT_WINDOW = 60
+# This many distinct optimizer steps at a loss of exactly 0 means the model is not learning.
+_ZERO_LOSS_STEPS = 10
+
+
+class _RichRecord:
+    __slots__ = ("level", "parts", "width", "line_width", "last", "size")
+
+    def __init__(self, level: str, first: str, width: int | None, line_width: int):
+        self.level = level
+        self.width = width
+        self.line_width = line_width
+        self.parts: list[str] = []
+        self.last: str | None = None
+        self.size = 0
+        self.add(first, line_width)
+
+    def add(self, fragment: str, raw_width: int) -> None:
+        frag = fragment.strip()
+        if not frag:
+            self.last = None
+            return
+        if self.size > _MAX_RECORD:
+            return
+        self.size += len(frag)
+        last = self.last
+        if last is not None and self.width and P.cell_len(last) == self.width:
+            # A full line followed by more text may be one long word (a path) folded in two.
+            # Rich pads every line to the console width and starts a long word on a fresh line,
+            # so its folds are lines without a space. Wrappers that do not pad (textwrap) fill
+            # the line with the word's beginning: a fold there is a word too long to have been
+            # moved to the next line whole.
+            if raw_width == self.line_width:
+                fold = " " not in last
+            else:
+                last_tok = last.rsplit(" ", 1)[-1]
+                first_tok = frag.split(" ", 1)[0]
+                fold = P.cell_len(last_tok) + P.cell_len(first_tok) > self.width
+            if fold:
+                self.parts[-1] += frag
+                self.last = frag
+                return
+        self.parts.append(frag)
+        self.last = frag
+
+    def text(self) -> str:
+        return " ".join(self.parts)
+
+
+class _PendingOom:
+    __slots__ = ("parts", "where", "first")
+
+    def __init__(self, text: str, where: str | None):
+        self.parts = [text]
+        self.where = where
+        self.first = text
+
+    def text(self) -> str:
+        return " ".join(self.parts)
+
+    def done(self) -> bool:
+        return bool(P.OOM_DONE_RE.search(self.text()))
+
+
+class _Traceback:
+    __slots__ = ("frames", "explicit", "dropped")
+
+    def __init__(self, explicit: bool):
+        self.frames: list[str] = []
+        self.explicit = explicit
+        self.dropped = 0
+
+    def add(self, line: str) -> None:
+        if len(self.frames) < _MAX_FRAMES:
+            self.frames.append(line)
+        else:
+            self.dropped += 1
+
+
+class LogParser:
+    """Feed it the trainer's output as it arrives; it returns the events each chunk completes."""
+
+    def __init__(self) -> None:
+        self._buf = ""
+        self._truncated = False
+        self._pending_cr = False
+        self._rich: _RichRecord | None = None
+        self._oom: _PendingOom | None = None
+        self._tb: _Traceback | None = None
+        self._hints: deque[tuple[int, str]] = deque(maxlen=8)
+        self._n = 0
+        self._family: str | None = None
+        self._family_specific = False
+        self._nan_reported = False
+        self._zero_steps: set[int] = set()
+        self._zero_reported = False
+
+    # ---- chunks to physical lines -----------------------------------------------------------
+
+    def feed(self, chunk: str) -> list[Event]:
+        out: list[Event] = []
+        if not chunk:
+            return out
+        if self._pending_cr:
+            # "\r\n" split across two chunks is still one line break.
+            self._pending_cr = False
+            if chunk[0] == "\n":
+                chunk = chunk[1:]
+                if not chunk:
+                    return out
+        if "\r" in chunk:
+            self._pending_cr = chunk[-1] == "\r"
+            chunk = chunk.replace("\r\n", "\n").replace("\r", "\n")
+        parts = chunk.split("\n")
+        if len(parts) == 1:
+            self._append(parts[0])
+            return out
+        # A line already cut at MAX_LINE ignores the rest of its text.
+        first = self._buf if self._truncated else self._buf + parts[0]
+        self._buf = ""
+        self._truncated = False
+        self._physical(first[:MAX_LINE], out)
+        for line in parts[1:-1]:
+            self._physical(line[:MAX_LINE], out)
+        self._append(parts[-1])
+        return out
+
+    def finish(self) -> list[Event]:
+        """Flush the partial last line and whatever record, OOM message or traceback is open."""
+        out: list[Event] = []
+        if self._buf:
+            line = self._buf
+            self._buf = ""
+            self._truncated = False
+            self._physical(line, out)
+        self._pending_cr = False
+        self._flush_rich(out)
+        self._flush_oom(out)
+        if self._tb is not None:
+            self._end_traceback(out)
+        return out
+
+    def _append(self, text: str) -> None:
+        if self._truncated or not text:
+            return
+        self._buf += text
+        if len(self._buf) > MAX_LINE:
+            self._buf = self._buf[:MAX_LINE]
+            self._truncated = True
+
+    # ---- physical lines to logical lines --------------------------------------------------
+
+    def _physical(self, line: str, out: list[Event]) -> None:
+        if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
+            line = P.clean(line)
+        if "%|" in line:
+            m = P.BAR_RE.match(line)
+            if m:
+                self._flush_rich(out)
+                self._flush_oom(out)
+                if self._tb is not None:
+                    self._end_traceback(out)
+                self._bar(m, line, out)
+                rest = line[m.end():]
+                if rest.strip():
+                    self._physical(rest, out)
+                return
+        rich = self._rich
+        if rich is not None:
+            if line.startswith(_RICH_INDENT):
+                rich.add(line[P.RICH_MESSAGE_COLUMN:], P.cell_len(line))
+                return
+            self._flush_rich(out)
+        if line.startswith("                    ") or (line[:1].isdigit() and line[4:5] == "-"):
+            m = P.RICH_HEAD_RE.match(line)
+            if m:
+                self._start_rich(m.group(1), line, out)
+                return
+        elif line[:1] in ("D", "I", "W", "E", "C"):
+            m = P.LOOSE_HEAD_RE.match(line)
+            if m:
+                body = m.group(2) or ""
+                pm = P.RICH_PATH_RE.search(body)
+                if pm:
+                    body = body[: pm.start()]
+                self._logical(body.rstrip(), m.group(1), out)
+                return
+        self._logical(line, None, out)
+
+    def _start_rich(self, level: str, line: str, out: list[Event]) -> None:
+        body = line[P.RICH_MESSAGE_COLUMN:]
+        width = None
+        line_width = P.cell_len(line)
+        pm = P.RICH_PATH_RE.search(body)
+        if pm:
+            width = line_width - P.RICH_MESSAGE_COLUMN - len(pm.group(1)) - 1
+            body = body[: pm.start()]
+        self._rich = _RichRecord(level, body, width if width and width > 0 else None, line_width)
+
+    def _flush_rich(self, out: list[Event]) -> None:
+        rich = self._rich
+        if rich is None:
+            return
+        self._rich = None
+        self._logical(rich.text(), rich.level, out)
+
+    # ---- progress bars --------------------------------------------------------------------------
+
+    def _bar(self, m, line: str, out: list[Event]) -> None:
+        if not P.is_main_bar(m.group("desc")):
+            return
+        step = int(m.group("n"))
+        total = int(m.group("total"))
+        rate, loss = P.bar_numbers(m.group("inner"))
+        text = line[: m.end()].strip()
+        out.append(Progress(step=step, total=total, loss=loss, rate=rate, line=text))
+        if loss is None:
+            return
+        if math.isnan(loss) or math.isinf(loss):
+            if not self._nan_reported:
+                self._nan_reported = True
+                out.append(Failure(kind="nan_loss", message=f"the training loss is {loss} at step {step}",
+                                   where="training", line=text))
+            return
+        if loss == 0.0:
+            self._zero_steps.add(step)
+            if len(self._zero_steps) >= _ZERO_LOSS_STEPS and not self._zero_reported:
+                self._zero_reported = True
+                out.append(Failure(kind="nan_loss",
+                                   message=f"the training loss has been exactly 0 for {len(self._zero_steps)} steps",
+                                   where="training", line=text))
+        else:
+            self._zero_steps.clear()
+
+    # ---- logical lines to events ------------------------------------------------------------
+
+    def _logical(self, text: str, level: str | None, out: list[Event]) -> None:
+        self._n += 1
+        s = text.strip()
+        if self._oom is not None:
+            if level is None and s and self._oom_continues(s):
+                self._oom.parts.append(s)
+                if len(self._oom.parts) >= _MAX_OOM_LINES or self._oom.done():
+                    self._flush_oom(out)
+                return
+            self._flush_oom(out)
+        if not s:
+            return
+        if ".py" in s or "lux" in s or "LUX" in s:
+            self._family_line(s, out)
+        tb = self._tb
+        if tb is not None:
+            if level is not None:
+                self._end_traceback(out)
+            elif s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
+                self._end_traceback(out)
+                self._start_traceback(s, explicit=True)
+                return
+            elif not text[:1].isspace() and s[0] not in P.BOX_CHARS:
+                m = P.EXC_LINE_RE.match(s)
+                if m:
+                    self._tb = None
+                    self._exception(m.group(1), s, tb.frames, out)
+                    return
+                tb.add(s)
+                return
+            else:
+                tb.add(s.strip("│┃ "))
+                return
+        if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
+            self._start_traceback(s, explicit=True)
+            return
+        if s[0] in P.BOX_CHARS:
+            # The top of a Rich traceback box may have scrolled away; its frames still count.
+            self._tb = _Traceback(explicit=False)
+            self._tb.add(s.strip("│┃ "))
+            return
+        if level is None and not text[:1].isspace():
+            m = P.EXC_LINE_RE.match(s)
+            if m:
+                self._exception(m.group(1), s, None, out)
+                return
+        if self._milestone(s, out):
+            return
+        if level in ("INFO", "DEBUG", "WARNING"):
+            # sd-scripts' own log messages: they report progress, never the crash itself.
+            self._hint(s)
+            return
+        self._failure_line(s, level, out)
+
+    def _milestone(self, s: str, out: list[Event]) -> bool:
+        low = s[:48].lower()
+        if low.startswith(P.MILESTONE_HEADS):
+            for prefix, phase, name in P.MILESTONE_PREFIXES:
+                if low.startswith(prefix):
+                    if name == "start":
+                        self._new_run()
+                    out.append(Milestone(phase=phase, name=name, line=s))
+                    return True
+        c = low[:1]
+        if c == "a" and low.startswith("accelerator device"):
+            m = P.ACCEL_DEVICE_RE.search(s)
+            device = m.group(1) if m else "?"
+            out.append(Milestone(phase="model_load", name=f"accelerator device: {device}", line=s))
+            return True
+        if c == "s":
+            if low.startswith("saving checkpoint"):
+                m = P.SAVING_CKPT_RE.match(s)
+                if m:
+                    out.append(Saved(what="checkpoint", path=m.group(1), line=s))
+                    return True
+            elif low.startswith("saving current state to"):
+                m = P.SAVING_STATE_RE.match(s)
+                if m:
+                    out.append(Saved(what="state", path=m.group(1), line=s))
+                    return True
+            elif low.startswith("save trained model as"):
+                m = P.SAVE_TRAINED_RE.match(s)
+                if m:
+                    out.append(Saved(what="checkpoint", path=m.group(1), line=s))
+                    return True
+            elif low.startswith("skipping "):
+                m = P.SKIPPING_RE.match(s)
+                if m:
+                    out.append(Resumed(skipped=int(m.group(1)), line=s))
+                    return True
+        elif c == "m":
+            if s.startswith("model saved."):
+                out.append(Finished(line=s))
+                return True
+        elif c == "r":
+            if low.startswith("resume training from"):
+                m = P.RESUME_RE.match(s)
+                out.append(Resumed(path=m.group(1) if m else None, line=s))
+                return True
+        elif c == "t" or c == "o":
+            if low.startswith(("total optimization steps", "override steps")):
+                m = P.TOTAL_STEPS_RE.search(s)
+                if m:
+                    out.append(TotalSteps(total=int(m.group(1)), line=s))
+                    return True
+        elif c == "e":
+            if low.startswith("epoch "):
+                m = P.EPOCH_RE.match(s)
+                if m:
+                    out.append(EpochStart(epoch=int(m.group(1)), total=int(m.group(2)), line=s))
+                    return True
+        return False
+
+    def _failure_line(self, s: str, level: str | None, out: list[Event]) -> None:
+        """A line that is not an exception line but may still name a failure."""
+        if s == "Killed" or s.endswith(" Killed"):
+            out.append(Failure(kind="cpu_oom", message="the process was killed (Killed), most likely by the "
+                                                        "system's out-of-memory killer", line=s))
+            return
+        if not P.SUSPECT_RE.search(s):
+            return
+        status = P.exit_status(s)
+        if status is not None:
+            out.append(Exited(status=status, line=s))
+            return
+        if P.plain_line_is_oom(s):
+            self._oom = _PendingOom(s, None)
+            if self._oom.done():
+                self._flush_oom(out)
+            return
+        if P.CPU_OOM_RE.search(s):
+            out.append(Failure(kind="cpu_oom", message=s[:500], line=s))
+            return
+        kind = P.error_kind(s)
+        if kind == "bad_argument" and ".py: error:" in s:
+            out.append(Failure(kind=kind, message=s[:500], line=s))
+            return
+        low = s[:8].lower()
+        if kind != "other" and (level in ("ERROR", "CRITICAL") or low.startswith(("error", "fatal"))):
+            out.append(Failure(kind=kind, message=s[:500], line=s))
+            return
+        self._hint(s)
+
+    def _hint(self, s: str) -> None:
+        if not P.SUSPECT_RE.search(s):
+            return
+        kind = P.hint_kind(s)
+        if kind is not None:
+            self._hints.append((self._n, kind))
+
+    def _context_kind(self, frames: list[str] | None) -> str:
+        """For an error with no telling message: what its frames or the lines before it say."""
+        if frames:
+            for line in frames:
+                kind = P.error_kind(line)
+                if kind in ("xformers", "bitsandbytes", "distributed", "cuda_unavailable"):
+                    return kind
+        for n, kind in reversed(self._hints):
+            if self._n - n <= _HINT_WINDOW:
+                return kind
+        return "other"
+
+    # ---- tracebacks, exceptions, OOM messages ---------------------------------------------
+
+    def _start_traceback(self, s: str, explicit: bool) -> None:
+        self._tb = _Traceback(explicit=explicit)
+        rest = s.split(P.TRACEBACK_HEAD, 1)[-1].strip(" ):─╮┓")
+        if rest:
+            self._tb.add(rest)
+
+    def _end_traceback(self, out: list[Event]) -> None:
+        """A traceback that stopped without its exception line (the log was cut, or other
+        output broke in)."""
+        tb = self._tb
+        self._tb = None
+        if tb is None or not tb.explicit:
+            return
+        if P.launcher_only(tb.frames):
+            out.append(Exited(status=None, line="Traceback (launcher)"))
+            return
+        last = next((f for f in reversed(tb.frames) if f.strip()), "")
+        where = P.phase_from_frames(tb.frames)
+        out.append(Failure(kind=self._context_kind(tb.frames),
+                           message="the log ends inside a traceback whose error line is missing"
+                                   + (f" (last frame: {last[:200]})" if last else ""),
+                           where=where, line=P.TRACEBACK_HEAD))
+
+    def _exception(self, exc_type: str, s: str, frames: list[str] | None, out: list[Event]) -> None:
+        where = P.phase_from_frames(frames) if frames else None
+        if exc_type in P.LAUNCHER_WRAPPERS:
+            out.append(Exited(status=P.exit_status(s), line=s))
+            return
+        if exc_type == "KeyboardInterrupt":
+            out.append(Failure(kind="other", message="KeyboardInterrupt: the run was interrupted", where=where,
+                               line=s))
+            return
+        if P.is_oom(s):
+            self._oom = _PendingOom(s, where)
+            if self._oom.done():
+                self._flush_oom(out)
+            return
+        kind = P.error_kind(s, exc_type)
+        if kind == "other":
+            kind = self._context_kind(frames)
+        out.append(Failure(kind=kind, message=s[:500], where=where, line=s))
+
+    def _oom_continues(self, s: str) -> bool:
+        if s[0] in P.BOX_CHARS or s.startswith((P.TRACEBACK_HEAD, "During handling", "The above exception",
+                                                  'File "', "Traceback")):
+            return False
+        return not P.EXC_LINE_RE.match(s) or bool(P.OOM_STAT_LINE_RE.match(s))
+
+    def _flush_oom(self, out: list[Event]) -> None:
+        pending = self._oom
+        if pending is None:
+            return
+        self._oom = None
+        out.append(Oom(figures=P.oom_figures(pending.text()), where=pending.where, line=pending.first))
+
+    # ---- state ---------------------------------------------------------------------------------
+
+    def _new_run(self) -> None:
+        self._nan_reported = False
+        self._zero_steps.clear()
+        self._zero_reported = False
+
+    def _family_line(self, s: str, out: list[Event]) -> None:
+        found = P.family_hint(s)
+        if found is None:
+            return
+        family, specific = found
+        if family == self._family or (self._family is not None and not specific):
+            return
+        if self._family_specific and not specific:
+            return
+        self._family = family
+        self._family_specific = specific
+        out.append(ModelFamily(family=family, line=s))
+
+
+def parse_text(text: str) -> list[Event]:
+    """Every event in a whole log text."""
+    parser = LogParser()
+    events = parser.feed(text)
+    events.extend(parser.finish())
+    return events

@@ -1,0 +1,491 @@
+"""What sd-scripts, PyTorch, accelerate and the tools around them print, as patterns.
+
+Pure functions over one string: cleaning a physical line, recognising OOM and other
+failures, reading OOM figures, guessing a phase from traceback frames. The format
+strings come from sd-scripts at the pinned commit (see shared NOTES §d) and from the
+PyTorch/accelerate messages users post; nothing here is copied code.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+from kohya_tuner.logparse.events import OomFigures
+
+# ---- cleaning --------------------------------------------------------------------------------
+
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# Colour codes whose ESC byte was lost when a user pasted a log ("[32mINFO[0m").
+_BARE_SGR_RE = re.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m")
+
+# Prefixes other tools put before each line. Rich's own time column ("2026-01-01 12:00:00 INFO")
+# is not among them: it is how sd-scripts records start.
+_PREFIX_RE = re.compile(
+    r"(?:"
+    r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]"  # [2024-09-18 08:19:50]
+    r"|\[(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|FATAL|STDOUT|STDERR|stdout|stderr)\]"  # [INFO]
+    r"|\[(?:rank|default)\d+\]:"  # [rank1]: / torchrun's [default0]:
+    r"|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,]\d{3,}(?:Z|[+-]\d{2}:?\d{2})?(?= )"  # 2024-06-30 23:45:34,053
+    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})(?= )"  # docker-style ISO time
+    r") ?"
+)
+
+
+def clean(line: str) -> str:
+    """One physical line without colour codes and without other tools' prefixes."""
+    if "\x1b" in line:
+        line = _ANSI_RE.sub("", line)
+    if "[0m" in line:
+        line = _BARE_SGR_RE.sub("", line)
+    for _ in range(4):
+        if not line or not (line[0] == "[" or line[0].isdigit()):
+            break
+        m = _PREFIX_RE.match(line)
+        if not m:
+            break
+        line = line[m.end():]
+    return line
+
+
+def cell_len(text: str) -> int:
+    """Terminal columns `text` takes (East Asian wide characters take two)."""
+    if text.isascii():
+        return len(text)
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+# ---- Rich log records ---------------------------------------------------------------------
+
+# Rich's layout when sd-scripts logs to a pipe: a 19-character time (or as many spaces when it
+# repeats), a space, the level padded to 8, a space, the message, the source file at the right.
+RICH_MESSAGE_COLUMN = 29
+RICH_HEAD_RE = re.compile(r"(?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}| {19}) (DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: +(.*))?$")
+# The same record after a tool stripped the leading blanks.
+LOOSE_HEAD_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) +(\S.*)?$")
+RICH_PATH_RE = re.compile(r"\s([\w.\-]+\.py:\d+)\s*$")
+
+# ---- progress bars --------------------------------------------------------------------------
+
+BAR_RE = re.compile(
+    r"(?P<desc>[^|\r\n]*?)\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?P<inner>[^\]]*)\]"
+)
+_RATE_RE = re.compile(r"(\?|[\d.]+)\s*(it/s|s/it)")
+_LOSS_RE = re.compile(r"(?:^|[ ,])(?:avr_loss|loss)=([-+]?(?:nan|inf|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))", re.I)
+
+
+def bar_numbers(inner: str) -> tuple[float | None, float | None]:
+    """(rate in it/s, loss) from the bracketed part of a tqdm bar."""
+    rate = None
+    m = _RATE_RE.search(inner)
+    if m and m.group(1) != "?":
+        try:
+            value = float(m.group(1))
+            rate = value if m.group(2) == "it/s" else (1.0 / value if value > 0 else None)
+        except ValueError:
+            rate = None
+    loss = None
+    m = _LOSS_RE.search(inner)
+    if m:
+        try:
+            loss = float(m.group(1))
+        except ValueError:
+            loss = None
+    return rate, loss
+
+
+def is_main_bar(desc: str) -> bool:
+    """sd-scripts' optimizer-step bar is `steps`; ComfyUI's trainer writes `Epoch 1/9 - steps`."""
+    d = desc.rstrip(": ").lower()
+    return (d == "steps" or d.endswith(" steps")) and "validation" not in d
+
+
+# ---- milestones ------------------------------------------------------------------------------
+
+# (lower-case message prefix, phase, milestone name), checked with str.startswith.
+MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
+    ("loading settings from", "model_load", "start"),
+    ("preparing accelerator", "model_load", "preparing accelerator"),
+    ("loading model for process", "model_load", "loading model"),
+    ("load stablediffusion checkpoint", "model_load", "loading model"),
+    ("load diffusers pretrained models", "model_load", "loading model"),
+    ("loading u-net", "model_load", "loading model"),
+    ("loading unet", "model_load", "loading model"),
+    ("loading vae", "model_load", "loading model"),
+    ("loading text encoder", "model_load", "loading model"),
+    ("loading state dict from", "model_load", "loading model"),
+    ("building flux model", "model_load", "loading model"),
+    ("building u-net", "model_load", "loading model"),
+    ("building text encoder", "model_load", "loading model"),
+    ("building vae", "model_load", "loading model"),
+    ("building clip", "model_load", "loading model"),
+    ("building t5", "model_load", "loading model"),
+    ("building autoencoder", "model_load", "loading model"),
+    ("loaded flux", "model_load", "loading model"),
+    ("loaded ae", "model_load", "loading model"),
+    ("loaded clip", "model_load", "loading model"),
+    ("loaded t5", "model_load", "loading model"),
+    ("enable sdpa", "model_load", "attention"),
+    ("enable xformers", "model_load", "attention"),
+    ("enable memory efficient attention", "model_load", "attention"),
+    ("import network module", "model_load", "creating network"),
+    ("create lora network", "model_load", "creating network"),
+    ("enable fp8 training", "model_load", "fp8"),
+    ("enable block swap", "model_load", "block swap"),
+    ("flux: block swap enabled", "model_load", "block swap"),
+    ("prepare optimizer, data loader", "model_load", "prepare optimizer"),
+    ("move vae and unet back to original device", "model_load", "moving models"),
+    ("unet dtype:", "model_load", "models on device"),
+    ("caching latents", "cache_latents", "caching latents"),
+    ("caching text encoder outputs", "cache_text_encoder", "caching text encoder outputs"),
+    ("cache text encoder outputs", "cache_text_encoder", "caching text encoder outputs"),
+    ("move vae and unet to cpu to save memory", "cache_text_encoder", "caching text encoder outputs"),
+    ("move text encoders to gpu", "cache_text_encoder", "caching text encoder outputs"),
+    ("running training", "training", "running training"),
+    ("generating sample images", "sampling", "generating sample images"),
+    ("saving state at", "saving", "saving state"),
+    ("saving last state", "saving", "saving state"),
+)
+MILESTONE_HEADS = tuple(p for p, _, _ in MILESTONE_PREFIXES)
+
+ACCEL_DEVICE_RE = re.compile(r"accelerator device:\s*(\S+)")
+TOTAL_STEPS_RE = re.compile(
+    r"(?:total optimization steps\s*/.*?[:：]|override steps\. steps for \d+ epochs is\s*/.*?[:：])\s*(\d+)\s*$")
+EPOCH_RE = re.compile(r"epoch (\d+)/(\d+)\s*$")
+SAVING_CKPT_RE = re.compile(r"saving checkpoint:\s*(.+?)\s*$")
+SAVE_TRAINED_RE = re.compile(r"save trained model as .*? to\s+(.+?)\s*$")
+SAVING_STATE_RE = re.compile(r"Saving current state to\s+(.+?)\s*$")
+RESUME_RE = re.compile(r"resume training from (?:local|huggingface) state:\s*(.+?)\s*$")
+SKIPPING_RE = re.compile(r"skipping (\d+) steps\b")
+
+# ---- tracebacks and exceptions ------------------------------------------------------------
+
+TRACEBACK_HEAD = "Traceback (most recent call last)"
+# A line naming an exception: `torch.OutOfMemoryError: CUDA out of memory...`, a bare `MemoryError`.
+EXC_LINE_RE = re.compile(
+    r"(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Fault)|KeyboardInterrupt)"
+    r"(?::\s?(.*))?$"
+)
+LAUNCHER_WRAPPERS = ("CalledProcessError", "ChildFailedError")
+BOX_CHARS = "│╭╰┃┏┗|"
+
+# ---- exit status ----------------------------------------------------------------------------
+
+_EXIT_PATTERNS = (
+    (re.compile(r"returned non-zero exit status (-?\d+)"), 1),
+    (re.compile(r"died with <Signals\.\w+: (\d+)>"), -1),
+    (re.compile(r"failed \(exitcode: (-?\d+)\)"), 1),
+    (re.compile(r"Signals\.SIG\w+: (\d+)"), -1),
+    (re.compile(r"^\s*exitcode\s*:\s*(-?\d+)"), 1),
+)
+
+
+def exit_status(text: str) -> int | None:
+    """The trainer's exit status as a launcher reports it (a signal as its negative)."""
+    if "exit" not in text and "Signals" not in text:
+        return None
+    for rx, sign in _EXIT_PATTERNS:
+        m = rx.search(text)
+        if m:
+            return sign * int(m.group(1))
+    return None
+
+
+# ---- OOM recognition --------------------------------------------------------------------------
+
+# Host memory running out. Checked before the GPU patterns: newer PyTorch raises
+# OutOfMemoryError for the CPU allocator too, and "out of memory" alone says nothing.
+CPU_OOM_RE = re.compile(
+    r"DefaultCPUAllocator|can't allocate memory|not enough memory: you tried to allocate"
+    r"|(?<!\w)MemoryError\b|Unable to allocate [\d.]+ ?[KMGTP]?i?B"
+    r"|paging file is too small|os error 1455|WinError 1455|Cannot allocate memory|std::bad_alloc"
+    r"|Out of memory: Kill|oom-kill|Java heap space",
+)
+GPU_OOM_RE = re.compile(
+    r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"
+    r"|CUDNN_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_ENOUGH_WORKSPACE|Allocation on device"
+    r"|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|HIP out of memory|hipErrorOutOfMemory"
+    r"|MPS backend out of memory|XPU out of memory|out of memory on device|OOM when allocating"
+    r"|ResourceExhaustedError"
+)
+# A plain line (no exception name) counts as an OOM only when the signature starts it or
+# comes with PyTorch's figures, so a warning that merely mentions OOM is not one.
+_GPU_OOM_LEAD_RE = re.compile(r"^\W*(?:" + GPU_OOM_RE.pattern + r")")
+
+
+def is_oom(text: str) -> bool:
+    """Whether an error text is a GPU out-of-memory (and not the host running out of RAM)."""
+    return bool(GPU_OOM_RE.search(text)) and not CPU_OOM_RE.search(text)
+
+
+def plain_line_is_oom(text: str) -> bool:
+    m = GPU_OOM_RE.search(text)
+    if not m or CPU_OOM_RE.search(text):
+        return False
+    if _GPU_OOM_LEAD_RE.match(text) or "Tried to allocate" in text:
+        return True
+    before = text[: m.start()].lower()
+    return "error" in before or "exception" in before
+
+
+# ---- OOM figures ------------------------------------------------------------------------------
+
+_SIZE = r"([\d.]+)\s*(bytes|[KMGT]i?B)"
+_UNIT = {"bytes": 1 / 1024**3, "KiB": 1 / 1024**2, "KB": 1 / 1024**2, "MiB": 1 / 1024, "MB": 1 / 1024,
+         "GiB": 1.0, "GB": 1.0, "TiB": 1024.0, "TB": 1024.0}
+_TRIED_RE = re.compile(r"Tried to allocate\s+" + _SIZE)
+_DEVICE_RE = re.compile(r"\bGPU\s+(\d+)\b|Allocation on device\s+(\d+)")
+_CAPACITY_NEW_RE = re.compile(r"total capac(?:i)?ty of\s+" + _SIZE + r"\s+of which\s+" + _SIZE + r"\s+is free")
+_IN_USE_RE = re.compile(r"this process has\s+" + _SIZE + r"\s+memory in use")
+_OTHER_PROC_RE = re.compile(r"Process\s+(\d+)\s+has\s+" + _SIZE + r"\s+memory in use")
+_ALLOC_NEW_RE = re.compile(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocated by PyTorch")
+_RESERVED_UNALLOC_RE = re.compile(_SIZE + r"\s+is reserved by PyTorch but unallocated")
+_CAPACITY_OLD_RE = re.compile(_SIZE + r"\s+total capacity")
+_ALLOC_OLD_RE = re.compile(_SIZE + r"\s+already allocated")
+_FREE_OLD_RE = re.compile(_SIZE + r"\s+free\b")
+_RESERVED_OLD_RE = re.compile(_SIZE + r"\s+(?:reserved in total by PyTorch|cached)")
+_ASYNC_RE = {
+    "allocated": re.compile(r"Currently allocated\s*:\s*" + _SIZE),
+    "tried": re.compile(r"Requested\s*:\s*" + _SIZE),
+    "capacity": re.compile(r"Device limit\s*:\s*" + _SIZE),
+    "free": re.compile(r"Free \(according to CUDA\)\s*:\s*" + _SIZE),
+}
+OOM_DONE_RE = re.compile(r"Memory Management\s*(?:and PYTORCH_CUDA_ALLOC_CONF|\(\S*\))|PyTorch limit \(set by")
+OOM_STAT_LINE_RE = re.compile(r"\s*(?:Currently allocated|Requested|Device limit|Free \(according|PyTorch limit|:)")
+
+
+def _gib(m: re.Match, i: int = 1) -> float | None:
+    try:
+        return round(float(m.group(i)) * _UNIT[m.group(i + 1)], 4)
+    except (ValueError, KeyError):
+        return None
+
+
+def oom_figures(text: str) -> OomFigures:
+    """Every figure PyTorch's message holds, in GiB, from any of its wordings."""
+    text = " ".join(text.split())
+    tried = capacity = free = in_use = allocated = reserved_unalloc = None
+    device = None
+    m = _TRIED_RE.search(text)
+    if m:
+        tried = _gib(m)
+    m = _DEVICE_RE.search(text)
+    if m:
+        device = int(m.group(1) or m.group(2))
+    m = _CAPACITY_NEW_RE.search(text)
+    if m:
+        capacity, free = _gib(m, 1), _gib(m, 3)
+    m = _IN_USE_RE.search(text)
+    if m:
+        in_use = _gib(m)
+    m = _ALLOC_NEW_RE.search(text)
+    if m:
+        allocated = _gib(m)
+    m = _RESERVED_UNALLOC_RE.search(text)
+    if m:
+        reserved_unalloc = _gib(m)
+    others = tuple((int(p.group(1)), _gib(p, 2) or 0.0) for p in _OTHER_PROC_RE.finditer(text))
+    if capacity is None:
+        # PyTorch before 2.1: "(GPU 0; 6.00 GiB total capacity; 5.24 GiB already allocated; 0 bytes free;
+        # 5.29 GiB reserved in total by PyTorch)".
+        m = _CAPACITY_OLD_RE.search(text)
+        if m:
+            capacity = _gib(m)
+            m = _ALLOC_OLD_RE.search(text)
+            if m:
+                allocated = _gib(m)
+            m = _FREE_OLD_RE.search(text)
+            if m:
+                free = _gib(m)
+            m = _RESERVED_OLD_RE.search(text)
+            if m and allocated is not None:
+                reserved = _gib(m)
+                if reserved is not None:
+                    reserved_unalloc = round(max(0.0, reserved - allocated), 4)
+    if "Allocation on device" in text:
+        # cudaMallocAsync's wording: a small table instead of a sentence.
+        for key, rx in _ASYNC_RE.items():
+            m = rx.search(text)
+            if not m:
+                continue
+            value = _gib(m)
+            if key == "allocated" and allocated is None:
+                allocated = value
+            elif key == "tried" and tried is None:
+                tried = value
+            elif key == "capacity" and capacity is None:
+                capacity = value
+            elif key == "free" and free is None:
+                free = value
+    return OomFigures(tried_gib=tried, capacity_gib=capacity, free_gib=free, process_in_use_gib=in_use,
+                      allocated_gib=allocated, reserved_unallocated_gib=reserved_unalloc, message=text[:2000],
+                      device=device, other_processes=others)
+
+
+# ---- failure kinds ------------------------------------------------------------------------------
+
+# Lines worth classifying at all: the rest of a log never names a failure.
+SUSPECT_RE = re.compile(
+    r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|unrecogni[sz]ed"
+    r"|exception|abort|no such file|does not exist|not exist|no kernel|not compiled|no cuda|nccl|c10d|xformers"
+    r"|bitsandbytes|cublas|cudnn|alloc|expected|mismatch|dtype|not implemented|not supported|paging file"
+    r"|no data found|not correctly cached",
+    re.I,
+)
+
+_KIND_RULES: tuple[tuple[str, re.Pattern], ...] = (
+    ("xformers", re.compile(r"xformers|memory_efficient_attention|No operator found for", re.I)),
+    ("bitsandbytes", re.compile(
+        r"bitsandbytes|libbitsandbytes|cget_col_row_stats|cadam32bit|CUDA Setup failed|compiled without GPU support"
+        r"|bnb\.optim", re.I)),
+    ("cuda_unavailable", re.compile(
+        r"Torch not compiled with CUDA|No CUDA GPUs are available|Found no NVIDIA driver|NVIDIA driver on your system"
+        r"|CUDA driver version is insufficient|no CUDA-capable device|torch\.cuda\.is_available\(\) is False"
+        r"|CUDA unknown error|cudaGetDeviceCount|no kernel image is available|requires a GPU|invalid device ordinal"
+        r"|is not compatible with the current PyTorch installation|CUDA initialization", re.I)),
+    ("distributed", re.compile(
+        r"NCCL|c10d|rendezvous|init_process_group|DistStoreError|DistBackendError|DistNetworkError|ProcessGroup"
+        r"|use_libuv|Address already in use|EADDRINUSE|MASTER_ADDR|MASTER_PORT|torch\.distributed\.\w*Error"
+        r"|Watchdog caught collective", re.I)),
+    ("dtype", re.compile(
+        r"expected scalar type|must have the same dtype|not implemented for '(?:Half|BFloat16|Float8\w*)'"
+        r"|unsupported ScalarType|dtype mismatch|(?:Half|BFloat16|bf16|fp16)\w*\) and weight type|and weight type "
+        r"\(\S*(?:Half|BFloat16)|Bfloat16 is only supported|does not support bfloat16|bf16 is not supported"
+        r"|Promotion for Float8 Types is not supported|mixed_precision.*(?:not supported|requires)", re.I)),
+    ("bad_argument", re.compile(
+        r"error: unrecognized arguments|unrecognized arguments:|error: argument |error: the following arguments"
+        r"|error: ambiguous option|invalid choice:|Invalid user config|ユーザ設定|extra keys not allowed"
+        r"|required key not provided|invalid argument|\.py: error:", re.I)),
+    ("missing_file", re.compile(
+        r"FileNotFoundError|No such file or directory|\[Errno 2\]|does not exist|not found\.?\s*$"
+        r"|cannot find the (?:file|path)|The system cannot find|not correctly cached|Can't load tokenizer"
+        r"|is not a local folder|No data found|画像がありません|no image files? found|HeaderTooLarge", re.I)),
+    ("nan_loss", re.compile(r"loss is nan|nan loss|NaN detected|Loss is NaN|non-finite loss|avr_loss=nan", re.I)),
+)
+
+
+@lru_cache(maxsize=1)
+def _arg_names() -> frozenset[str]:
+    """Every sd-scripts argument name at the pinned commit (multi-word ones only)."""
+    try:
+        from kohya_tuner.schema import raw_schema
+
+        scripts = raw_schema()["scripts"]
+        return frozenset(a["name"] for s in scripts.values() for a in s["args"] if "_" in a["name"])
+    except Exception:  # packaged data missing in a broken install: classification still works
+        return frozenset()
+
+
+_WORD_RE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+
+
+def error_kind(text: str, exc_type: str | None = None) -> str:
+    """The diagnose error.kind for a non-GPU-OOM error text (cpu_oom, …, other)."""
+    if CPU_OOM_RE.search(text) or exc_type == "MemoryError":
+        return "cpu_oom"
+    for kind, rx in _KIND_RULES:
+        if rx.search(text):
+            return kind
+    if exc_type in ("FileNotFoundError", "IsADirectoryError", "NotADirectoryError"):
+        return "missing_file"
+    if exc_type in ("AssertionError", "ValueError"):
+        # sd-scripts checks its arguments with assert/ValueError naming them.
+        names = _arg_names()
+        if any(w in names for w in _WORD_RE.findall(text)):
+            return "bad_argument"
+    return "other"
+
+
+# A warning or error line that explains a later, otherwise unexplained failure.
+HINT_WORDS_RE = re.compile(r"error|fail|warn|can't|cannot|unable|not found|no module|invalid|not correctly", re.I)
+
+
+def hint_kind(text: str) -> str | None:
+    if not HINT_WORDS_RE.search(text):
+        return None
+    kind = error_kind(text)
+    return None if kind in ("other", "cpu_oom") else kind
+
+
+# ---- phase from traceback frames ------------------------------------------------------------
+
+# Checked against each frame line from the outermost frame inwards: the trainer's own loop
+# names the phase before library internals do.
+_FRAME_RULES: tuple[tuple[str, re.Pattern], ...] = (
+    ("saving", re.compile(
+        r"save_model|save_sd_model|sd_saver|save_file\(|save_state|save_checkpoint|serialize_file|save_weights"
+        r"|save_stable_diffusion|save_diffusers|save_lora|\.save_pretrained")),
+    ("sampling", re.compile(r"sample_images|sample_image_inference|generate_sample|sample_image\b")),
+    ("cache_latents", re.compile(r"cache_latents|cache_batch_latents|new_cache_latents|encode_latents|vae\.encode")),
+    ("cache_text_encoder", re.compile(
+        r"cache_text_encoder_outputs|new_cache_text_encoder_outputs|cache_batch_outputs|encode_tokens")),
+    ("model_load", re.compile(
+        r"load_target_model|_load_target_model|load_models|load_stable_diffusion|load_flow_model|load_ae\b"
+        r"|load_clip|load_t5|from_pretrained|load_state_dict|load_checkpoint|prepare_accelerator"
+        r"|init_process_group|setup_train_device|transformer_to|replace_unet_modules|model_to_device"
+        r"|accelerator\.prepare\(|Accelerator\(|load_model")),
+    ("training", re.compile(
+        r"backward|optimizer\.step|\bcall_unet|get_noise_pred|process_batch|for step, batch in|dataloader"
+        r"|training_step|train_step|train_one|\bforward\b")),
+)
+_WEAK_LOAD_RE = re.compile(r"\._apply\(|\.to\(|\.cuda\(")
+
+
+def phase_from_frames(frames: list[str]) -> str | None:
+    for line in frames:
+        for phase, rx in _FRAME_RULES:
+            if rx.search(line):
+                return phase
+    for line in frames:
+        if _WEAK_LOAD_RE.search(line):
+            return "model_load"
+    return None
+
+
+_LAUNCHER_FRAME_RE = re.compile(
+    r"accelerate[\\/]commands|accelerate_cli|simple_launcher|multi_gpu_launcher|[\\/]bin[\\/]accelerate"
+    r"|accelerate\.exe|Scripts[\\/]accelerate|torch[\\/]distributed[\\/]run\.py|torchrun|elastic[\\/]"
+)
+_GENERIC_FRAME_RE = re.compile(r"runpy\.py|sys\.exit\(main\(\)\)|_run_module_as_main|_run_code|exec\(code|^\^+$")
+
+
+def launcher_only(frames: list[str]) -> bool:
+    """Whether a traceback holds only the launcher's own frames (accelerate / torchrun)."""
+    saw_launcher = False
+    for line in frames:
+        if not line.strip():
+            continue
+        if _LAUNCHER_FRAME_RE.search(line):
+            saw_launcher = True
+            continue
+        if _GENERIC_FRAME_RE.search(line.strip()) or line.strip().startswith(("args.func(", "raise subprocess",
+                                                                              "return _run_code", "main()")):
+            continue
+        return False
+    return saw_launcher
+
+
+# ---- model family -------------------------------------------------------------------------------
+
+_SCRIPT_FAMILY_RE = re.compile(
+    r"(?<![\w])(flux_train_network|flux_train|sdxl_train_network|sdxl_train|sd3_train_network|sd3_train"
+    r"|train_network|train_db|fine_tune)\.py")
+_SCRIPT_FAMILY = {"flux_train_network": "flux", "flux_train": "flux", "sdxl_train_network": "sdxl",
+                  "sdxl_train": "sdxl", "train_network": "sd15", "train_db": "sd15", "fine_tune": "sd15"}
+
+
+def family_hint(text: str) -> tuple[str, bool] | None:
+    """(family, specific) named by a line: an entry script path or a FLUX-only message.
+    `train_network.py` is not specific: the SDXL and FLUX trainers run through it too."""
+    if ".py" in text:
+        m = _SCRIPT_FAMILY_RE.search(text)
+        if m:
+            name = m.group(1)
+            fam = _SCRIPT_FAMILY.get(name)
+            if fam:
+                return fam, name != "train_network"
+    if "Flux" in text or "FLUX" in text:
+        if text.startswith(("Building Flux model", "FLUX: Block swap", "Loaded Flux")):
+            return "flux", True
+    return None

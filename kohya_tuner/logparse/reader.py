@@ -1,0 +1,100 @@
+"""Reading a log file for the parser: streamed, any encoding a Windows or Linux shell writes.
+
+The only module of the package that touches files. A log can be gigabytes (tqdm rewrites
+its bar thousands of times per hour), so it is decoded and parsed chunk by chunk and
+never held in memory whole.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from kohya_tuner.errors import UserError
+from kohya_tuner.logparse.events import Event
+from kohya_tuner.logparse.parser import LogParser
+
+CHUNK = 1 << 20
+_SNIFF = 1 << 16
+# Text logs carry these control characters; anything else in bulk means binary data.
+_TEXT_CONTROLS = frozenset(b"\t\n\r\x1b\x08\x0c\x07")
+
+
+@dataclass
+class LogSource:
+    path: Path
+    size: int
+    encoding: str
+
+
+def _sniff_encoding(head: bytes) -> str | None:
+    """The encoding of a log from its first bytes, or None when it is not text."""
+    if head.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    if not head:
+        return "utf-8"
+    nul = head.count(0)
+    if nul:
+        # PowerShell's `>` writes UTF-16 without a BOM now and then: every other byte is NUL.
+        even = head[0::2].count(0)
+        odd = head[1::2].count(0)
+        if odd > 0.4 * (len(head) // 2) and even < 0.05 * (len(head) // 2):
+            return "utf-16-le"
+        if even > 0.4 * (len(head) // 2) and odd < 0.05 * (len(head) // 2):
+            return "utf-16-be"
+        if nul > 0.01 * len(head):
+            return None
+    controls = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROLS)
+    if controls > 0.05 * len(head):
+        return None
+    text = head.decode("utf-8", errors="replace")
+    if text.count("\ufffd") > 0.2 * max(1, len(text)):
+        return None
+    return "utf-8"
+
+
+def open_log(path: str | os.PathLike) -> LogSource:
+    """Check that `path` is a readable text log; UserError (exit 2) when it is not."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{p} does not exist.", "Pass the file the training output was saved to.")
+    if p.is_dir():
+        raise UserError(f"{p} is a folder, not a log file.",
+                        "Pass the file the training output was saved to (for example train.log).")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(_SNIFF)
+        size = p.stat().st_size
+    except OSError as exc:
+        raise UserError(f"{p} cannot be read: {exc.strerror or exc}.") from None
+    encoding = _sniff_encoding(head)
+    if encoding is None:
+        raise UserError(f"{p} is not a text log: it holds binary data.",
+                        "Pass the console output of the training (for example `accelerate launch … > train.log "
+                        "2>&1`), not a model, cache or image file.")
+    return LogSource(path=p, size=size, encoding=encoding)
+
+
+def iter_events(source: LogSource, parser: LogParser | None = None) -> Iterator[Event]:
+    """Every event of the log, read and parsed one chunk at a time."""
+    parser = parser or LogParser()
+    decoder = codecs.getincrementaldecoder(source.encoding)(errors="replace")
+    try:
+        with open(source.path, "rb") as fh:
+            while True:
+                block = fh.read(CHUNK)
+                if not block:
+                    break
+                text = decoder.decode(block)
+                if "\x00" in text:
+                    text = text.replace("\x00", "")
+                yield from parser.feed(text)
+    except OSError as exc:
+        raise UserError(f"{source.path} cannot be read: {exc.strerror or exc}.") from None
+    yield from parser.feed(decoder.decode(b"", final=True))
+    yield from parser.finish()
