@@ -673,12 +673,17 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
     """Fit, then remove speed costs (block swap, gradient checkpointing, checkpoint offload,
     8-bit states) as long as the peak stays within the upper target share of the budget."""
     lad = ladder or load_ladder()
-    result = fit(config, family, budget_gib, dataset=dataset, history=history, gpu_name=gpu_name, gpu_gb=gpu_gb,
+    high = lad.tune_high * budget_gib
+    # Aim at the upper target first (headroom for a late large bucket); settle for the whole
+    # budget when the target cannot be reached.
+    result = fit(config, family, high, dataset=dataset, history=history, gpu_name=gpu_name, gpu_gb=gpu_gb,
                  bf16=bf16, ladder=lad)
+    if not result.fits:
+        result = fit(config, family, budget_gib, dataset=dataset, history=history, gpu_name=gpu_name,
+                     gpu_gb=gpu_gb, bf16=bf16, ladder=lad)
     if not result.fits:
         return result
     ctx = _Ctx(family, history, gpu_name, bf16, lad)
-    high = lad.tune_high * budget_gib
     cfg, ds, current = dict(result.config), result.dataset, result.after
     steps = list(result.steps)
     for r in lad.relaxes:
@@ -746,7 +751,8 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
     ctx = _Ctx(family, history, gpu_name, bf16, ladder or load_ladder())
-    tried = set(tried)
+    # A combined step is named "a+b"; each of its moves counts as tried.
+    tried = {part for name in tried for part in str(name).split("+") if part}
     cfg = dict(config)
     ds = copy.deepcopy(dataset) if dataset is not None else None
     start = ctx.est(cfg, ds)

@@ -40,6 +40,7 @@ class ActivationLine:
     attn: str
     mib_per_token: float
     intercept_gib: float
+    cpu_offload: bool = False
 
     def gib(self, tokens: float, batch: int) -> float:
         return self.mib_per_token * tokens * batch / 1024.0 + self.intercept_gib
@@ -51,8 +52,8 @@ def _lines() -> dict[tuple, ActivationLine]:
     for row in coefficients().get("activations", []):
         line = ActivationLine(row["arch"], row.get("impl", "diffusers"), row["precision"], bool(row["ckpt"]),
                               bool(row["fp8"]), row.get("attn", "flash"), float(row["mib_per_token"]),
-                              float(row["intercept_gib"]))
-        key = (line.arch, line.precision, line.ckpt, line.fp8, line.attn)
+                              float(row["intercept_gib"]), bool(row.get("cpu_offload_checkpointing", False)))
+        key = (line.arch, line.precision, line.ckpt, line.fp8, line.attn, line.cpu_offload)
         prev = out.get(key)
         if prev is None or IMPL_PREFERENCE.index(line.impl if line.impl in IMPL_PREFERENCE else "diffusers") < \
                 IMPL_PREFERENCE.index(prev.impl if prev.impl in IMPL_PREFERENCE else "diffusers"):
@@ -60,8 +61,9 @@ def _lines() -> dict[tuple, ActivationLine]:
     return out
 
 
-def activation_line(arch: str, precision: str, ckpt: bool, fp8: bool, attn: str = "flash") -> ActivationLine | None:
-    return _lines().get((arch, precision, ckpt, fp8, attn))
+def activation_line(arch: str, precision: str, ckpt: bool, fp8: bool, attn: str = "flash",
+                    cpu_offload: bool = False) -> ActivationLine | None:
+    return _lines().get((arch, precision, ckpt, fp8, attn, cpu_offload))
 
 
 def math_attention() -> dict[str, Any]:

@@ -174,23 +174,46 @@ def _math_attention_extra_gib(s: Setup, batch: int, *, training: bool, ckpt: boo
     return sum_l2 + nc.get("k_transient", 2.0) * max_l2 + nc.get("k_qkv", 0.36) * sum_qkv
 
 
-def _activation_line(s: Setup, ckpt: bool, notes: list[str]) -> tuple[float, float]:
-    """(MiB per token per sample, intercept GiB) of the diffusion model's training step."""
+def _activation_line(s: Setup, ckpt: bool, notes: list[str], offload: bool = False) -> tuple[float, float, bool]:
+    """(MiB per token per sample, intercept GiB, whether the line already has the checkpoints
+    on the CPU) of the diffusion model's training step."""
     arch = s.family.name
     fp8 = s.unet_dtype == "fp8"
+    if offload and s.mixed_precision != "no":
+        line = data.activation_line(arch, "amp", ckpt, fp8, cpu_offload=True)
+        if line is not None:
+            _note_impl(line, notes)
+            return line.mib_per_token, line.intercept_gib, True
+    slope, intercept = _plain_line(s, ckpt, notes, fp8)
+    return slope, intercept, False
+
+
+def _note_impl(line: data.ActivationLine, notes: list[str]) -> None:
+    if line.impl != "sd-scripts":
+        msg = (f"{line.arch} activations come from the {line.impl} model classes (sd-scripts' own were not traced "
+               f"for this combination); expect up to 10-30 % difference")
+        if msg not in notes:
+            notes.append(msg)
+
+
+def _plain_line(s: Setup, ckpt: bool, notes: list[str], fp8: bool) -> tuple[float, float]:
+    arch = s.family.name
     if s.mixed_precision == "no":
         # fp32 training: every saved tensor is twice its bf16 size (the bf16 rows were traced
         # without autocast, i.e. with all tensors in one dtype).
         line = data.activation_line(arch, "bf16", ckpt, False) or data.activation_line(arch, "amp", ckpt, False)
         if line is None:
             return 0.0, 0.0
+        _note_impl(line, notes)
         return 2 * line.mib_per_token, 2 * line.intercept_gib
     line = data.activation_line(arch, "amp", ckpt, fp8)
     if line is not None:
+        _note_impl(line, notes)
         return line.mib_per_token, line.intercept_gib
     base = data.activation_line(arch, "amp", ckpt, False)
     if base is None:
         return 0.0, 0.0
+    _note_impl(base, notes)
     extra = 0.0
     if fp8:
         # fp8 weights are upcast to bf16 on every call and autograd keeps the copy of every
@@ -207,11 +230,11 @@ def _activation_line(s: Setup, ckpt: bool, notes: list[str]) -> tuple[float, flo
 
 
 def _training_activations(s: Setup, notes: list[str]) -> float:
-    slope, intercept = _activation_line(s, s.checkpointing, notes)
+    slope, intercept, offloaded = _activation_line(s, s.checkpointing, notes, s.cpu_offload_checkpointing)
     act = slope * s.latent_tokens * s.batch / 1024.0 + intercept
     if s.attention == "math":
         act += _math_attention_extra_gib(s, s.batch, training=True, ckpt=s.checkpointing)
-    if s.cpu_offload_checkpointing:
+    if s.cpu_offload_checkpointing and not offloaded:
         # The checkpointed block inputs (one hidden-width bf16 vector per token per block)
         # move to the CPU.
         act -= FLUX_BLOCKS * FLUX_HIDDEN * 2 * s.latent_tokens * s.batch / GIB
@@ -221,7 +244,7 @@ def _training_activations(s: Setup, notes: list[str]) -> float:
 def _inference_activations(s: Setup, batch: int) -> float:
     """A no-grad denoising step: only a block's working set is alive, about half of what a
     checkpointed training step needs per token (the other half are the saved block inputs)."""
-    slope, _ = _activation_line(s, True, [])
+    slope, _, _ = _activation_line(s, True, [])
     act = 0.5 * slope * s.latent_tokens * batch / 1024.0
     if s.attention == "math":
         act += _math_attention_extra_gib(s, batch, training=False, ckpt=True)

@@ -187,6 +187,9 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
         if not name:
             a.append("FLUX.1 variant not visible from the model path; dev assumed (T5 length 512)")
     t5_file = str(c.get("t5xxl") or "").lower()
+    if fname == "flux" and not t5_file:
+        a.append("no t5xxl file named: a 16-bit T5-XXL assumed (an fp8 file with fp8_base takes 4.4 GiB less "
+                 "while caching text-encoder outputs)")
     t5_file_fp8 = "fp8" in t5_file or "e4m3" in t5_file
     # With fp8_base, sd-scripts loads T5 as the file stores it; otherwise in the training dtype.
     t5_load = ("fp8" if t5_file_fp8 else "fp16") if _true(c, "fp8_base") else weight_dtype
