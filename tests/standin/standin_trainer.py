@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import struct
 import sys
 import textwrap
@@ -518,8 +519,11 @@ def main(script: str, family: str) -> None:
             global_step = step
             trained += 1
             losses.append(0.12 + 0.1 / math.sqrt(step) + 0.01 * ((step * 7919) % 13) / 13)
+            # sd-scripts' order: bar update, sample images, save, then the loss postfix
+            # redraws the bar.
             bar.update(1)
-            bar.set_postfix(avr_loss=f"{sum(losses) / len(losses):.3g}")
+            if sample_every and global_step % sample_every == 0:
+                sample(global_step)
             if every and global_step % every == 0 and global_step < max_steps:
                 ckpt = out_dir / f"{name}-step{global_step:08d}{ext}"
                 print(f"\nsaving checkpoint: {ckpt}", flush=True)
@@ -533,11 +537,8 @@ def main(script: str, family: str) -> None:
                         old_dir = out_dir / f"{name}-step{old:08d}-state"
                         if old > 0 and old_dir.is_dir():
                             log(f"removing old state: {old_dir}", where="train_util.py:5979")
-                            import shutil
-
                             shutil.rmtree(old_dir)
-            if sample_every and global_step % sample_every == 0:
-                sample(global_step)
+            bar.set_postfix(avr_loss=f"{sum(losses) / len(losses):.3g}")
             if global_step >= max_steps:
                 break
         if global_step >= max_steps:

@@ -1,0 +1,294 @@
+"""`kohya-tuner run` end to end: the real CLI, the real `accelerate launch` (on the CPU),
+the stand-in trainer in tests/standin. No GPU, no model weights.
+
+The stand-in's memory model differs from kohya-tuner's estimator on purpose, so these
+tests show the supervisor recovering from what the trainer reports. Budgets are taken
+from the stand-in's own figures (STANDIN_REPORT) for the config `run` plans, so the
+tests do not depend on the preset numbers of the day.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parent.parent
+STANDIN = REPO / "tests" / "standin"
+PY = sys.executable
+
+sys.path.insert(0, str(STANDIN))
+from standin_trainer import read_safetensors_metadata  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    from PIL import Image
+
+    d = tmp_path_factory.mktemp("images")
+    for i in range(6):
+        Image.new("RGB", (512, 512), (40 * i, 120, 200 - 20 * i)).save(d / f"img{i}.png")
+        (d / f"img{i}.txt").write_text(f"mystyle, a picture number {i}", encoding="utf-8")
+    return d
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("models")
+    out = {}
+    for name in ("base", "clip_l", "t5xxl", "ae"):
+        p = d / f"{name} file.safetensors"
+        p.write_bytes(b"\0" * 64)
+        out[name] = p
+    return out
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STANDIN_", "ACCELERATE_"))}
+    env["KOHYA_TUNER_HOME"] = str(tmp_path / "home")
+    env["STANDIN_STEP_SECONDS"] = "0.005"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _args(model: str, out: Path, images: Path, models: dict[str, Path], *extra: str, steps: int = 12) -> list[str]:
+    args = ["run", "--model", model, "--job", "style", "--gpu", "24" if model == "flux" else "8", "--cpu",
+            "--data", str(images), "--out", str(out), "--sd-scripts", str(STANDIN), "--steps", str(steps),
+            "--base", str(models["base"])]
+    if model == "flux":
+        args += ["--clip-l", str(models["clip_l"]), "--t5xxl", str(models["t5xxl"]), "--ae", str(models["ae"])]
+    return args + list(extra)
+
+
+def _cli(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "kohya_tuner", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, encoding="utf-8")
+
+
+def _attempts(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "attempts.jsonl").read_text(encoding="utf-8").splitlines() if line]
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text(encoding="utf-8"))
+
+
+def _need(tmp_path: Path, model: str, images: Path, models: dict[str, Path], *extra: str, steps: int = 12) -> dict:
+    """The stand-in's own memory figures for the config `run` would launch first."""
+    out = tmp_path / "plan"
+    res = _cli(_args(model, out, images, models, "--dry-run", "--json", *extra, steps=steps), _env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    script = STANDIN / {"sd15": "train_network.py", "flux": "flux_train_network.py"}[model]
+    rep = subprocess.run([PY, str(script), "--config_file", plan["attempt_config"], "--dataset_config",
+                          plan["files"]["dataset.toml"]], env=_env(tmp_path, STANDIN_REPORT="1"),
+                         capture_output=True, text=True, timeout=60)
+    assert rep.returncode == 0, rep.stderr
+    return json.loads(rep.stdout.strip().splitlines()[-1])
+
+
+def _trained_steps(lora: str | Path) -> int:
+    return int(read_safetensors_metadata(Path(lora))["standin_trained"])
+
+
+def test_oom_mid_training_resumes_and_keeps_the_total_step_count(tmp_path, images, models):
+    need = _need(tmp_path, "sd15", images, models)
+    out = tmp_path / "run"
+    env = _env(tmp_path, STANDIN_VRAM_GB=round(need["train"] * 0.85, 3), STANDIN_PEAK_STEP=6)
+    res = _cli(_args("sd15", out, images, models, "--max-attempts", "6"), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    attempts = _attempts(out)
+    assert len(attempts) >= 2
+    first, last = attempts[0], attempts[-1]
+    assert first["outcome"] == "oom" and first["phase"] in ("training", "first_step")
+    assert first["end_step"] == 5  # steps 1-5 fit; the large bucket at step 6 did not
+    assert first["states"], "states were saved before the OOM"
+    resumed = attempts[1]
+    assert resumed["resume_from"] is not None and resumed["start_step"] > 0
+    assert resumed["changes"], "the retry changed settings"
+    cfg = (out / "attempt-2.config.toml").read_text(encoding="utf-8")
+    assert "skip_until_initial_step = true" in cfg and "resume = " in cfg
+    assert last["outcome"] == "success"
+    summary = _summary(out)
+    assert summary["status"] == "success" and summary["steps_done"] == 12
+    # The weights saw exactly the planned number of optimizer steps across attempts.
+    assert _trained_steps(summary["lora"]) == 12
+    assert Path(summary["lora"]) == out / "output" / "lora.safetensors"
+    for a in attempts:
+        assert Path(a["log_file"]).is_file()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert 'class="oom"' in page and "<script" not in page
+    assert "SUCCESS" in res.stdout and "LoRA:" in res.stdout
+
+
+def test_oom_at_model_load_is_fixed_before_training(tmp_path, images, models):
+    need = _need(tmp_path, "flux", images, models)
+    assert need["load"] > need["train"] * 0.8, need  # FLUX: loading is the tight moment
+    budget = round(need["load"] - 0.6, 3)
+    out = tmp_path / "run"
+    res = _cli(_args("flux", out, images, models, "--max-attempts", "6"), _env(tmp_path, STANDIN_VRAM_GB=budget))
+    attempts = _attempts(out)
+    assert attempts[0]["outcome"] == "oom" and attempts[0]["phase"] == "model_load"
+    assert attempts[0]["end_step"] == 0 and not attempts[0]["states"]
+    assert attempts[1]["resume_from"] is None  # nothing was saved yet
+    assert res.returncode == 0, res.stdout + res.stderr
+    summary = _summary(out)
+    assert summary["status"] == "success" and _trained_steps(summary["lora"]) == 12
+
+
+def test_oom_while_sampling_changes_only_sampling(tmp_path, images, models):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("mystyle, a lighthouse --w 1024 --h 1024\n", encoding="utf-8")
+    extra = ("--set", "sample_every_n_steps=4", "--set", f"sample_prompts={prompts}")
+    need = _need(tmp_path, "sd15", images, models, *extra)
+    assert need["sample"] > need["train"], need
+    budget = round((need["sample"] + need["train"]) / 2, 3)
+    out = tmp_path / "run"
+    res = _cli(_args("sd15", out, images, models, *extra), _env(tmp_path, STANDIN_VRAM_GB=budget))
+    assert res.returncode == 0, res.stdout + res.stderr
+    attempts = _attempts(out)
+    assert len(attempts) == 2
+    assert attempts[0]["outcome"] == "oom" and attempts[0]["phase"] == "sampling"
+    assert attempts[0]["end_step"] == 4
+    changed = {c["key"] for c in attempts[1]["changes"]}
+    assert changed == {"sample_every_n_steps"}
+    # sd-scripts samples before it saves: the newest state is the one before step 4.
+    assert attempts[1]["resume_from"] and attempts[1]["start_step"] == 3
+    summary = _summary(out)
+    assert summary["steps_lost"] == 1 and _trained_steps(summary["lora"]) == 12
+
+
+def test_non_oom_error_is_diagnosed_and_not_retried(tmp_path, images, models):
+    out = tmp_path / "run"
+    res = _cli(_args("sd15", out, images, models), _env(tmp_path, STANDIN_ERROR_AT_STEP=3))
+    assert res.returncode == 1
+    attempts = _attempts(out)
+    assert len(attempts) == 1 and attempts[0]["outcome"] == "error"
+    assert "not retried" in res.stdout
+    assert "Expected all tensors to be on the same device" in res.stdout
+    assert _summary(out)["status"] == "failed"
+
+
+def test_floor_reached_is_a_clear_failure(tmp_path, images, models):
+    out = tmp_path / "run"
+    res = _cli(_args("sd15", out, images, models, "--max-attempts", "12"), _env(tmp_path, STANDIN_VRAM_GB=0.4))
+    assert res.returncode == 1
+    summary = _summary(out)
+    assert summary["status"] == "failed" and "floor" in summary["reason"]
+    assert "floor" in res.stdout
+    assert all(a["outcome"] == "oom" for a in _attempts(out))
+    assert summary["attempts"] < 12
+
+
+def test_host_ram_kill_is_answered_with_ram_moves(tmp_path, images, models):
+    need = _need(tmp_path, "sd15", images, models)
+    out = tmp_path / "run"
+    env = _env(tmp_path, STANDIN_RAM_GB=round(need["ram"] - 0.3, 3))
+    res = _cli(_args("sd15", out, images, models), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    attempts = _attempts(out)
+    assert attempts[0]["outcome"] == "ram"
+    assert attempts[1]["move"] == "ram_workers"
+    assert {c["key"] for c in attempts[1]["changes"]} >= {"max_data_loader_n_workers"}
+
+
+def test_hang_watchdog_stops_the_attempt(tmp_path, images, models):
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    res = _cli(_args("sd15", out, images, models, "--hang-timeout", "0.05"), _env(tmp_path, STANDIN_HANG_AT_STEP=3))
+    assert res.returncode == 1
+    assert time.monotonic() - t0 < 60
+    attempts = _attempts(out)
+    assert len(attempts) == 1 and attempts[0]["outcome"] == "hang"
+    assert "printed nothing" in res.stdout
+
+
+def _descendants_gone(pids: list[int], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for p in pids:
+            try:
+                if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT delivery is POSIX here")
+def test_ctrl_c_leaves_no_orphans_and_continue_finishes_the_run(tmp_path, images, models):
+    out = tmp_path / "run"
+    events = tmp_path / "events.jsonl"
+    env = _env(tmp_path, STANDIN_STEP_SECONDS="0.3")
+    proc = subprocess.Popen([PY, "-m", "kohya_tuner", *_args("sd15", out, images, models, "--json-events",
+                                                             str(events))],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        seen_state = False
+        while time.monotonic() < deadline and not seen_state:
+            time.sleep(0.2)
+            if events.exists():
+                seen_state = any(json.loads(line).get("event") == "saved" and json.loads(line).get("what") == "state"
+                                 for line in events.read_text(encoding="utf-8").splitlines() if line)
+        assert seen_state, "no state was saved in time"
+        children = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert children, "accelerate and the trainer should be running"
+        # What a terminal's Ctrl-C does: SIGINT to the foreground process (the trainer lives
+        # in its own session, so only kohya-tuner receives it).
+        os.kill(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stdout + stderr
+    assert _descendants_gone(children), "the trainer or accelerate outlived kohya-tuner"
+    assert "--continue" in stdout + stderr
+    summary = _summary(out)
+    assert summary["status"] == "interrupted"
+    interrupted = _attempts(out)[-1]
+    assert interrupted["outcome"] == "interrupted" and interrupted["states"]
+    kinds = [json.loads(line)["event"] for line in events.read_text(encoding="utf-8").splitlines() if line]
+    assert kinds[0] == "attempt_start" and "progress" in kinds and kinds[-1] == "finished"
+
+    res = _cli(["run", "--continue", str(out)], _env(tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    attempts = _attempts(out)
+    assert attempts[-1]["outcome"] == "success"
+    assert attempts[-1]["resume_from"] is not None and attempts[-1]["start_step"] > 0
+    summary = _summary(out)
+    assert summary["status"] == "success" and _trained_steps(summary["lora"]) == 12
+    # A finished run stays finished.
+    again = _cli(["run", "--continue", str(out)], _env(tmp_path))
+    assert again.returncode == 0 and "already finished" in again.stdout
+
+
+def test_dry_run_prints_a_command_the_trainer_runs_to_success(tmp_path, images, models):
+    out = tmp_path / "run"
+    res = _cli(_args("sd15", out, images, models, "--dry-run"), _env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert not (out / "attempts.jsonl").exists() and not (out / "output").exists()
+    line = next(ln for ln in res.stdout.splitlines() if "accelerate.commands.launch" in ln)
+    argv = shlex.split(line)
+    assert argv[0] == PY or Path(argv[0]).resolve() == Path(PY).resolve()
+    done = subprocess.run(argv, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (out / "output" / "lora.safetensors").is_file()
+    # The same folder cannot be started over as a new run once it has output.
+    again = _cli(_args("sd15", out, images, models), _env(tmp_path))
+    assert again.returncode == 2 and "already holds files" in again.stderr
