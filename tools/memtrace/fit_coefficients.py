@@ -268,6 +268,12 @@ def collect_versions(rows: list[dict], assumed: dict) -> dict:
     return versions
 
 
+def _repo_relative(path: str) -> str:
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    full = os.path.abspath(path)
+    return os.path.relpath(full, repo) if full.startswith(repo + os.sep) else path
+
+
 def build(paths: list[str], assumed_versions: dict, generated_by: str) -> dict:
     rows = load_rows(paths)
     if not rows:
@@ -289,7 +295,7 @@ def build(paths: list[str], assumed_versions: dict, generated_by: str) -> dict:
             "flash/xformers save. Lines are least-squares fits over all traced sizes and batches."
         ),
         "versions": collect_versions(rows, assumed_versions),
-        "inputs": [os.path.relpath(p) if not os.path.isabs(p) else p for p in paths],
+        "inputs": [_repo_relative(p) for p in paths],
         "implementations": impls,
         "token_units": dict(configs.TOKEN_UNITS),
         "activation_units": "act_gib = mib_per_token * tokens * batch / 1024 + intercept_gib",
@@ -330,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {args.out}: {len(data['activations'])} activation lines from {len(args.inputs)} file(s)")
     for a in data["activations"]:
         print(f"  {a['arch']:5} {a['impl']:10} {a['precision']:4} ckpt={int(a['ckpt'])} fp8={int(a['fp8'])} "
-              f"{a['mib_per_token']:9.4f} MiB/token + {a['intercept_gib']:7.3f} GiB  "
+              f"offload={int(a.get('cpu_offload_checkpointing', False))} {a['mib_per_token']:9.4f} MiB/token + {a['intercept_gib']:7.3f} GiB  "
               f"(n={a['n_points']}, max rel residual {a['max_rel_residual']:.3f})")
     return 0
 

@@ -141,6 +141,17 @@ def run_group(name: str, runs: list[list[str]], args) -> tuple[str, int]:
     return dest, 0
 
 
+def _record_last_run(out: str, argv: list[str]) -> None:
+    with open(out, encoding="utf-8") as fh:
+        data = json.load(fh)
+    shown = ["PATH_TO_SD_SCRIPTS" if i > 0 and argv[i - 1] == "--sdscripts" else a for i, a in enumerate(argv)]
+    data["last_run"] = "python tools/memtrace/regenerate.py " + " ".join(shlex.quote(a) for a in shown)
+    tmp = out + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -179,13 +190,15 @@ def main(argv=None) -> int:
         print("no results to fit", file=sys.stderr)
         return 1
     rel = [os.path.relpath(p, REPO) if p.startswith(REPO) else p for p in inputs]
-    gen = "python tools/memtrace/regenerate.py" + (" --sdscripts PATH_TO_SD_SCRIPTS" if args.sdscripts else "") \
-        + (f" --groups {args.groups}" if args.groups else "") + (" --quick" if args.quick else "") \
-        + f"  (fits: python tools/memtrace/fit_coefficients.py {' '.join(shlex.quote(p) for p in rel)})"
+    # the canonical command that rebuilds the whole table; how this particular run was invoked goes beside it
+    gen = ("python tools/memtrace/regenerate.py --sdscripts PATH_TO_SD_SCRIPTS_AT_PINNED_COMMIT "
+           "--out kohya_tuner/data/memory_coefficients.json  (refit without tracing: "
+           f"python tools/memtrace/fit_coefficients.py {' '.join(shlex.quote(p) for p in rel)})")
     fit_args = [*inputs, "--out", args.out, "--generated-by", gen,
                 # result files written before rows carried versions were traced with these
                 "--assume-version", "torch=2.13.0+cpu", "--assume-version", "diffusers=0.42.1"]
     fit_coefficients.main(fit_args)
+    _record_last_run(args.out, argv if argv is not None else sys.argv[1:])
     if args.sdscripts and not args.quick:
         subprocess.run([args.python, os.path.join(HERE, "lora_targets.py"), "--sdscripts", args.sdscripts,
                         "--out", args.lora_targets_out, "--generated-by",
