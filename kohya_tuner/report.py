@@ -127,7 +127,9 @@ class _Chart:
 
 
 def _oom_label(a: AttemptRecord) -> str:
-    where = f" while {a.phase}" if a.phase else ""
+    from kohya_tuner.supervisor import phase_words
+
+    where = phase_words(a.phase)
     figures = ""
     if a.oom:
         tried = a.oom.get("tried_gib")

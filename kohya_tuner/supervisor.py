@@ -74,6 +74,8 @@ class Stop:
     reason: str
     status: str = "failed"  # success, failed, interrupted
     advice: tuple[str, ...] = ()
+    # False when continuing would only stop again (the ladder's floor).
+    can_continue: bool = True
 
 
 @dataclass
@@ -241,6 +243,25 @@ def _is_sampling(phase: str | None) -> bool:
     return bool(phase) and "sampl" in str(phase).lower()
 
 
+_PHASE_WORDS = {
+    "model_load": "loading the model", "cache_latents": "caching latents",
+    "cache_text_encoder": "caching text-encoder outputs", "first_step": "the first step", "training": "training",
+    "sampling": "sampling", "saving": "saving",
+}
+
+
+def phase_words(phase: str | None) -> str:
+    """" while loading the model" and the like; empty when the phase is unknown."""
+    if not phase or phase == "unknown":
+        return ""
+    words = _PHASE_WORDS.get(str(phase), str(phase).replace("_", " "))
+    return f" during {words}" if phase == "first_step" else f" while {words}"
+
+
+def _when(step: int) -> str:
+    return f"after step {step}" if step else "before the first step"
+
+
 def ladder_phase(phase: str | None) -> str:
     """The ladder knows the phases of a run; the log reader also says "first_step" (the
     first optimizer step, which is training) and "unknown"."""
@@ -295,7 +316,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
             return Stop("host RAM ran out (the process was killed with signal 9) and no RAM-saving setting is left",
                         advice=("Close other programs, add swap, or train on a machine with more RAM.",))
         name, changes, why = move
-        return _retry(config, changes, name, f"host RAM ran out at step {facts.end_step}: {why}", state,
+        return _retry(config, changes, name, f"host RAM ran out {_when(facts.end_step)}: {why}", state,
                       resume_ok=True, target_batch=target_batch)
 
     if _is_sampling(phase):
@@ -310,7 +331,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
 
         next_step = ladder.next_step
     need = deficit_gib(_get(diagnosis, "oom"))
-    where = f" while {str(phase).replace('_', ' ')}" if phase and phase != "unknown" else ""
+    where = phase_words(phase)
     lphase = ladder_phase(phase)
     step = None
     if resumable:
@@ -322,13 +343,16 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
         step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
                          dataset=dataset, tried=set(state.tried), require_resume_safe=False)
     if step is None:
-        return Stop(f"out of memory{where} at step {facts.end_step}, and the memory ladder has no cheaper setting "
+        return Stop(f"out of memory{where} {_when(facts.end_step)}, and the memory ladder has no cheaper setting "
                     "left for this model (its floor is reached)",
                     advice=("A smaller model family, a card with more memory, or --set with settings outside the "
-                            "ladder (e.g. a lower resolution) are what is left.",))
+                            "ladder (e.g. a lower resolution) are what is left.",), can_continue=False)
     changes = _step_changes(step)
-    figures = f" (needed {need:.2f} GiB more)" if need else ""
-    reason = f"out of memory{where} at step {facts.end_step}{figures}: {_get(step, 'reason') or _get(step, 'move')}"
+    figures = f", {need:.2f} GiB short" if need else ""
+    saved = _get(step, "saved_gib")
+    what = str(_get(step, "move")).replace("+", " + ")
+    gain = f", which saves about {saved:.2f} GiB by the estimate" if isinstance(saved, (int, float)) and saved > 0 else ""
+    reason = f"out of memory{where} {_when(facts.end_step)}{figures}: {what}{gain}"
     safe = bool(_get(step, "resume_safe")) and not resume_unsafe(changes)
     return _retry(config, changes, str(_get(step, "move")), reason, state, resume_ok=safe,
                   target_batch=target_batch, dataset=dataset)
@@ -800,7 +824,8 @@ class Supervisor:
         if last is not None:
             final_config = _read_config_file(last.config_file)
         lora = last.final_model if last is not None and stop.status == "success" else None
-        cont = f"kohya-tuner run --continue {_quote(self.s.out_dir)}" if stop.status != "success" else None
+        cont = (f"kohya-tuner run --continue {_quote(self.s.out_dir)}"
+                if stop.status != "success" and stop.can_continue else None)
         history_note = None
         if stop.status == "success" and last is not None:
             history_note = self._append_history(last, final_config or {})

@@ -83,7 +83,7 @@ def test_oom_takes_ladder_move_and_resumes_from_newest_state():
     assert {c.key for c in action.changes} == {"train_batch_size", "gradient_accumulation_steps"}
     assert ladder.calls[0]["deficit"] == pytest.approx(1.5)
     assert ladder.calls[0]["phase"] == "training" and ladder.calls[0]["safe"] is True
-    assert "out of memory while training at step 37" in action.reason
+    assert "out of memory while training after step 37, 1.50 GiB short" in action.reason
 
 
 def test_resume_safe_move_preferred_when_a_state_exists():

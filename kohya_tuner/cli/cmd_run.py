@@ -17,6 +17,7 @@ from rich.table import Table
 
 from kohya_tuner.cli.common import console, err_console, print_json, user_errors, warn
 from kohya_tuner.errors import UserError
+from kohya_tuner.supervisor import phase_words
 
 
 def _parse_gpus(text: str | None) -> tuple[int, ...]:
@@ -128,21 +129,18 @@ class LiveDisplay:
                 fig = f": tried to allocate {f['tried_gib']:.2f} GiB"
                 if f.get("free_gib") is not None:
                     fig += f" with {f['free_gib']:.2f} GiB free"
-            console.print(f"  [red]CUDA out of memory near step {d.get('step')}{fig}[/red]")
+            when = f"after step {d.get('step')}" if d.get("step") else "before the first step"
+            console.print(f"  [red]CUDA out of memory {when}{fig}[/red]")
         elif k == "attempt_end":
             self._stop_bar()
             colour = "green" if d["outcome"] == "success" else "red"
-            phase = f" while {d['phase'].replace('_', ' ')}" if d.get("phase") and d["outcome"] != "success" else ""
+            phase = phase_words(d.get("phase")) if d["outcome"] not in ("success", "interrupted") else ""
             console.print(f"  attempt {d['attempt']}: [{colour}]{d['outcome']}[/{colour}]{phase}, steps "
                           f"{d['steps']}, {_duration(d.get('duration_s'))}, peak VRAM {_gib(d.get('peak_gib'))}"
                           + (f", exit status {d['exit_status']}" if d.get("exit_status") not in (0, None) else ""))
             err = d.get("error") or {}
             if d["outcome"] not in ("success", "oom", "interrupted") and err.get("message"):
                 console.print(f"  [red]{err.get('kind', 'error')}:[/red] {err['message']}")
-        elif k == "decision" and d.get("action") == "stop" and d.get("status") != "success":
-            console.print(f"\n[bold red]Stopped:[/bold red] {d['reason']}")
-            for a in d.get("advice") or []:
-                console.print(f"  {a}")
 
     def close(self) -> None:
         self._stop_bar()
@@ -152,6 +150,8 @@ def _print_outcome(summary: dict[str, Any]) -> None:
     status = summary["status"]
     colour = {"success": "green", "interrupted": "yellow"}.get(status, "red")
     console.print(f"\n[bold {colour}]{status.upper()}[/bold {colour}]: {summary['reason']}")
+    for a in summary.get("advice") or []:
+        console.print(f"  {a}")
     if summary.get("lora"):
         console.print(f"  LoRA: [bold]{summary['lora']}[/bold]")
     console.print(f"  attempts: {summary['attempts']} ({summary['failed_attempts']} failed), time lost to failures: "
@@ -160,7 +160,9 @@ def _print_outcome(summary: dict[str, Any]) -> None:
                   f"{_gib(summary.get('peak_vram_gib')) if summary.get('peak_vram_gib') is not None else 'not measured'}")
     changed = summary.get("changed_settings") or {}
     if changed:
-        table = Table(title="settings that worked (changed from the plan)")
+        title = ("settings that worked (changed from the plan)" if status == "success"
+                 else "settings of the last attempt (changed from the plan)")
+        table = Table(title=title)
         table.add_column("setting", style="cyan")
         table.add_column("plan")
         table.add_column("final", style="bold")
@@ -449,7 +451,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         console.print(render_plan_table(plan, "plan"))
         for line in fit_lines:
             console.print(f"  fit: {line}")
-        console.print(f"  estimate: peak {est.peak_gib:.2f} GiB while {est.peak_phase.replace('_', ' ')}, "
+        console.print(f"  estimate: peak {est.peak_gib:.2f} GiB{phase_words(est.peak_phase)}, "
                       f"budget {budget:.2f} GiB" + (f" (corrected ×{est.correction:.3f} from your history)"
                                                     if est.correction != 1.0 else ""))
         console.print(_checks_table(checks))
