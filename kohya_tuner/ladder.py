@@ -168,6 +168,8 @@ class FitResult(BaseModel):
     message: str
     policy: str = "default"
     hints: list[str] = Field(default_factory=list)
+    # Every move in the order the policy took it, including those the final pruning dropped.
+    applied_order: list[str] = Field(default_factory=list)
 
     @property
     def resume_safe(self) -> bool:
@@ -529,6 +531,7 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
         used.add(c.move.name)
         cfg, ds, current = c.config, c.dataset, c.est
     fits = current.peak_gib <= budget_gib
+    order = [st.move for st in steps]
     if fits and steps:
         cfg, ds, current, steps = _prune(ctx, config, dataset, steps, budget_gib)
     where = _describe_budget(budget_gib, gpu_gb)
@@ -542,7 +545,8 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
         msg = (f"cannot fit in {where}; the smallest config needs {current.peak_gib:.2f} GiB "
                f"({PHASE_WORDS.get(current.peak_phase, current.peak_phase)}) against a budget of {budget_gib:.2f} GiB")
     return FitResult(config=cfg, dataset=ds, steps=steps, before=before, after=current, fits=fits,
-                     budget_gib=budget_gib, message=msg, policy=policy, hints=_hints(cfg, family, current, fits))
+                     budget_gib=budget_gib, message=msg, policy=policy, hints=_hints(cfg, family, current, fits),
+                     applied_order=order)
 
 
 PHASE_WORDS = {
@@ -732,7 +736,8 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
     if share < lad.tune_low:
         msg += "; the card has room to spare"
     return FitResult(config=cfg, dataset=ds, steps=steps, before=result.before, after=current, fits=True,
-                     budget_gib=budget_gib, message=msg, policy="default")
+                     budget_gib=budget_gib, message=msg, policy="default", hints=result.hints,
+                     applied_order=result.applied_order + [st.move for st in steps[len(result.steps):]])
 
 
 # ---- next_step: one move after a real OOM ------------------------------------------------

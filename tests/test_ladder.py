@@ -1,0 +1,327 @@
+"""The downgrade ladder: moves as data, the two policies, floors, tune and next_step."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kohya_tuner import ladder, presets, schema
+from kohya_tuner.errors import UserError
+from kohya_tuner.families import FAMILIES
+from kohya_tuner.memory import budget_gib, estimate
+
+FLUX = FAMILIES["flux"]
+SDXL = FAMILIES["sdxl"]
+SD15 = FAMILIES["sd15"]
+
+HEAVY_FLUX = dict(mixed_precision="bf16", network_module="networks.lora_flux", network_dim=32, network_alpha=16.0,
+                  optimizer_type="AdamW", resolution="1024", train_batch_size=4, gradient_accumulation_steps=2,
+                  pretrained_model_name_or_path="flux1-dev.safetensors", t5xxl="t5xxl_fp8_e4m3fn.safetensors")
+HEAVY_SDXL = dict(mixed_precision="bf16", network_module="networks.lora", network_dim=64, network_alpha=32.0,
+                  optimizer_type="AdamW", resolution="1024", train_batch_size=4, sdpa=True)
+SD15_FP32 = dict(network_module="networks.lora", network_dim=32, network_alpha=16.0, resolution="768",
+                 train_batch_size=2)
+
+
+def valid(cfg, family, ds=None):
+    return schema.errors_only(schema.validate_config(cfg, family.script, dataset=ds, family=family))
+
+
+def effective_batch(cfg, ds=None):
+    b = cfg.get("train_batch_size", 1)
+    if ds and ds.get("general", {}).get("batch_size"):
+        b = ds["general"]["batch_size"]
+    return b * cfg.get("gradient_accumulation_steps", 1)
+
+
+# ---- the data -----------------------------------------------------------------------
+
+
+def test_ladder_file_loads_and_every_move_is_complete():
+    lad = ladder.load_ladder()
+    names = [m.name for m in lad.moves]
+    assert len(names) == len(set(names))
+    for m in lad.moves:
+        assert m.description and m.speed_note and m.quality_note, m.name
+        assert set(m.phases) <= {"model_load", "cache_latents", "cache_text_encoder", "training", "sampling",
+                                 "saving"}, m.name
+    assert lad.rank_floor == 4 and 0 < lad.tune_low < lad.tune_high < 1
+
+
+@pytest.mark.parametrize("name,safe", [
+    ("network_dim", False), ("optimizer_8bit", False), ("optimizer_adafactor", False), ("train_unet_only", False),
+    ("train_single_blocks", False), ("mixed_precision_fp16", False),
+    ("batch_to_accumulation", True), ("resolution", True), ("gradient_checkpointing", True),
+    ("blocks_to_swap", True), ("fp8_base", True), ("cache_latents", True), ("cache_text_encoder_outputs", True),
+    ("cpu_offload_checkpointing", True), ("mixed_precision", True),
+])
+def test_resume_safety_flags(name, safe):
+    assert ladder.load_ladder().move(name).resume_safe is safe
+
+
+def test_resume_unsafe_moves_are_exactly_those_touching_what_a_state_depends_on():
+    # sd-scripts: rank, alpha, network_args, optimizer type, text-encoder training (and switching to fp16).
+    state_keys = {"network_dim", "network_alpha", "network_args", "optimizer_type", "optimizer_args",
+                  "network_train_unet_only", "mixed_precision"}
+    for m in ladder.load_ladder().moves:
+        touched = set(m.set) | set(m.unset) | ({m.key} if m.key else set()) | (
+            {"network_args"} if m.network_args else set()) | (
+            {"network_dim"} if m.kind == "rank" else set()) | ({"optimizer_type"} if m.kind == "optimizer_map" else set())
+        if not m.resume_safe:
+            assert touched & state_keys, m.name
+        elif m.name != "mixed_precision":  # to bf16 is safe; only a switch to fp16 needs a scaler state
+            assert not touched & state_keys, m.name
+
+
+def test_bad_ladder_file_is_a_user_error():
+    with pytest.raises(UserError):
+        ladder.parse_ladder({"move": [{"name": "x", "kind": "set", "bogus": 1}]})
+    with pytest.raises(UserError):
+        ladder.parse_ladder({"move": [{"name": "x", "kind": "teleport"}]})
+
+
+# ---- fit --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg,family,gb", [(HEAVY_FLUX, FLUX, 24), (HEAVY_FLUX, FLUX, 12), (HEAVY_SDXL, SDXL, 8),
+                                           (HEAVY_SDXL, SDXL, 12), (SD15_FP32, SD15, 6)])
+def test_fit_reaches_the_budget_with_valid_configs(cfg, family, gb):
+    original = dict(cfg)
+    r = ladder.fit(cfg, family, budget_gib(gb), gpu_gb=gb)
+    assert cfg == original  # the input is never modified
+    assert r.fits and r.after.peak_gib <= budget_gib(gb)
+    assert r.after.peak_gib == pytest.approx(estimate(r.config, family, dataset=r.dataset).peak_gib)
+    assert not valid(r.config, family)
+    assert r.steps and all(s.saved_gib > 0 for s in r.steps)
+    assert effective_batch(r.config) == effective_batch(cfg)
+
+
+def test_fit_leaves_a_fitting_config_alone():
+    cfg = dict(HEAVY_SDXL, train_batch_size=1, gradient_checkpointing=True, cache_latents=True)
+    r = ladder.fit(cfg, SDXL, budget_gib(24), gpu_gb=24)
+    assert r.fits and r.steps == [] and r.config == cfg and "as it is" in r.message
+
+
+def test_default_policy_keeps_quality_when_it_can():
+    r = ladder.fit(HEAVY_SDXL, SDXL, budget_gib(12), gpu_gb=12)
+    moves = {s.move for s in r.steps}
+    assert not moves & {"network_dim", "resolution", "train_unet_only", "optimizer_adafactor"}
+    assert r.config["network_dim"] == 64 and r.config["resolution"] == "1024"
+
+
+def test_quality_moves_only_after_quality_keeping_ones_run_out():
+    lad = ladder.load_ladder()
+    r = ladder.fit(HEAVY_SDXL, SDXL, budget_gib(6), gpu_gb=6)
+    quality = [i for i, s in enumerate(r.steps) if lad.move(s.move).quality_cost > 0]
+    if quality:
+        first = quality[0]
+        later_free = [s.move for s in r.steps[first:] if lad.move(s.move).quality_cost == 0]
+        # After the first quality move, a quality-free move may only follow if it became possible
+        # because of it (e.g. caching once the text encoder is no longer trained).
+        assert set(later_free) <= {"cache_text_encoder_outputs", "blocks_to_swap", "batch_to_accumulation"}
+
+
+def test_batch_to_accumulation_keeps_the_effective_batch():
+    move = ladder.load_ladder().move("batch_to_accumulation")
+    cfg = dict(HEAVY_SDXL, gradient_accumulation_steps=3)
+    s = ladder.resolve(cfg, SDXL)
+    variants = ladder._variants(move, SDXL, cfg, None, s, 4)
+    assert variants
+    for new, _ds, changes in variants:
+        assert effective_batch(new) == 4 * 3
+        assert {k for k, _, _ in changes} == {"train_batch_size", "gradient_accumulation_steps"}
+
+
+def test_batch_in_the_dataset_file_is_changed_there():
+    ds = {"general": {"batch_size": 4, "resolution": 1024},
+          "datasets": [{"subsets": [{"image_dir": "imgs", "num_repeats": 1}]}]}
+    cfg = dict(HEAVY_SDXL, train_batch_size=1, gradient_checkpointing=True)
+    r = ladder.fit(cfg, SDXL, budget_gib(8), dataset=ds, gpu_gb=8)
+    assert r.fits
+    changed = [k for s in r.steps for k, _, _ in s.changes]
+    assert "dataset:general.batch_size" in changed
+    assert r.dataset["general"]["batch_size"] * r.config["gradient_accumulation_steps"] == 4
+    assert ds["general"]["batch_size"] == 4  # the caller's dataset is untouched
+    assert not schema.errors_only(schema.validate_dataset(r.dataset, SDXL))
+
+
+def test_roadmap_policy_follows_the_guides_order():
+    lad = ladder.load_ladder()
+    r = ladder.fit(SD15_FP32, SD15, budget_gib(6) - 1.5, policy="roadmap", gpu_gb=6)
+    taken = r.applied_order
+    stages = [lad.move(n).roadmap or 99 for n in taken]
+    # Each stage is entered in the guides' order. A move of an earlier stage that only starts
+    # to save memory after a later one (fp8 base once checkpointing is on) is taken then.
+    assert first_appearances(stages) == sorted(first_appearances(stages))
+    assert taken[:3] == ["batch_to_accumulation", "mixed_precision", "network_dim"]
+    assert taken.index("gradient_checkpointing") < taken.index("resolution")
+    # The result keeps only what the budget needs, in the order taken.
+    final = [s.move for s in r.steps]
+    assert [n for n in taken if n in final] == final
+
+
+def first_appearances(seq):
+    out = []
+    for x in seq:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def test_roadmap_uses_rank_before_checkpointing():
+    lad = ladder.load_ladder()
+    cfg = dict(HEAVY_SDXL, train_batch_size=1)
+    r = ladder.fit(cfg, SDXL, budget_gib(10), policy="roadmap", gpu_gb=10)
+    names = r.applied_order
+    if "network_dim" in names and "gradient_checkpointing" in names:
+        assert names.index("network_dim") < names.index("gradient_checkpointing")
+    stages = [lad.move(n).roadmap or 99 for n in names]
+    assert first_appearances(stages) == sorted(first_appearances(stages))
+
+
+def test_floors_end_the_ladder_with_a_clear_message():
+    r = ladder.fit(HEAVY_FLUX, FLUX, 3.0, gpu_gb=4)
+    assert not r.fits
+    assert re.match(r"cannot fit in 4 GB; the smallest config needs \d+\.\d\d GiB", r.message)
+    assert r.config["network_dim"] >= 4
+    s = ladder.resolve(r.config, FLUX)
+    assert min(s.resolution) >= FLUX.resolution_floor
+    assert r.after.peak_gib > 3.0
+    assert not valid(r.config, FLUX)
+    # The message's figure is the smallest config reached.
+    assert f"{r.after.peak_gib:.2f} GiB" in r.message
+
+
+def test_sd15_resolution_floor_is_256():
+    r = ladder.fit(SD15_FP32, SD15, 0.5, gpu_gb=1)
+    assert not r.fits
+    assert min(ladder.resolve(r.config, SD15).resolution) == 256
+
+
+def test_flux_hint_for_16_bit_t5():
+    cfg = dict(HEAVY_FLUX, t5xxl="t5xxl_fp16.safetensors")
+    r = ladder.fit(cfg, FLUX, budget_gib(8), gpu_gb=8)
+    assert not r.fits and r.after.peak_phase == "cache_text_encoder"
+    assert any("fp8 T5-XXL" in h for h in r.hints)
+
+
+def test_every_variant_of_every_applicable_move_validates():
+    lad = ladder.load_ladder()
+    for cfg, fam in ((HEAVY_FLUX, FLUX), (HEAVY_SDXL, SDXL), (SD15_FP32, SD15)):
+        s = ladder.resolve(cfg, fam)
+        f = ladder.facts(cfg, fam, None, s)
+        produced = 0
+        for m in lad.moves:
+            if not ladder._applies(m, fam, cfg, f):
+                continue
+            for new, ds, _ in ladder._variants(m, fam, cfg, None, s, lad.rank_floor):
+                produced += 1
+                problems = valid(new, fam, ds)
+                # fit only uses variants that validate; those it uses must be all of them here.
+                assert not problems, (m.name, problems)
+        assert produced > 5
+
+
+# ---- tune and presets -----------------------------------------------------------------------
+
+
+def test_tune_gives_speed_back_when_the_budget_allows():
+    cfg = dict(HEAVY_FLUX, fp8_base=True, gradient_checkpointing=True, cache_latents=True,
+               cache_text_encoder_outputs=True, network_train_unet_only=True, train_batch_size=1,
+               blocks_to_swap=28, optimizer_type="AdamW8bit")
+    r = ladder.tune(cfg, FLUX, budget_gib(24), gpu_gb=24)
+    assert r.fits
+    assert "blocks_to_swap" not in r.config  # 24 GB needs no block swap for this
+    assert r.config["optimizer_type"] == "AdamW"
+    assert r.config["gradient_checkpointing"] is True  # without it FLUX needs far more than 24 GB
+    assert r.after.peak_gib <= 0.92 * budget_gib(24)
+
+
+def test_tune_keeps_what_the_budget_needs():
+    cfg = dict(HEAVY_FLUX, fp8_base=True, gradient_checkpointing=True, cache_latents=True,
+               cache_text_encoder_outputs=True, network_train_unet_only=True, train_batch_size=1,
+               blocks_to_swap=28, network_dim=4)
+    r = ladder.tune(cfg, FLUX, budget_gib(8), gpu_gb=8)
+    assert r.fits and r.config.get("blocks_to_swap", 0) >= 16
+
+
+@pytest.mark.parametrize("model", ["sd15", "sdxl", "flux"])
+def test_every_preset_tunes_to_a_valid_config(model):
+    fam = FAMILIES[model]
+    for job in presets.JOBS:
+        for gb in presets.GPU_CLASSES:
+            plan = presets.compose(model, job, gb, inputs={"t5xxl": "/m/t5xxl_fp8_e4m3fn.safetensors"}
+                                   if model == "flux" else None)
+            r = ladder.tune(plan.config, fam, budget_gib(gb), gpu_gb=gb)
+            assert not valid(r.config, fam), (model, job, gb)
+            if r.fits:
+                assert r.after.peak_gib <= budget_gib(gb)
+            else:
+                assert r.message.startswith(f"cannot fit in {gb} GB")
+
+
+# ---- next_step --------------------------------------------------------------------------
+
+
+def test_next_step_sampling_oom_touches_only_sampling():
+    cfg = dict(HEAVY_SDXL, train_batch_size=1, gradient_checkpointing=True, cache_latents=True,
+               network_train_unet_only=True, cache_text_encoder_outputs=True, sample_prompts="p.txt",
+               sample_every_n_steps=100, no_half_vae=True)
+    st = ladder.next_step(cfg, SDXL, phase="sampling", deficit_gib=0.1)
+    assert st is not None
+    moves = set(st.move.split("+"))
+    assert moves <= {m.name for m in ladder.load_ladder().moves if "sampling" in m.phases}
+    assert "network_dim" not in moves and "resolution" not in moves
+
+
+def test_next_step_caching_oom_lowers_vae_batch():
+    cfg = dict(HEAVY_SDXL, cache_latents=True, vae_batch_size=8)
+    st = ladder.next_step(cfg, SDXL, phase="cache_latents", deficit_gib=0.5)
+    assert st is not None and st.move == "vae_batch_size"
+    assert st.changes[0][0] == "vae_batch_size" and st.changes[0][2] < 8
+
+
+def test_next_step_respects_tried_and_resume_safety():
+    cfg = dict(HEAVY_SDXL)
+    first = ladder.next_step(cfg, SDXL, phase="training", deficit_gib=1.0)
+    assert first is not None
+    second = ladder.next_step(cfg, SDXL, phase="training", deficit_gib=1.0, tried={first.move})
+    assert second is not None and first.move not in second.move.split("+")
+    safe = ladder.next_step(cfg, SDXL, phase="training", deficit_gib=100.0, require_resume_safe=True)
+    assert safe is not None and safe.resume_safe
+    unsafe_names = {m.name for m in ladder.load_ladder().moves if not m.resume_safe}
+    assert not set(safe.move.split("+")) & unsafe_names
+
+
+def test_next_step_combines_moves_for_a_big_deficit():
+    cfg = dict(HEAVY_SDXL)
+    base = estimate(cfg, SDXL).phases_gib["training"]
+    st = ladder.next_step(cfg, SDXL, phase="training", deficit_gib=base * 0.6)
+    assert st is not None and "+" in st.move
+    new, _ = ladder.apply_step(cfg, st)
+    assert base - estimate(new, SDXL).phases_gib["training"] >= base * 0.6 - 1e-6
+    assert not valid(new, SDXL)
+
+
+def test_next_step_prefers_a_small_sufficient_move():
+    cfg = dict(HEAVY_SDXL, gradient_checkpointing=True, cache_latents=True, train_batch_size=1)
+    st = ladder.next_step(cfg, SDXL, phase="training", deficit_gib=0.05)
+    assert st is not None and "+" not in st.move
+    assert st.saved_gib >= 0.05
+
+
+def test_next_step_runs_out_at_the_floor():
+    cfg = dict(HEAVY_FLUX)
+    tried: set[str] = set()
+    for _ in range(40):
+        st = ladder.next_step(cfg, FLUX, phase="training", deficit_gib=50.0, tried=tried)
+        if st is None:
+            break
+        cfg, _ = ladder.apply_step(cfg, st)
+        assert not valid(cfg, FLUX)
+    else:
+        pytest.fail("the ladder never reached its floor")
+    s = ladder.resolve(cfg, FLUX)
+    assert s.rank == 4 and min(s.resolution) == FLUX.resolution_floor
+    assert cfg["blocks_to_swap"] == FLUX.blocks_to_swap_max
