@@ -21,7 +21,7 @@ FRAG_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 
 def _gib(x: float) -> str:
-    return f"{x:.2f} GiB" if x < 10 else f"{x:.1f} GiB"
+    return f"{x:.2f} GiB"
 
 
 def _other_programs(details: DiagnosisDetails) -> str | None:

@@ -293,7 +293,7 @@ class LogParser:
                 m = P.EXC_LINE_RE.match(s)
                 if m:
                     self._tb = None
-                    self._exception(m.group(1), s, tb.frames, out)
+                    self._exception(m.group(1) or m.group(3), s, tb.frames, out)
                     return
                 tb.add(s)
                 return
@@ -311,7 +311,7 @@ class LogParser:
         if level is None and not text[:1].isspace():
             m = P.EXC_LINE_RE.match(s)
             if m:
-                self._exception(m.group(1), s, None, out)
+                self._exception(m.group(1) or m.group(3), s, None, out)
                 return
         if self._milestone(s, out):
             return

@@ -164,8 +164,9 @@ SKIPPING_RE = re.compile(r"skipping (\d+) steps\b")
 TRACEBACK_HEAD = "Traceback (most recent call last)"
 # A line naming an exception: `torch.OutOfMemoryError: CUDA out of memory...`, a bare `MemoryError`.
 EXC_LINE_RE = re.compile(
-    r"(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Fault)|KeyboardInterrupt)"
-    r"(?::\s?(.*))?$"
+    r"(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Fault))(?::\s?(.*))?$"
+    # Any module-qualified class, e.g. voluptuous.error.MultipleInvalid: ...
+    r"|(?:[a-z_]\w*\.)+([A-Z]\w*):\s(.*)$"
 )
 LAUNCHER_WRAPPERS = ("CalledProcessError", "ChildFailedError")
 BOX_CHARS = "│╭╰┃┏┗|"

@@ -11,7 +11,7 @@ import codecs
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from kohya_tuner.errors import UserError
 from kohya_tuner.logparse.events import Event
@@ -80,21 +80,28 @@ def open_log(path: str | os.PathLike) -> LogSource:
     return LogSource(path=p, size=size, encoding=encoding)
 
 
-def iter_events(source: LogSource, parser: LogParser | None = None) -> Iterator[Event]:
+def iter_events(source: LogSource, parser: LogParser | None = None, chunk_size: int = CHUNK) -> Iterator[Event]:
     """Every event of the log, read and parsed one chunk at a time."""
-    parser = parser or LogParser()
-    decoder = codecs.getincrementaldecoder(source.encoding)(errors="replace")
     try:
         with open(source.path, "rb") as fh:
-            while True:
-                block = fh.read(CHUNK)
-                if not block:
-                    break
-                text = decoder.decode(block)
-                if "\x00" in text:
-                    text = text.replace("\x00", "")
-                yield from parser.feed(text)
+            yield from events_from_stream(fh, source.encoding, parser, chunk_size)
     except OSError as exc:
         raise UserError(f"{source.path} cannot be read: {exc.strerror or exc}.") from None
+
+
+def events_from_stream(fh: BinaryIO, encoding: str = "utf-8", parser: LogParser | None = None,
+                       chunk_size: int = CHUNK) -> Iterator[Event]:
+    """Events from a binary stream, decoded incrementally (a character split between two
+    reads is kept whole); undecodable bytes become U+FFFD instead of an error."""
+    parser = parser or LogParser()
+    decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+    while True:
+        block = fh.read(chunk_size)
+        if not block:
+            break
+        text = decoder.decode(block)
+        if "\x00" in text:
+            text = text.replace("\x00", "")
+        yield from parser.feed(text)
     yield from parser.feed(decoder.decode(b"", final=True))
     yield from parser.finish()
