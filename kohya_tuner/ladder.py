@@ -756,6 +756,8 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
     ctx = _Ctx(family, history, gpu_name, bf16, ladder or load_ladder())
+    if phase not in PHASE_WORDS:
+        phase = "training"  # a log that cannot place the failure: the training step is the usual culprit
     # A combined step is named "a+b"; each of its moves counts as tried.
     tried = {part for name in tried for part in str(name).split("+") if part}
     cfg = dict(config)

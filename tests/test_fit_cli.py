@@ -134,3 +134,19 @@ def test_roadmap_policy_and_bad_options(tmp_path):
     assert invoke("fit", src, "--model", "sdxl", "--gpu", "8", "--out", tmp_path / "x.toml",
                   "--policy", "random").exit_code == 2
     assert invoke("fit", src, "--model", "sdxl", "--gpu", "twelve", "--out", tmp_path / "x.toml").exit_code == 2
+
+
+@pytest.mark.parametrize("model,gb", [("sd15", 6), ("sdxl", 8), ("sdxl", 24), ("flux", 12), ("flux", 24)])
+def test_estimate_and_fit_read_what_config_writes(model, gb, tmp_path):
+    made = invoke("config", "--model", model, "--job", "character", "--gpu", gb, "--out", tmp_path / "run")
+    if made.exit_code != 0:
+        pytest.skip(f"config did not write files for {model} {gb} GB: {made.output[-200:]}")
+    cfg = tmp_path / "run" / "config.toml"
+    est = invoke("estimate", cfg, "--json")
+    assert est.exit_code == 0, est.output
+    data = json.loads(est.stdout)
+    assert data["model"] == model
+    out = tmp_path / "fitted.toml"
+    fitted = invoke("fit", cfg, "--gpu", gb, "--out", out, "--json")
+    assert fitted.exit_code in (0, 1), fitted.output
+    assert json.loads(fitted.stdout)["model"] == model
