@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kohya_tuner.cli.app import app
+from kohya_tuner.memory import budget_gib
 from conftest import shared_path
 
 REAL = ["01_kohya-ss_sd-scripts_648.toml", "05_bmaltais_kohya_ss_156.sh", "09_cocktailpeanut_fluxgym_360.sh",
@@ -94,3 +95,25 @@ def test_missing_file_and_unknown_family(tmp_path):
     assert res.exit_code == 2 and "--model" in res.output
     assert invoke("estimate", p, "--model", "sd4").exit_code == 2
     assert invoke("estimate", p, "--model", "sd15", "--gpus", "0").exit_code == 2
+
+
+def test_gpu_auto_subtracts_other_processes_and_applies_history(tmp_path, monkeypatch):
+    from kohya_tuner import history
+    from kohya_tuner.cli import cmd_estimate
+    from kohya_tuner.gpu import GpuChoice, GpuInfo, GpuProcess
+
+    info = GpuInfo(index=0, name="NVIDIA GeForce RTX 3060", total_gib=12.0, free_gib=10.5, used_gib=1.5,
+                   compute_capability=(8, 6), processes=(GpuProcess(pid=99999, name="Xorg", used_gib=1.5),))
+    monkeypatch.setattr(cmd_estimate, "choose", lambda text, index=0: GpuChoice(gb=12, info=info))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('mixed_precision = "bf16"\nnetwork_module = "networks.lora"\nsdpa = true\n'
+                   'gradient_checkpointing = true\nresolution = "1024"\n', encoding="utf-8")
+    plain = json.loads(invoke("estimate", cfg, "--model", "sdxl", "--json").stdout)
+    history.append({"gpu_name": info.name, "model": "sdxl", "predicted_gib": 10.0, "measured_peak_gib": 11.0})
+    auto = json.loads(invoke("estimate", cfg, "--model", "sdxl", "--gpu", "auto", "--json").stdout)
+    assert auto["gpu"]["others_gib"] == 1.5
+    assert auto["gpu"]["budget_gib"] == pytest.approx(budget_gib(12) - 1.5, abs=1e-3)
+    assert auto["peak_gib"] == pytest.approx(plain["peak_gib"] * 1.1, abs=2e-3)
+    assert any(a.startswith("scaled by") for a in auto["assumptions"])
+    no_hist = json.loads(invoke("estimate", cfg, "--model", "sdxl", "--gpu", "auto", "--no-history", "--json").stdout)
+    assert no_hist["peak_gib"] == plain["peak_gib"]
