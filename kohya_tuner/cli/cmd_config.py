@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from kohya_tuner import planfiles, presets, schema, sdscripts
+from kohya_tuner import planfiles, planning, presets, schema, sdscripts
 from kohya_tuner.cli.common import console, print_json, user_errors, warn
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import get_family
@@ -112,6 +112,14 @@ def register(app: typer.Typer) -> None:
         plan = presets.compose(family.name, job, choice.gb, preset_file=preset, sets=set_, variant=variant,
                                inputs=inputs, bf16=choice.bf16)
         dataset = presets.build_dataset(plan, data if data is not None else Path(out) / "images", trigger)
+        fitted = planning.fit_plan(plan, dataset, choice.gb, others_gib=choice.others_gib,
+                                   gpu_name=choice.info.name if choice.info else None, bf16=choice.bf16,
+                                   do_fit=not no_fit)
+        dataset = fitted.dataset
+        est = fitted.estimate
+        if not fitted.fits and not no_fit:
+            raise UserError(f"No {family.label} {job} config fits {choice.gb} GB: {fitted.fit.message}.",
+                            "Try a smaller --set network_dim or resolution, or --no-fit to write the preset anyway.")
         schema.raise_if_invalid(presets.validate_plan(plan, dataset), "The composed config")
         schema.raise_if_invalid(schema.validate_dataset(dataset, family), "The dataset config")
         checkout = sdscripts.locate(sd_scripts)
@@ -132,11 +140,21 @@ def register(app: typer.Typer) -> None:
             warnings.append(f"No sd-scripts checkout found; launch.sh expects one at {sd_path} "
                             "(run `kohya-tuner setup`, or set SD_SCRIPTS).")
         if as_json:
-            print_json(plan_to_json(plan, dataset, written, {"gpu": choice.describe(), "warnings": warnings}))
+            print_json(plan_to_json(plan, dataset, written, {
+                "gpu": choice.describe(), "warnings": warnings, "budget_gib": round(fitted.budget_gib, 3),
+                "estimate": est.to_json(),
+                "fit": [s.model_dump() for s in fitted.fit.steps] if fitted.fit else None,
+                "fit_message": fitted.fit.message if fitted.fit else None, "assumed": fitted.assumed}))
             return
         console.print(f"[bold]{family.label}[/bold] LoRA, job [bold]{job}[/bold], GPU {choice.describe()} "
                       f"→ preset class {plan.gpu_class} GB")
         console.print(render_plan_table(plan, "config.toml"))
+        share = est.peak_gib / fitted.budget_gib if fitted.budget_gib > 0 else float("inf")
+        console.print(f"Estimated peak: [bold]{est.peak_gib:.2f} GiB[/bold] ({est.peak_phase}), "
+                      f"{share:.0%} of the {fitted.budget_gib:.2f} GiB a {choice.gb} GB card leaves for training"
+                      + (" — [red]does not fit[/red]" if not fitted.fits else "") + ".")
+        for note in fitted.notes:
+            console.print(f"  {note}")
         for w in warnings:
             warn(w)
         console.print("Wrote:")

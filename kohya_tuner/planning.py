@@ -1,0 +1,72 @@
+"""Fit a composed plan to a GPU: the step between presets and the files.
+
+`config` and `run` both call `fit_plan`, so a plan written by one is the plan the other
+would train."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kohya_tuner import history, ladder, memory
+from kohya_tuner.presets import Plan
+
+
+@dataclass
+class FittedPlan:
+    plan: Plan
+    dataset: dict[str, Any]
+    estimate: memory.Estimate
+    budget_gib: float
+    fit: ladder.FitResult | None = None
+    notes: list[str] = field(default_factory=list)
+    # Inputs the fit had to assume because the user has not given them yet.
+    assumed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate.peak_gib <= self.budget_gib
+
+
+# sd-scripts' docs recommend this T5-XXL file below 10 GB; with fp8_base sd-scripts keeps
+# T5 in the file's dtype while it encodes the captions.
+FP8_T5_FILE = "t5xxl_fp8_e4m3fn.safetensors"
+
+
+def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: float = 0.0,
+             gpu_name: str | None = None, bf16: bool | None = None, gpus: int = 1, do_fit: bool = True,
+             use_history: bool = True) -> FittedPlan:
+    """Run the plan through `ladder.tune` (downgrade what does not fit, remove speed
+    costs the card does not need) and record every change as the layer `fit`.
+
+    A FLUX plan that names no T5-XXL file yet is first fitted for a 16-bit file; when
+    that cannot fit, for the fp8 file, and the notes say which file the plan needs."""
+    hist = history.load() if use_history else []
+    budget = memory.budget_gib(gpu_gb, other_processes_gib=others_gib)
+    result = None
+    notes: list[str] = []
+    assumed: dict[str, Any] = {}
+    if do_fit:
+        def tune(extra):
+            return ladder.tune({**plan.config, **extra}, plan.family, budget, dataset=dataset, history=hist,
+                               gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16 is not False)
+
+        result = tune({})
+        if not result.fits and plan.family.name == "flux" and "t5xxl" not in plan.config:
+            fp8 = tune({"t5xxl": FP8_T5_FILE})
+            if fp8.fits:
+                result, assumed = fp8, {"t5xxl": FP8_T5_FILE}
+                notes.append(f"A 16-bit T5-XXL file does not fit {gpu_gb:g} GB while captions are encoded: "
+                             f"use the fp8 file ({FP8_T5_FILE}) with --t5xxl.")
+        for step in result.steps:
+            for key, _old, new in step.changes:
+                if not str(key).startswith("dataset:"):
+                    plan.set(key, new, "fit", f"{step.reason} ({step.move})")
+        if result.dataset is not None:
+            dataset = result.dataset
+        notes.append(result.message)
+        notes.extend(result.hints)
+    est = memory.estimate({**plan.config, **assumed}, plan.family, dataset=dataset, gpus=gpus, history=hist,
+                          gpu_name=gpu_name)
+    return FittedPlan(plan=plan, dataset=dataset, estimate=est, budget_gib=budget, fit=result, notes=notes,
+                      assumed=assumed)
