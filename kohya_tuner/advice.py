@@ -167,6 +167,9 @@ def _oom_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
             "done.",
             "Very large images cost memory here too: lower `max_bucket_reso` / `resolution`.",
         ]
+    elif phase == "cache_text_encoder" and family == "sd15":
+        # SD 1.5 has no text-encoder cache in sd-scripts: this is a text-encoder pass gone wrong.
+        out += _unknown(family)
     elif phase == "cache_text_encoder":
         if family in ("flux", None):
             out.append("Encode captions one at a time: `text_encoder_batch_size = 1`" +
@@ -257,9 +260,10 @@ def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
         if "cached" in message or "cache" in message.lower():
             return ["A cache file is missing or stale: delete the `*.npz` cache files next to the images and let "
                     "the run cache again (`cache_latents_to_disk = true` writes them once)."]
+        flux_files = {"flux": ", `clip_l`, `t5xxl`, `ae`", None: ", and for FLUX `clip_l`, `t5xxl`, `ae`"}
         return ["A file or folder the run needs is missing: check every path in the config "
                 "(`pretrained_model_name_or_path`, `train_data_dir` or `dataset_config`, `output_dir`, "
-                "`sample_prompts`, and for FLUX `clip_l`, `t5xxl`, `ae`).",
+                f"`sample_prompts`{flux_files.get(family, '')}).",
                 "Relative paths are read from the folder the training is started in: prefer absolute paths."]
     if kind == "nan_loss":
         if "exactly 0" in message:

@@ -244,7 +244,7 @@ class LogParser:
             return
         step = int(m.group("n"))
         total = int(m.group("total"))
-        rate, loss = P.bar_numbers(m.group("inner"))
+        rate, loss = P.bar_numbers(m)
         text = line[: m.end()].strip()
         out.append(Progress(step=step, total=total, loss=loss, rate=rate, line=text))
         if loss is None:

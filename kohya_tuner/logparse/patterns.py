@@ -69,36 +69,51 @@ RICH_PATH_RE = re.compile(r"\s([\w.\-]+\.py:\d+)\s*$")
 # ---- progress bars --------------------------------------------------------------------------
 
 BAR_RE = re.compile(
-    r"(?P<desc>[^|\r\n]*?)\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?P<inner>[^\]]*)\]"
+    r"(?P<desc>[^|\r\n]*?)\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
+    r"\[(?:[^<\],]*<[^,\]]*,\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it))?(?P<inner>[^\]]*)\]"
 )
-_RATE_RE = re.compile(r"(\?|[\d.]+)\s*(it/s|s/it)")
-_LOSS_RE = re.compile(r"(?:^|[ ,])(?:avr_loss|loss)=([-+]?(?:nan|inf|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))", re.I)
 
 
-def bar_numbers(inner: str) -> tuple[float | None, float | None]:
-    """(rate in it/s, loss) from the bracketed part of a tqdm bar."""
+def bar_numbers(m: re.Match) -> tuple[float | None, float | None]:
+    """(rate in it/s, loss) of a BAR_RE match."""
     rate = None
-    m = _RATE_RE.search(inner)
-    if m and m.group(1) != "?":
+    value = m.group("rate")
+    if value and value != "?":
         try:
-            value = float(m.group(1))
-            rate = value if m.group(2) == "it/s" else (1.0 / value if value > 0 else None)
+            v = float(value)
+            rate = v if m.group("unit") == "it/s" else (1.0 / v if v > 0 else None)
         except ValueError:
             rate = None
     loss = None
-    m = _LOSS_RE.search(inner)
-    if m:
-        try:
-            loss = float(m.group(1))
-        except ValueError:
-            loss = None
+    inner = m.group("inner")
+    i = inner.find("loss=")
+    # String slicing, not a regex: this runs for every bar refresh of a long run. Only
+    # `avr_loss` (sd-scripts) or a bare `loss` (older trainers) count, not `val_avg_loss`.
+    while i >= 0:
+        if i == 0 or inner[i - 1] in " ," or inner[i - 4:i] == "avr_":
+            end = inner.find(",", i)
+            try:
+                loss = float(inner[i + 5:end if end >= 0 else None])
+            except ValueError:
+                loss = None
+            break
+        i = inner.find("loss=", i + 5)
     return rate, loss
+
+
+_MAIN_BAR: dict[str, bool] = {}
 
 
 def is_main_bar(desc: str) -> bool:
     """sd-scripts' optimizer-step bar is `steps`; ComfyUI's trainer writes `Epoch 1/9 - steps`."""
+    known = _MAIN_BAR.get(desc)
+    if known is not None:
+        return known
     d = desc.rstrip(": ").lower()
-    return (d == "steps" or d.endswith(" steps")) and "validation" not in d
+    result = (d == "steps" or d.endswith(" steps")) and "validation" not in d
+    if len(_MAIN_BAR) < 256:
+        _MAIN_BAR[desc] = result
+    return result
 
 
 # ---- milestones ------------------------------------------------------------------------------
