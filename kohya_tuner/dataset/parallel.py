@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
@@ -27,10 +28,15 @@ def _ignore_sigint() -> None:
 
 
 def _context():
-    # fork is unsafe once the parent has threads (a VRAM sampler, say); forkserver is
-    # the POSIX default from Python 3.14 and cheap after the first worker.
-    if sys.platform != "win32" and "forkserver" in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("forkserver")
+    # fork is the cheapest and needs nothing from the main module, but is unsafe once
+    # the parent has threads (a VRAM sampler, say); then forkserver on Linux, spawn
+    # elsewhere (macOS system libraries do not survive fork).
+    methods = multiprocessing.get_all_start_methods()
+    if sys.platform.startswith("linux"):
+        if threading.active_count() == 1 and "fork" in methods:
+            return multiprocessing.get_context("fork")
+        if "forkserver" in methods:
+            return multiprocessing.get_context("forkserver")
     return multiprocessing.get_context("spawn")
 
 
