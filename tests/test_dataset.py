@@ -317,3 +317,53 @@ def test_too_many_pixels_is_reported_without_decoding(tmp_path, monkeypatch):
     big = _img(rep, "big.png")
     assert "too_many_pixels" in big.problems and (big.width, big.height) == (300, 300)
     assert Image.MAX_IMAGE_PIXELS == 20000  # restored after the header-only look
+
+
+def _square(x: int) -> int:
+    if x == 13:
+        raise ValueError("unlucky")
+    return x * x
+
+
+def test_parallel_map_keeps_order_and_raises():
+    from kohya_tuner.dataset.parallel import parallel_map
+
+    done = []
+    assert parallel_map(_square, list(range(12)) + [14] * 10, workers=2,
+                        on_result=lambda i, r: done.append(i)) == [x * x for x in list(range(12)) + [14] * 10]
+    assert sorted(done) == list(range(22))
+    with pytest.raises(ValueError, match="unlucky"):
+        parallel_map(_square, list(range(30)), workers=2)
+
+
+def test_parallel_scan_with_a_thread_running(tmp_path):
+    """With another thread alive the pool must not fork (forkserver instead) and still work."""
+    import threading
+
+    from kohya_tuner.dataset import parallel
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    try:
+        assert parallel._context().get_start_method() != "fork"
+        root = good_set(tmp_path / "threads", n=20)
+        rep = dataset.scan(root, workers=2)
+        assert len(rep.trainable) == 20
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_layout_and_count_without_decoding(tmp_path):
+    root = tmp_path / "img"
+    good_set(root / "10_ohwx woman", n=4)
+    (root / "10_ohwx woman" / "broken.jpg").write_bytes(b"x")  # counted: names only, as sd-scripts globs
+    jpeg(root / "10_ohwx woman" / "odd.Jpg")  # not counted: sd-scripts does not match it on Linux
+    good_set(root / "3_extra", n=2)
+    subs = dataset.layout(root)
+    assert [(s.dir, s.repeats, s.class_tokens, s.images) for s in subs] == [
+        ("10_ohwx woman", 10, "ohwx woman", 5), ("3_extra", 3, "extra", 2)]
+    assert dataset.count_images(root) == 7
+    plain = good_set(tmp_path / "plain", n=3)
+    assert [(s.dir, s.repeats, s.images) for s in dataset.layout(plain)] == [("", None, 3)]

@@ -5,11 +5,12 @@
     prepare(src, out, family, ...)      a trainable copy; the originals are never touched
     find_prepared(src)                  that copy, when it is complete and up to date
     suggest_repeats(n, job, steps, b)   num_repeats for the dataset TOML
+    layout(path), count_images(path)    subsets and image counts from file names (instant)
 """
 
 from __future__ import annotations
 
-from kohya_tuner.dataset.checks import PROBLEMS, check, evaluate, scan
+from kohya_tuner.dataset.checks import PROBLEMS, check, count_images, evaluate, layout, scan
 from kohya_tuner.dataset.guidance import (
     JOBS,
     bucket_for,
@@ -27,7 +28,7 @@ from kohya_tuner.dataset.walk import MANIFEST_NAME
 
 __all__ = [
     "JOBS", "MANIFEST_NAME", "PROBLEMS", "DatasetReport", "Finding", "ImageInfo", "PrepItem", "PrepResult",
-    "PreparedCopy", "Subset", "bucket_for", "bucket_list", "check", "count_verdict", "default_max_side", "evaluate",
-    "find_prepared", "get_job", "largest_bucket_side", "max_bucket_aspect", "prepare", "prepared_copy", "scan",
-    "steps_per_epoch", "suggest_repeats",
+    "PreparedCopy", "Subset", "bucket_for", "bucket_list", "check", "count_images", "count_verdict",
+    "default_max_side", "evaluate", "find_prepared", "get_job", "largest_bucket_side", "layout", "max_bucket_aspect",
+    "prepare", "prepared_copy", "scan", "steps_per_epoch", "suggest_repeats",
 ]

@@ -77,6 +77,26 @@ PROBLEMS: dict[str, tuple[str, str, str]] = {
 _ORDER = list(PROBLEMS)
 
 
+def layout(path: str | os.PathLike) -> list[Subset]:
+    """The subsets sd-scripts will read from a folder, with how many image files each
+    holds, from file names alone (instant; nothing is decoded). One subset for a plain
+    folder; one per `<repeats>_<class tokens>` folder in the kohya_ss layout, whose
+    repeats and class tokens a dataset TOML must carry over."""
+    root = check_folder(path)
+    listing = list_dataset(root)
+    counts: dict[str, int] = defaultdict(int)
+    for e in listing.entries:
+        if e.kind == "image" and trainer_sees_suffix(e.rel):
+            counts[e.subset] += 1
+    return [Subset(dir=display(s.rel), repeats=s.repeats, class_tokens=s.class_tokens, images=counts.get(s.rel, 0))
+            for s in listing.subsets]
+
+
+def count_images(path: str | os.PathLike) -> int:
+    """Image files sd-scripts will pick up in the folder (by name; see layout())."""
+    return sum(s.images for s in layout(path))
+
+
 def _inspect_task(args: tuple[str, bool]) -> dict:
     path, want_hash = args
     return inspect_image(path, want_hash)
