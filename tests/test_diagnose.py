@@ -55,6 +55,17 @@ def test_phase_comes_from_what_happened_before_the_failure(text, phase):
     assert (d.outcome, d.phase) == ("oom", phase)
 
 
+def test_a_gpu_oom_after_a_save_began_is_the_next_steps_unless_the_frames_say_saving():
+    saving = SETUP + TRAINING + steps(1, 2) + "saving checkpoint: /o/x-step00000002.safetensors\n"
+    assert diagnose(parse_text(saving + OOM_TEXT)).phase == "training"
+    save_frames = ("Traceback (most recent call last):\n  File \"/sd/train_network.py\", line 1, in train\n"
+                   "    save_model(ckpt_name, accelerator.unwrap_model(network), global_step, epoch)\n")
+    assert diagnose(parse_text(saving + save_frames + OOM_TEXT)).phase == "saving"
+    # Host RAM is what saving does use.
+    host = diagnose(parse_text(saving + "MemoryError\n"))
+    assert (host.phase, host.error.kind) == ("saving", "cpu_oom")
+
+
 def test_frames_decide_only_when_the_log_has_no_context():
     tb = ("Traceback (most recent call last):\n  File \"/sd/train_network.py\", line 1913, in <module>\n"
           "    trainer.train(args)\n  File \"/sd/train_network.py\", line 1500, in train\n"
@@ -208,7 +219,8 @@ def _all_diagnoses(family):
         "unknown": [],
     }
     for phase, ctx in contexts.items():
-        yield phase, diagnose(ctx + [Oom(figures=fig)], family=family)
+        yield phase, diagnose(ctx + [Oom(figures=fig, where="saving" if phase == "saving" else None)],
+                              family=family)
         for kind in ("cpu_oom", "missing_file", "bad_argument", "nan_loss", "xformers", "bitsandbytes",
                      "cuda_unavailable", "distributed", "dtype", "other"):
             msg = "error: unrecognized arguments: --learning-rate 1e-4 /x/config.toml" if kind == "bad_argument" \

@@ -206,6 +206,10 @@ def _failure_phase(run: _Run, f: _Failed) -> str:
         base = where
     else:
         base = ctx
+    if base == "saving" and isinstance(f.event, Oom) and where != "saving":
+        # Saving a LoRA or a state copies tensors to the CPU and allocates next to nothing on
+        # the GPU: an OOM after a save began, with no save in its frames, is the next step's.
+        base = "training" if run.max_step is not None else base
     if base is None:
         if run.max_step is not None:
             base = "training"

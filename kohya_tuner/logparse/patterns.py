@@ -151,7 +151,6 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
     ("flux: block swap enabled", "model_load", "block swap"),
     ("prepare optimizer, data loader", "model_load", "prepare optimizer"),
     ("move vae and unet back to original device", "model_load", "moving models"),
-    ("unet dtype:", "model_load", "models on device"),
     ("caching latents", "cache_latents", "caching latents"),
     ("caching text encoder outputs", "cache_text_encoder", "caching text encoder outputs"),
     ("cache text encoder outputs", "cache_text_encoder", "caching text encoder outputs"),
