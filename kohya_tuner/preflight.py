@@ -204,9 +204,17 @@ def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_ind
             checks.append(Check("python", "fail", f"{facts.python} lacks {', '.join(missing)}",
                                 f"Install them: {facts.python} -m pip install {' '.join(missing)} (for CUDA, torch "
                                 "from https://pytorch.org/get-started/locally/), or pass --python of sd-scripts' venv."))
+        elif facts.gpus and not cpu and probe.get("cuda") is False:
+            build = "a CPU-only build" if not probe.get("torch_cuda") else f"built for CUDA {probe['torch_cuda']}"
+            checks.append(Check("python", "fail",
+                                f"the GPU is there, but torch {mods.get('torch')} in {facts.python} cannot use it "
+                                f"({build}); training would run on the CPU",
+                                "Install a CUDA build of torch (https://pytorch.org/get-started/locally/) in that "
+                                "environment, or pass --python of the environment that has one."))
         else:
             checks.append(Check("python", "ok", f"{facts.python}: torch {mods.get('torch')}, "
-                                                f"accelerate {mods.get('accelerate')}"))
+                                                f"accelerate {mods.get('accelerate')}"
+                                + (", CUDA available" if probe.get("cuda") else "")))
         if config.get("xformers") and not mods.get("xformers"):
             if family.attention_flags_apply:
                 changes.append(("xformers", config.get("xformers"), None,
@@ -277,5 +285,15 @@ def gather(*, out_dir: Path, python: str, sd_scripts: str | Path | None, cpu: bo
         facts.pin_differences = tuple(pin.differences) + tuple(f"missing {s}" for s in pin.missing_scripts)
         facts.pin_commit = pin.commit
         facts.pin_unchecked = bool(pin.unchecked)
-    facts.python_probe = probe_modules(python, ["torch", "accelerate", "xformers", "bitsandbytes"])
+    found = probe_modules(python, ["torch", "accelerate", "xformers", "bitsandbytes"])
+    facts.python_probe = dict(found)
+    if facts.gpus and not found.get("error") and (found.get("modules") or {}).get("torch"):
+        # Only with a GPU present does it matter whether torch can use it; finding out
+        # imports torch and starts CUDA in a child, which takes seconds.
+        from kohya_tuner.doctor import probe_python
+
+        probe = probe_python(python, test_kernels=False)
+        if probe.error is None:
+            facts.python_probe["cuda"] = probe.cuda_available
+            facts.python_probe["torch_cuda"] = probe.torch_cuda or probe.torch_hip
     return facts

@@ -152,6 +152,7 @@ def test_run_process_streams_both_pipes_and_logs_raw_bytes(tmp_path):
 
 _TREE = """
     import subprocess, sys, time
+    {head}
     child = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(1)"])
     print("child", child.pid, flush=True)
     {tail}
@@ -170,7 +171,7 @@ def _children_gone(pids, timeout=5.0):
 
 @pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX here")
 def test_hang_watchdog_ends_the_whole_group(tmp_path):
-    script = _script(tmp_path, _TREE.format(tail="time.sleep(60)"))
+    script = _script(tmp_path, _TREE.format(head="", tail="time.sleep(60)"))
     pids = []
 
     def on_line(stream, line):
@@ -186,8 +187,9 @@ def test_hang_watchdog_ends_the_whole_group(tmp_path):
 
 @pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX here")
 def test_stop_event_ends_group_even_if_leader_ignores_sigint(tmp_path):
+    # The leader ignores SIGINT (set before it reports, so the test cannot race it).
     script = _script(tmp_path, _TREE.format(
-        tail="import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n    time.sleep(60)"))
+        head="import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)", tail="time.sleep(60)"))
     pids = []
     stop = threading.Event()
 
@@ -204,7 +206,7 @@ def test_stop_event_ends_group_even_if_leader_ignores_sigint(tmp_path):
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM handling is POSIX")
 def test_sigterm_to_supervisor_stops_the_child_group(tmp_path):
-    script = _script(tmp_path, _TREE.format(tail="time.sleep(60)"))
+    script = _script(tmp_path, _TREE.format(head="", tail="time.sleep(60)"))
     pids = []
 
     def on_line(stream, line):
