@@ -367,3 +367,24 @@ def test_layout_and_count_without_decoding(tmp_path):
     assert dataset.count_images(root) == 7
     plain = good_set(tmp_path / "plain", n=3)
     assert [(s.dir, s.repeats, s.images) for s in dataset.layout(plain)] == [("", None, 3)]
+
+
+def test_permission_denied_is_reported_per_file(tmp_path, monkeypatch):
+    """Root ignores file modes, so the refusal is simulated where the file is opened."""
+    import errno
+
+    from kohya_tuner.dataset import images
+
+    root = good_set(tmp_path / "perm2", n=3)
+    real = images.sha256_file
+
+    def guarded(path):
+        if path.endswith("img01.jpg"):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(images, "sha256_file", guarded)
+    rep = dataset.scan(root, workers=1)
+    bad = _img(rep, "img01.jpg")
+    assert bad.problems == ["unreadable"] and bad.error == "permission denied" and not bad.trainable
+    assert _finding(rep, "unreadable").severity == "fail" and len(rep.trainable) == 2

@@ -310,3 +310,16 @@ def test_find_prepared_elsewhere_through_the_registry(tmp_path):
     dataset.prepare(src, custom, "sdxl")
     assert dataset.find_prepared(src) == custom.resolve()
     assert dataset.find_prepared(tmp_path / "missing") is None
+
+
+def test_palette_and_greyscale_modes(tmp_path):
+    src = tmp_path / "modes"
+    src.mkdir()
+    Image.new("P", (64, 64), 3).save(src / "pal.png")
+    Image.new("L", (64, 64), 90).save(src / "grey.jpg")
+    Image.new("1", (64, 64), 1).save(src / "bits.bmp")
+    res = dataset.prepare(src, tmp_path / "out", max_side=512)
+    acts = {i.source: i.actions for i in res.items}
+    assert acts["grey.jpg"] == [] and acts["pal.png"] == ["P to RGB"] and acts["bits.bmp"] == ["1 to RGB"]
+    with Image.open(tmp_path / "out" / "pal.png") as im:
+        assert im.mode == "RGB"

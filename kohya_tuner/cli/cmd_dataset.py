@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
@@ -12,7 +12,7 @@ from rich.table import Table
 
 from kohya_tuner import dataset
 from kohya_tuner.cli.common import console, err_console, print_json, user_errors
-from kohya_tuner.families import get_family
+from kohya_tuner.families import Family, get_family
 
 _MARK = {"pass": "[green]pass[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[bold red]fail[/bold red]"}
 
@@ -68,19 +68,31 @@ def check_command(
     family = get_family(model)
     if job is not None:
         dataset.get_job(job)
+    try:
+        report = _run_check(path, job, family, trigger, resolution, min_bucket, max_bucket, _ext(caption_ext), workers,
+                            json_out)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]Interrupted.[/yellow] Nothing was changed.", soft_wrap=True)
+        raise typer.Exit(130)
     if json_out:
-        report = dataset.check(path, job, family, trigger, resolution, min_bucket_reso=min_bucket,
-                               max_bucket_reso=max_bucket, caption_extension=_ext(caption_ext), workers=workers)
         print_json(report.to_json())
     else:
-        with _progress() as bar:
-            task = bar.add_task("reading images", total=None)
-            report = dataset.check(path, job, family, trigger, resolution, min_bucket_reso=min_bucket,
-                                   max_bucket_reso=max_bucket, caption_extension=_ext(caption_ext), workers=workers,
-                                   progress=lambda done, total, _name: bar.update(task, completed=done, total=total))
         _render_check(report, all_files)
     if not report.trainable:
         raise typer.Exit(2)
+
+
+def _run_check(path: Path, job: Optional[str], family: Family, trigger: Optional[str], resolution: Optional[int],
+               min_bucket: Optional[int], max_bucket: Optional[int], caption_ext: Optional[str],
+               workers: Optional[int], quiet: bool) -> dataset.DatasetReport:
+    kwargs: dict[str, Any] = dict(min_bucket_reso=min_bucket, max_bucket_reso=max_bucket, caption_extension=caption_ext,
+                  workers=workers)
+    if quiet:
+        return dataset.check(path, job, family, trigger, resolution, **kwargs)
+    with _progress() as bar:
+        task = bar.add_task("reading images", total=None)
+        return dataset.check(path, job, family, trigger, resolution, **kwargs,
+                             progress=lambda done, total, _name: bar.update(task, completed=done, total=total))
 
 
 def _ext(value: Optional[str]) -> Optional[str]:

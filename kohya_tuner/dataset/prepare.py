@@ -143,8 +143,8 @@ def _convert(img: Image.Image, max_side: int) -> tuple[Image.Image, list[str]]:
         img = flat
         actions.append("transparency flattened onto white")
     elif img.mode not in ("RGB", "L"):
-        img = img.convert("RGB")
         actions.append(f"{img.mode} to RGB")
+        img = img.convert("RGB")
     if icc and img.mode == "RGB" and not _is_srgb(icc):
         converted = _to_srgb(img, icc, "RGB")
         if converted is not None:

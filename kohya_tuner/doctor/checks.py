@@ -223,14 +223,12 @@ def _gpu_processes(f: Facts) -> Check:
     unseen = []
     for g in f.gpus:
         others = [p for p in g.processes if p.pid != f.own_pid]
-        used = sum(p.used_gib or 0.0 for p in others)
         for p in others:
             holders.append({"gpu": g.index, "pid": p.pid, "name": p.name,
                             "used_gib": None if p.used_gib is None else round(p.used_gib, 2)})
         # A container sees the card's memory in use but not the processes behind it.
         if not others and g.used_gib > 1.0:
             unseen.append((g.index, g.used_gib))
-        del used
     big = [h for h in holders if (h["used_gib"] or 0) >= 0.25]
     pythons = [h for h in holders if "python" in h["name"].lower()]
     if not holders and not unseen:
