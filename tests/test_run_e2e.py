@@ -292,3 +292,86 @@ def test_dry_run_prints_a_command_the_trainer_runs_to_success(tmp_path, images, 
     # The same folder cannot be started over as a new run once it has output.
     again = _cli(_args("sd15", out, images, models), _env(tmp_path))
     assert again.returncode == 2 and "already holds files" in again.stderr
+
+
+def test_probe_run_meets_the_oom_early_then_the_full_run_starts_fresh(tmp_path, images, models):
+    need = _need(tmp_path, "sd15", images, models)
+    out = tmp_path / "run"
+    env = _env(tmp_path, STANDIN_VRAM_GB=round(need["train"] * 0.85, 3), STANDIN_PEAK_STEP=3)
+    res = _cli(_args("sd15", out, images, models, "--probe-steps", "4"), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    attempts = _attempts(out)
+    probes = [a for a in attempts if a["probe"]]
+    assert probes[0]["outcome"] == "oom" and probes[0]["total_steps"] == 4
+    assert probes[-1]["outcome"] == "success"
+    full = [a for a in attempts if not a["probe"]]
+    assert len(full) == 1 and full[0]["start_step"] == 0 and full[0]["resume_from"] is None
+    # The full run met no OOM: the probe had already found settings that fit.
+    assert full[0]["outcome"] == "success"
+    assert _trained_steps(_summary(out)["lora"]) == 12
+    assert (out / "probe" / "probe.safetensors").is_file()
+
+
+def test_emulate_vram_plans_for_the_smaller_card_and_caps_the_trainer(tmp_path, images, models):
+    out = tmp_path / "run"
+    res = _cli(_args("sd15", out, images, models, "--emulate-vram", "6", "--json"), _env(tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    log = (out / "attempt-1.log").read_text(encoding="utf-8")
+    # The cap reached the trainer, and the sitecustomize came first on its PYTHONPATH.
+    assert "emulated card: 6 GB" in log
+    assert str(REPO / "kohya_tuner" / "emulate" / "sitecustomize.py") in log
+    assert "6 GB" in (out / "config.toml").read_text(encoding="utf-8")  # the 6 GB preset class
+    assert json.loads(res.stdout)["status"] == "success"
+
+
+def test_success_records_measured_peak_in_history(tmp_path, images, models):
+    """The supervisor in-process, with a VRAM sampler standing in for NVML."""
+    from kohya_tuner import history
+    from kohya_tuner.journal import Journal
+    from kohya_tuner.supervisor import RunSettings, Supervisor, continuation
+
+    out = tmp_path / "run"
+    env = _env(tmp_path)
+    res = _cli(_args("sd15", out, images, models, "--dry-run", "--json"), env)
+    assert res.returncode == 0, res.stderr
+    settings = RunSettings.from_json(out, Journal(out).read_run())
+    settings.gpu = {"name": "Fake RTX 3060", "total_gib": 11.76, "index": 0}
+    settings.predicted_gib = 5.0
+
+    class Sampler:
+        def __init__(self, index):
+            self.samples = []
+
+        def start(self):
+            self.samples += [(0.0, 0.4), (0.5, 4.8), (1.0, 5.6)]
+
+        def stop(self):
+            pass
+
+        @property
+        def peak_gib(self):
+            return max(v for _, v in self.samples)
+
+        @property
+        def now_gib(self):
+            return self.samples[-1][1]
+
+    import os as _os
+
+    old = dict(_os.environ)
+    _os.environ.update({"KOHYA_TUNER_HOME": env["KOHYA_TUNER_HOME"], "STANDIN_STEP_SECONDS": "0.005"})
+    try:
+        sup = Supervisor(settings, sampler_factory=Sampler, base_env=env)
+        outcome = sup.run(continuation([], settings))
+        entries = history.load()
+    finally:
+        _os.environ.clear()
+        _os.environ.update(old)
+    assert outcome.status == "success", outcome.reason
+    assert outcome.summary["peak_vram_gib"] == 5.6
+    assert len(entries) == 1
+    e = entries[0]
+    assert e.gpu_name == "Fake RTX 3060" and e.model == "sd15"
+    assert e.measured_peak_gib == 5.6 and e.predicted_gib == 5.0 and e.fingerprint
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert page.count("<svg") == 2 and "card 11.8 GiB" in page

@@ -390,6 +390,10 @@ def main(script: str, family: str) -> None:
         print(json.dumps(need))
         return
     budget = _budget()
+    if os.environ.get("KOHYA_TUNER_EMULATE_VRAM_GB"):
+        hook = sys.modules.get("sitecustomize")
+        log(f"emulated card: {os.environ['KOHYA_TUNER_EMULATE_VRAM_GB']} GB, VRAM budget {budget} GiB, "
+            f"sitecustomize {getattr(hook, '__file__', None)}", where="standin_trainer.py:1")
     ram_budget = float(os.environ["STANDIN_RAM_GB"]) if os.environ.get("STANDIN_RAM_GB") else None
     step_s = float(os.environ.get("STANDIN_STEP_SECONDS", "0.01"))
 
