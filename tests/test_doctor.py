@@ -194,7 +194,8 @@ def test_xformers(kw, status, needle):
 
 
 def test_bitsandbytes():
-    broken = _probe(bitsandbytes=None, bitsandbytes_ran=False, errors={"bitsandbytes": "RuntimeError: CUDA Setup failed"})
+    broken = _probe(bitsandbytes=None, bitsandbytes_ran=False,
+                    errors={"bitsandbytes": "RuntimeError: CUDA Setup failed"})
     assert _by_name(doctor.evaluate(_facts(probe=broken)), "bitsandbytes").status == "fail"
     missing = _probe(bitsandbytes=None, bitsandbytes_ran=False)
     assert _by_name(doctor.evaluate(_facts(probe=missing)), "bitsandbytes").status == "warn"
@@ -226,7 +227,8 @@ def test_sd_scripts_verdicts():
 def test_requirement_pins():
     pins = {"accelerate": "1.6.0", "toml": "0.10.2", "numpy": ""}
     ok = _probe(packages={"accelerate": "1.6.0", "toml": "0.10.2", "numpy": "1.26.4"})
-    assert _by_name(doctor.evaluate(_facts(requirement_pins=pins, probe=ok)), "sd-scripts requirements").status == "pass"
+    c = _by_name(doctor.evaluate(_facts(requirement_pins=pins, probe=ok)), "sd-scripts requirements")
+    assert c.status == "pass"
     off = _probe(packages={"accelerate": "1.10.0", "toml": "0.10.2", "numpy": "2.1.0"})
     c = _by_name(doctor.evaluate(_facts(requirement_pins=pins, probe=off)), "sd-scripts requirements")
     assert c.status == "warn" and "accelerate 1.10.0 (pinned 1.6.0)" in c.detail and "numpy" not in c.detail

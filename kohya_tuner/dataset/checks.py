@@ -173,8 +173,9 @@ def _problem_findings(images: Iterable[ImageInfo], codes: Iterable[str],
         if not files:
             continue
         severity, what, fix = PROBLEMS[code]
-        out.append(Finding(code=code, severity=severity, message=f"{_files(len(files))} {_verb(what, len(files))}{(details or {}).get(code, '')}.",
-                           fix=fix, files=files))
+        extra = (details or {}).get(code, "")
+        message = f"{_files(len(files))} {_verb(what, len(files))}{extra}."
+        out.append(Finding(code=code, severity=severity, message=message, fix=fix, files=files))
     return out
 
 

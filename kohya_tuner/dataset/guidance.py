@@ -83,7 +83,7 @@ def count_verdict(unique_images: int, job: str | None) -> tuple[str, str, str | 
     if lo <= n <= hi:
         return "pass", f"{n} distinct images for {g.label}: in the {lo}-{hi} range the guides recommend.", None
     if n <= fhi:
-        return "pass", f"{n} distinct images for {g.label} (guide {lo}-{hi}; up to {fhi} of good quality is fine).", None
+        return "pass", f"{n} distinct images for {g.label} (guide {lo}-{hi}; up to {fhi} good ones is fine).", None
     return ("warn", f"{n} distinct images for {g.label}: more than needed (guide {lo}-{hi}).",
             "Quality beats quantity: keep the best, most varied images; near-identical shots over-weight one look.")
 

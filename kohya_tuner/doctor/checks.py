@@ -241,8 +241,9 @@ def _gpu_processes(f: Facts) -> Check:
     status: Status = "warn" if (big or unseen or pythons) else "pass"
     fix = None
     if status == "warn":
+        pids = " ".join(str(h["pid"]) for h in pythons)
         fix = ("Every GiB another program holds is a GiB training cannot use. Close them"
-               + (f"; leftover Python processes from earlier runs can be ended with `kill {' '.join(str(h['pid']) for h in pythons)}`"
+               + (f"; leftover Python processes from earlier runs can be ended with `kill {pids}`"
                   if pythons and os.name != "nt" else
                   "; end leftover Python processes in the Task Manager" if pythons else "")
                + ".")
@@ -379,7 +380,8 @@ def _install_torch_hint(f: Facts) -> str:
 def _torch_check(f: Facts, p: PythonProbe) -> Check:
     if "torch" in p.errors:
         return Check("torch", "fail", f"torch is installed but fails to import: {p.errors['torch']}",
-                     "Reinstall torch in the trainer's environment. " + _install_torch_hint(f), {"error": p.errors["torch"]})
+                     "Reinstall torch in the trainer's environment. " + _install_torch_hint(f),
+                     {"error": p.errors["torch"]})
     if not p.torch:
         return Check("torch", "warn", f"torch is not installed in {p.executable}.", _install_torch_hint(f),
                      {"version": None})
