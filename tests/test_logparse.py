@@ -373,6 +373,11 @@ def test_launcher_exit_status_and_signal():
     assert [e.status for e in of(killed, Exited)] == [-9]
     failed = parse_text("E0407 03:45:08.236000 27404 api.py:869] failed (exitcode: 1) local_rank: 1 (pid: 2)\n")
     assert [e.status for e in of(failed, Exited)] == [1]
+    torchrun = parse_text("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+                          "  rank      : 0 (local_rank: 0)\n  exitcode  : -9 (pid: 1234)\n"
+                          "  traceback : Signal 9 (SIGKILL) received by PID 1234\n")
+    assert [e.status for e in of(torchrun, Exited)] == [None, -9]
+    assert not of(torchrun, Failure) and diagnose(torchrun).error.kind == "cpu_oom"
 
 
 def test_nan_and_zero_loss_are_flagged_once():

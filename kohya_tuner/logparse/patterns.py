@@ -345,7 +345,7 @@ SUSPECT_RE = re.compile(
     r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|unrecogni[sz]ed"
     r"|exception|abort|no such file|does not exist|not exist|no kernel|not compiled|no cuda|nccl|c10d|xformers"
     r"|bitsandbytes|cublas|cudnn|alloc|expected|mismatch|dtype|not implemented|not supported|paging file"
-    r"|no data found|not correctly cached",
+    r"|no data found|not correctly cached|exit|signal",
     re.I,
 )
 
