@@ -47,8 +47,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _progress(transient: bool = True) -> Progress:
+    # No refresh thread (auto_refresh off; each update redraws): with no other thread
+    # alive the worker pool can fork, which is the fastest start.
     return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeRemainingColumn(), console=console, transient=transient)
+                    TimeRemainingColumn(), console=console, transient=transient, auto_refresh=False)
 
 
 @user_errors
@@ -92,7 +94,7 @@ def _run_check(path: Path, job: Optional[str], family: Family, trigger: Optional
     with _progress() as bar:
         task = bar.add_task("reading images", total=None)
         return dataset.check(path, job, family, trigger, resolution, **kwargs,
-                             progress=lambda done, total, _name: bar.update(task, completed=done, total=total))
+                             progress=lambda done, total, _name: bar.update(task, completed=done, total=total, refresh=True))
 
 
 def _ext(value: Optional[str]) -> Optional[str]:
@@ -157,7 +159,7 @@ def prep_command(
             with _progress(transient=False) as bar:
                 task = bar.add_task("preparing", total=None)
                 result = dataset.prepare(path, out, family, max_side, trigger, workers,
-                                         progress=lambda done, total, _n: bar.update(task, completed=done, total=total),
+                                         progress=lambda done, total, _n: bar.update(task, completed=done, total=total, refresh=True),
                                          caption_extension=_ext(caption_ext))
     except KeyboardInterrupt:
         err_console.print("[yellow]Interrupted.[/yellow] Every image written so far is complete and recorded; run "
