@@ -23,7 +23,7 @@ TMP_SUFFIX = ".kt-tmp"
 # Files operating systems and sd-scripts itself leave in folders; never worth a warning.
 _JUNK_NAMES = {".ds_store", "thumbs.db", "desktop.ini", ".directory", MANIFEST_NAME.lower()}
 _TRAINER_SIDE_FILES = (".npz",)  # latent / text-encoder caches written next to images
-_TRAINER_SIDE_NAMES = {"meta_cache.json"}
+_TRAINER_SIDE_NAMES = {"metadata_cache.json"}  # written with cache_info = true
 _KOHYA_SUBSET = re.compile(r"^(\d+)_(.*)$")
 _MAX_DEPTH = 4
 
