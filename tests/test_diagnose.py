@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from kohya_tuner.cli.app import app
 from kohya_tuner.logparse import (
-    EpochStart, Exited, Failure, Finished, Milestone, Oom, OomFigures, Progress, Saved, TotalSteps, diagnose,
+    Exited, Failure, Finished, Milestone, Oom, OomFigures, Progress, Saved, TotalSteps, diagnose,
     parse_text,
 )
 from kohya_tuner.logparse.reader import events_from_stream

@@ -458,3 +458,27 @@ def test_interleaved_and_truncated_logs_never_raise(a, b, seed, status):
         assert d.phase and isinstance(d.advice, list)
         if d.last_loss is not None:
             assert math.isfinite(d.last_loss)
+
+
+def _sample_images():
+    raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 11.76 GiB total capacity; 10.92 GiB "
+                       "already allocated; 56.25 MiB free; 10.97 GiB reserved in total by PyTorch) If reserved "
+                       "memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See "
+                       "documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF")
+
+
+def test_a_real_rich_traceback_box_with_a_wrapped_message():
+    from rich.console import Console
+    from rich.traceback import Traceback
+
+    try:
+        _sample_images()
+    except RuntimeError:
+        buf = io.StringIO()
+        Console(file=buf, width=100, color_system=None).print(Traceback())
+    text = buf.getvalue()
+    assert "╭" in text and "RuntimeError: CUDA out of memory" in text
+    events = parse_text(text)
+    assert [type(e) for e in events] == [Oom]
+    assert events[0].where == "sampling"  # from the box's frames
+    assert events[0].figures.reserved_unallocated_gib == pytest.approx(0.05)
