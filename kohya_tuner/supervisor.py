@@ -26,7 +26,7 @@ import re
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -638,14 +638,15 @@ class Supervisor:
     def _loop(self, first: Retry, attempt: int, probing: bool) -> Outcome:
         history = self.journal.attempts()
         launched = 0
-        plan = Retry(config=dict(first.config), resume_from=first.resume_from, changes=list(first.changes),
-                     reason=first.reason, move=first.move, start_step=first.start_step, note=first.note)
+        plan = replace(first, config=dict(first.config), changes=list(first.changes))
         tried = {a.move for a in history if a.move}
         stop: Stop | None = None
         while True:
             launched += 1
             record, diagnosis, facts = self._attempt(attempt, plan, probing)
             history.append(record)
+            if not probing and record.start_step == 0:
+                self._adopt_reported_total(record)
             newest = self._newest_state(history)
             stored = None
             if newest is not None:
@@ -668,11 +669,27 @@ class Supervisor:
                                start_step=0, note="the full run starts from step 0 with the settings the probe proved")
             elif action.move:
                 tried.add(action.move)
+            if "max_train_epochs" in action.config:
+                # Steps, not epochs, stay fixed across retries: a batch or resolution move
+                # changes how many steps an epoch has.
+                cfg = {k: v for k, v in action.config.items() if k != "max_train_epochs"}
+                cfg["max_train_steps"] = self.s.total_steps
+                action = replace(action, config=cfg)
             self.emit("decision", action="retry", reason=action.reason, move=action.move,
                       changes=[c.__dict__ for c in action.changes], resume_from=action.resume_from, note=action.note)
             plan = action
             attempt += 1
         return self._finish(history, stop)
+
+    def _adopt_reported_total(self, record: AttemptRecord) -> None:
+        """With max_train_epochs the trainer decides the step count; its report wins."""
+        reported = record.total_steps
+        if reported and reported != self.s.total_steps:
+            self.s.total_steps = int(reported)
+            cfg = {k: v for k, v in self.s.plan_config.items() if k != "max_train_epochs"}
+            cfg["max_train_steps"] = int(reported)
+            self.s.plan_config = cfg
+            self.journal.write_run(self.s.to_json())
 
     def _newest_state(self, attempts: list[AttemptRecord]) -> StateRecord | None:
         newest = jr.newest_state(_lineage(attempts))
@@ -773,6 +790,8 @@ class Supervisor:
                              interrupted=result.interrupted, killed=killed["seen"] or exit_status in (137, -9),
                              final_model=final if final_exists and exit_status == 0 else None,
                              hang_minutes=self.s.hang_minutes)
+        if progress.reported_total and not probing and not plan.resume_from:
+            record.total_steps = int(progress.reported_total)
         record.duration_s = round(result.duration_s, 2)
         record.exit_status = exit_status
         record.end_step = progress.step

@@ -103,7 +103,7 @@ def _trained_steps(lora: str | Path) -> int:
 
 def test_oom_mid_training_resumes_and_keeps_the_total_step_count(tmp_path, images, models):
     need = _need(tmp_path, "sd15", images, models)
-    out = tmp_path / "run"
+    out = tmp_path / "my run ü; x"  # argument lists, never a shell: any path works
     env = _env(tmp_path, STANDIN_VRAM_GB=round(need["train"] * 0.85, 3), STANDIN_PEAK_STEP=6)
     res = _cli(_args("sd15", out, images, models, "--max-attempts", "6"), env)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -375,3 +375,19 @@ def test_success_records_measured_peak_in_history(tmp_path, images, models):
     assert e.measured_peak_gib == 5.6 and e.predicted_gib == 5.0 and e.fingerprint
     page = (out / "report.html").read_text(encoding="utf-8")
     assert page.count("<svg") == 2 and "card 11.8 GiB" in page
+
+
+def test_epoch_based_run_keeps_the_step_count_the_trainer_reported(tmp_path, images, models):
+    extra = ("--set", "max_train_epochs=4")
+    need = _need(tmp_path, "sd15", images, models, *extra)
+    out = tmp_path / "run"
+    env = _env(tmp_path, STANDIN_VRAM_GB=round(need["train"] * 0.85, 3), STANDIN_PEAK_STEP=5)
+    res = _cli(_args("sd15", out, images, models, *extra), env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    attempts = _attempts(out)
+    reported = attempts[0]["total_steps"]
+    assert reported != 12  # the epochs decided, not --steps
+    cfg2 = (out / "attempt-2.config.toml").read_text(encoding="utf-8")
+    assert "max_train_epochs" not in cfg2 and f"max_train_steps = {reported}" in cfg2
+    summary = _summary(out)
+    assert summary["total_steps"] == reported and _trained_steps(summary["lora"]) == reported
