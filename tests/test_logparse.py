@@ -482,3 +482,15 @@ def test_a_real_rich_traceback_box_with_a_wrapped_message():
     assert [type(e) for e in events] == [Oom]
     assert events[0].where == "sampling"  # from the box's frames
     assert events[0].figures.reserved_unallocated_gib == pytest.approx(0.05)
+
+
+def test_an_unfinished_traceback_does_not_swallow_the_training_output_after_it():
+    boxed = ("│ some panel line without a traceback │\n╰──────╯\n"
+             "saving checkpoint: /o/a.safetensors\nmodel saved.\n")
+    events = parse_text(boxed)
+    assert [type(e) for e in events] == [Saved, Finished]
+    cut = ("Traceback (most recent call last):\n  File \"/sd/train_network.py\", line 1, in train\n"
+           "saving checkpoint: /o/b.safetensors\n")
+    events = parse_text(cut)
+    assert [type(e) for e in events] == [ModelFamily, Failure, Saved]
+    assert "missing" in events[1].message

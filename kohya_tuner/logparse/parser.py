@@ -30,6 +30,8 @@ MAX_LINE = 65536
 _RICH_INDENT = " " * P.RICH_MESSAGE_COLUMN
 _MAX_RECORD = 16384
 _MAX_FRAMES = 300
+# A Python traceback this long without its error line is not one (or its end was lost).
+_MAX_TRACEBACK_LINES = 2000
 _MAX_OOM_LINES = 8
 _HINT_WINDOW = 60
 # This many distinct optimizer steps at a loss of exactly 0 means the model is not learning.
@@ -96,18 +98,19 @@ class _PendingOom:
 
 
 class _Traceback:
-    __slots__ = ("frames", "explicit", "dropped")
+    __slots__ = ("frames", "explicit", "boxed", "lines")
 
-    def __init__(self, explicit: bool):
+    def __init__(self, explicit: bool, boxed: bool):
         self.frames: list[str] = []
+        # explicit: its "Traceback (most recent call last)" header was seen; boxed: drawn by Rich.
         self.explicit = explicit
-        self.dropped = 0
+        self.boxed = boxed
+        self.lines = 0
 
     def add(self, line: str) -> None:
+        self.lines += 1
         if len(self.frames) < _MAX_FRAMES:
             self.frames.append(line)
-        else:
-            self.dropped += 1
 
 
 class LogParser:
@@ -282,30 +285,14 @@ class LogParser:
         if ".py" in s or "lux" in s or "LUX" in s:
             self._family_line(s, out)
         tb = self._tb
-        if tb is not None:
-            if level is not None:
-                self._end_traceback(out)
-            elif s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
-                self._end_traceback(out)
-                self._start_traceback(s, explicit=True)
-                return
-            elif not text[:1].isspace() and s[0] not in P.BOX_CHARS:
-                m = P.EXC_LINE_RE.match(s)
-                if m:
-                    self._tb = None
-                    self._exception(m.group(1) or m.group(3), s, tb.frames, out)
-                    return
-                tb.add(s)
-                return
-            else:
-                tb.add(s.strip("│┃ "))
-                return
+        if tb is not None and self._in_traceback(tb, text, s, level, out):
+            return
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
-            self._start_traceback(s, explicit=True)
+            self._start_traceback(s)
             return
         if s[0] in P.BOX_CHARS:
             # The top of a Rich traceback box may have scrolled away; its frames still count.
-            self._tb = _Traceback(explicit=False)
+            self._tb = _Traceback(explicit=False, boxed=True)
             self._tb.add(s.strip("│┃ "))
             return
         if level is None and not text[:1].isspace():
@@ -320,6 +307,40 @@ class LogParser:
             self._hint(s)
             return
         self._failure_line(s, level, out)
+
+    def _in_traceback(self, tb: _Traceback, text: str, s: str, level: str | None, out: list[Event]) -> bool:
+        """Take a line that arrives while a traceback is open; False when the traceback ended
+        and the line is to be read as usual."""
+        if level is not None:
+            self._end_traceback(out)
+            return False
+        if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
+            self._end_traceback(out)
+            self._start_traceback(s)
+            return True
+        if s[0] in P.BOX_CHARS:
+            tb.add(s.strip("│┃ "))
+            return True
+        if not text[:1].isspace():
+            m = P.EXC_LINE_RE.match(s)
+            if m:
+                self._tb = None
+                self._exception(m.group(1) or m.group(3), s, tb.frames, out)
+                return True
+            if tb.boxed:
+                # After a Rich box only its exception line belongs to it.
+                self._end_traceback(out)
+                return False
+            found: list[Event] = []
+            if self._milestone(s, found):
+                # Training output again: the traceback was cut short.
+                self._end_traceback(out)
+                out.extend(found)
+                return True
+        tb.add(s)
+        if tb.lines > _MAX_TRACEBACK_LINES:
+            self._end_traceback(out)
+        return True
 
     def _milestone(self, s: str, out: list[Event]) -> bool:
         low = s[:48].lower()
@@ -431,8 +452,8 @@ class LogParser:
 
     # ---- tracebacks, exceptions, OOM messages ---------------------------------------------
 
-    def _start_traceback(self, s: str, explicit: bool) -> None:
-        self._tb = _Traceback(explicit=explicit)
+    def _start_traceback(self, s: str) -> None:
+        self._tb = _Traceback(explicit=True, boxed=s[0] in "╭┏")
         rest = s.split(P.TRACEBACK_HEAD, 1)[-1].strip(" ):─╮┓")
         if rest:
             self._tb.add(rest)

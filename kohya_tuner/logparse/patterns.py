@@ -183,7 +183,8 @@ EXC_LINE_RE = re.compile(
     r"|(?:[a-z_]\w*\.)+([A-Z]\w*):\s(.*)$"
 )
 LAUNCHER_WRAPPERS = ("CalledProcessError", "ChildFailedError")
-BOX_CHARS = "│╭╰┃┏┗|"
+BOX_CHARS = "│╭╰┃┏┗"
+BOX_CLOSE = "╰┗"
 
 # ---- exit status ----------------------------------------------------------------------------
 
