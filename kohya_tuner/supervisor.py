@@ -751,11 +751,13 @@ class Supervisor:
                           step=rec.step if rec else progress.step)
             elif kind == "Oom":
                 self.emit("oom", attempt=attempt, step=progress.step, figures=_as_dict(ev.figures))
-            elif kind in ("Milestone", "Resumed", "Failure", "TotalSteps", "EpochStart", "Finished"):
+            elif kind in _PASSED_ON:
                 data = _as_dict(ev)
                 if kind == "TotalSteps":
                     progress.reported_total = data.get("total")
-                self.emit(kind.lower(), attempt=attempt, **data)
+                if kind == "Failure":
+                    data["error_kind"] = data.pop("kind", None)
+                self.emit(_PASSED_ON[kind], attempt=attempt, **data)
 
         def on_line(stream: str, line: str) -> None:
             if _KILLED.search(line):
@@ -880,6 +882,12 @@ class Supervisor:
         }
         history.append(entry)
         return f"measured peak {last.peak_vram_gib:.2f} GiB recorded for {gpu.get('name')}"
+
+
+# Parser events passed on to the display and --json-events, by the names they go out as.
+# The trainer's `model saved.` is "model_saved": "finished" is the whole run's last event.
+_PASSED_ON = {"Milestone": "milestone", "Resumed": "resumed", "Failure": "failure", "TotalSteps": "total_steps",
+              "EpochStart": "epoch", "Finished": "model_saved", "Exited": "exited"}
 
 
 def _lineage(attempts: list[AttemptRecord]) -> list[AttemptRecord]:
