@@ -83,8 +83,14 @@ def _summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text(encoding="utf-8"))
 
 
+_NEEDS: dict[tuple, dict] = {}
+
+
 def _need(tmp_path: Path, model: str, images: Path, models: dict[str, Path], *extra: str, steps: int = 12) -> dict:
     """The stand-in's own memory figures for the config `run` would launch first."""
+    key = (model, extra, steps, str(images))
+    if key in _NEEDS:
+        return _NEEDS[key]
     out = tmp_path / "plan"
     res = _cli(_args(model, out, images, models, "--dry-run", "--json", *extra, steps=steps), _env(tmp_path))
     assert res.returncode == 0, res.stderr
@@ -94,7 +100,8 @@ def _need(tmp_path: Path, model: str, images: Path, models: dict[str, Path], *ex
                           plan["files"]["dataset.toml"]], env=_env(tmp_path, STANDIN_REPORT="1"),
                          capture_output=True, text=True, timeout=60)
     assert rep.returncode == 0, rep.stderr
-    return json.loads(rep.stdout.strip().splitlines()[-1])
+    _NEEDS[key] = json.loads(rep.stdout.strip().splitlines()[-1])
+    return _NEEDS[key]
 
 
 def _trained_steps(lora: str | Path) -> int:
@@ -391,3 +398,15 @@ def test_epoch_based_run_keeps_the_step_count_the_trainer_reported(tmp_path, ima
     assert "max_train_epochs" not in cfg2 and f"max_train_steps = {reported}" in cfg2
     summary = _summary(out)
     assert summary["total_steps"] == reported and _trained_steps(summary["lora"]) == reported
+
+
+def test_untrainable_dataset_stops_before_anything_is_written(tmp_path, models):
+    bad = tmp_path / "images"
+    bad.mkdir()
+    (bad / "a.png").write_bytes(b"not a png")
+    (bad / "a.txt").write_text("caption", encoding="utf-8")
+    out = tmp_path / "run"
+    res = _cli(_args("sd15", out, bad, models), _env(tmp_path))
+    assert res.returncode == 2
+    assert "cannot be trained on" in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()

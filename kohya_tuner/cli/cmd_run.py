@@ -342,9 +342,9 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
 
     # The images first: a broken dataset is the cheapest thing to find out about.
     report = dataset_mod.check(data, job, family, trigger)
-    errors = [f for f in report.findings if f.severity == "error"]
+    errors = [f for f in report.findings if f.severity == "fail"]
     if errors:
-        listed = "; ".join(f.message for f in errors[:5])
+        listed = "; ".join(f.message.rstrip(".") + (f" ({f.fix.rstrip('.')})" if f.fix else "") for f in errors[:5])
         raise UserError(f"The dataset in {data} cannot be trained on: {listed}.",
                         "`kohya-tuner dataset check` lists every problem; `kohya-tuner dataset prep` makes a fixed copy.")
     images = len(report.trainable)
@@ -397,7 +397,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     for key, _old, new, why in checks.changes:
         plan.set(key, new, "pre-flight", why)
     for f in report.findings:
-        if f.severity == "warning":
+        if f.severity == "warn":
             checks.checks.append(preflight.Check("dataset", "warn", f.message))
     if checks.failures:
         if not as_json:
