@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 # Rich wraps sd-scripts' log records at 80 columns when stderr is a pipe; a wide
 # COLUMNS keeps each record on one line for the parser.
@@ -334,13 +334,16 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
     for r in readers:
         r.start()
 
-    previous_term = None
+    previous: dict[int, Any] = {}
     in_main = threading.current_thread() is threading.main_thread()
     if in_main and not _IS_WINDOWS:
         def _on_term(signum, frame):  # noqa: ARG001
             raise Interrupted()
 
-        previous_term = signal.signal(signal.SIGTERM, _on_term)
+        # SIGHUP: the terminal closed. The trainer runs in its own session and would go
+        # on unsupervised; it is stopped like on Ctrl-C and the journal is written.
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, _on_term)
 
     result = ProcessResult(exit_status=None, duration_s=0.0, pid=proc.pid)
     open_streams = 2
@@ -379,8 +382,8 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
         result.stopped_by = "interrupt"
         result.signals_sent = stop_group(proc, grace_s)
     finally:
-        if previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if proc.poll() is None:
             result.signals_sent += stop_group(proc, grace_s, first="SIGKILL")
         # Whatever the readers still hold is part of the record.

@@ -559,9 +559,14 @@ def command_for(settings: RunSettings, config_file: Path, config: Mapping[str, A
 
     argv = launcher.build_argv(launch_spec(settings, config_file, str(config.get("mixed_precision") or "no"),
                                            dataset_file))
+    single = settings.num_processes <= 1
+    # One process: pin the card through CUDA_VISIBLE_DEVICES. Several: accelerate's
+    # --gpu_ids does it for each process.
     env = launcher.build_env(os.environ if base_env is None else base_env,
-                             gpu_ids=settings.gpu_ids if settings.gpu_ids else (),
+                             gpu_ids=settings.gpu_ids if single else (),
                              emulate_vram_gb=settings.emulate_vram_gb)
+    if settings.gpu_ids and not single:
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return argv, env
 
 
@@ -918,6 +923,9 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
                                    "max_train_steps": settings.total_steps}, settings.total_steps)
     lineage = _lineage(attempts)
     newest = jr.newest_state(lineage)
+    orphan = _unjournaled_state(settings, newest)
+    if orphan is not None and not last.probe:
+        newest = orphan
     if newest is not None and newest.step >= settings.total_steps:
         newest = None  # a final state: nothing left to resume into
     tried = frozenset(a.move for a in attempts if a.move)
@@ -946,6 +954,27 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
                      note="no saved state to resume from, so it starts from step 0")
     return Retry(config=config, resume_from=newest.path, changes=[], reason=why, start_step=newest.step,
                  note=f"resumes from the state at step {newest.step}")
+
+
+def _unjournaled_state(settings: RunSettings, newest: StateRecord | None) -> StateRecord | None:
+    """A state written after the journal's last record: kohya-tuner itself was killed
+    mid-attempt (a closed terminal, kill -9) while the trainer kept saving. Its step is the
+    trainer's own `train_state.json` count, the best there is without the journal."""
+    out = settings.plan_config.get("output_dir")
+    if not out or not Path(out).is_dir():
+        return None
+    floor_mtime = Path(newest.path).stat().st_mtime if newest is not None and Path(newest.path).exists() else 0.0
+    best: StateRecord | None = None
+    for d in Path(out).iterdir():
+        if not d.is_dir() or not d.name.endswith("-state") or d.stat().st_mtime <= floor_mtime:
+            continue
+        ts = jr.read_train_state(d)
+        step = ts.get("current_step") if ts else None
+        if not isinstance(step, int) or step <= (newest.step if newest else 0):
+            continue
+        if best is None or step > best.step:
+            best = StateRecord(path=str(d), step=step, attempt=0)
+    return best
 
 
 def _read_config_file(path: str) -> dict[str, Any] | None:

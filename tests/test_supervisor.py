@@ -270,3 +270,75 @@ def test_progress_tracks_absolute_steps_across_a_resume():
     p.on_saved("checkpoint", "/o/lora.safetensors")
     assert p.final_model == "/o/lora.safetensors"
     assert [pt[1] for pt in p.losses] == [35, 50]
+
+
+# ---- --continue ------------------------------------------------------------------------------
+
+
+def _settings(tmp_path):
+    from kohya_tuner.supervisor import RunSettings
+
+    return RunSettings(out_dir=tmp_path, family=SD15, script=tmp_path / "train_network.py", dataset_file=None,
+                       plan_config=dict(PLAN, output_dir=str(tmp_path / "output"), save_state=True),
+                       total_steps=100, python="python")
+
+
+def _state_dir(tmp_path, step, mtime):
+    import os
+
+    d = tmp_path / "output" / f"lora-step{step:08d}-state"
+    d.mkdir(parents=True)
+    (d / "train_state.json").write_text(json.dumps({"current_epoch": 1, "current_step": step}))
+    os.utime(d, (mtime, mtime))
+    return d
+
+
+def _record(tmp_path, outcome, states, **kw):
+    from kohya_tuner.journal import AttemptRecord
+
+    cfg = tmp_path / "attempt-1.config.toml"
+    cfg.write_text('[training]\ntrain_batch_size = 4\nnetwork_dim = 16\nmax_train_steps = 100\n'
+                   'resume = "/old"\n', encoding="utf-8")
+    base = dict(attempt=1, started="t", config_file=str(cfg), log_file="l", reason="plan", outcome=outcome,
+                states=states, end_step=35, exit_status=1)
+    base.update(kw)
+    return AttemptRecord(**base)
+
+
+def test_continue_without_attempts_starts_the_plan(tmp_path):
+    from kohya_tuner.supervisor import continuation
+
+    action = continuation([], _settings(tmp_path))
+    assert isinstance(action, Retry) and action.resume_from is None and action.config["save_state"] is True
+
+
+def test_continue_after_interruption_resumes_newest_state_with_same_settings(tmp_path):
+    from kohya_tuner.supervisor import continuation
+
+    d = _state_dir(tmp_path, 30, 1_000_000)
+    rec = _record(tmp_path, "interrupted", [StateRecord(str(d), 30, 1)])
+    action = continuation([rec], _settings(tmp_path))
+    assert action.resume_from == str(d) and action.start_step == 30 and not action.changes
+    assert action.config["train_batch_size"] == 4 and "resume" not in action.config
+
+
+def test_continue_finds_a_state_the_journal_never_saw(tmp_path):
+    from kohya_tuner.supervisor import continuation
+
+    known = _state_dir(tmp_path, 10, 1_000_000)
+    orphan = _state_dir(tmp_path, 40, 2_000_000)  # written after kohya-tuner itself was killed
+    rec = _record(tmp_path, "interrupted", [StateRecord(str(known), 10, 1)])
+    action = continuation([rec], _settings(tmp_path))
+    assert action.resume_from == str(orphan) and action.start_step == 40
+
+
+def test_continue_after_oom_makes_the_decision_the_loop_would_have(tmp_path):
+    from kohya_tuner.supervisor import continuation
+
+    d = _state_dir(tmp_path, 30, 1_000_000)
+    rec = _record(tmp_path, "oom", [StateRecord(str(d), 30, 1)], phase="training",
+                  oom={"tried_gib": 2.0, "free_gib": 0.5})
+    ladder = FakeLadder([FakeStep("checkpointing", [("gradient_checkpointing", None, True)])])
+    action = continuation([rec], _settings(tmp_path), next_step=ladder)
+    assert action.move == "checkpointing" and action.resume_from == str(d)
+    assert action.reason.startswith("continued: out of memory")
