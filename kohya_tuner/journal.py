@@ -241,15 +241,23 @@ def summarize(attempts: list[AttemptRecord], *, status: str, reason: str, total_
               continue_command: str | None = None, history_note: str | None = None) -> dict[str, Any]:
     """The run's outcome in one dict (summary.json), computed from the attempt records."""
     failed = [a for a in attempts if a.failed]
-    lost_s = sum(a.duration_s for a in failed)
-    # Steps a failed attempt trained beyond the state the next attempt started from are lost.
+    # Steps a failed attempt trained beyond the state the next attempt started from are
+    # lost, and so is the share of its time they took; the rest carried over.
     lost_steps = 0
+    lost_s = 0.0
     for i, a in enumerate(attempts):
-        if not a.failed or a.outcome == "interrupted":
+        if not a.failed:
             continue
         nxt = attempts[i + 1] if i + 1 < len(attempts) else None
-        resumed_at = nxt.start_step if nxt is not None else a.end_step
-        lost_steps += max(0, a.end_step - resumed_at)
+        if a.outcome == "interrupted" or nxt is None:
+            kept_to = a.end_step  # nothing redone (yet)
+        else:
+            kept_to = nxt.start_step if nxt.resume_from else 0
+        done = max(0, a.end_step - a.start_step)
+        kept = max(0, min(kept_to, a.end_step) - a.start_step)
+        lost_steps += done - kept
+        if a.outcome != "interrupted":
+            lost_s += a.duration_s * (1 - kept / done) if done else a.duration_s
     peaks = [a.peak_vram_gib for a in attempts if a.peak_vram_gib is not None]
     worked = None
     if final_config is not None and plan_config is not None:

@@ -64,9 +64,10 @@ def test_summary_counts_lost_time_and_steps(tmp_path):
                   final_config={"train_batch_size": 1, "resume": "x", "network_dim": 8},
                   plan_config={"train_batch_size": 2, "network_dim": 8}, lora_path=a2.final_model)
     assert s["attempts"] == 2 and s["failed_attempts"] == 1
-    assert s["time_lost_s"] == 30.0
-    # Attempt 1 reached step 6, attempt 2 resumed from step 4: two optimizer steps were redone.
+    # Attempt 1 reached step 6, attempt 2 resumed from step 4: two optimizer steps were redone,
+    # and a third of attempt 1's time with them.
     assert s["steps_lost"] == 2
+    assert s["time_lost_s"] == 10.0
     assert s["peak_vram_gib"] == 7.6
     assert s["changed_settings"] == {"train_batch_size": {"plan": 2, "final": 1}}
 
@@ -109,3 +110,11 @@ def test_report_without_nvml_says_so(tmp_path):
     page = report.render({"status": "failed"}, [a1, a2])
     assert "NVML was not available" in page
     assert page.count("<svg") == 1
+
+
+def test_summary_counts_a_restart_as_losing_everything(tmp_path):
+    a1, a2 = _two_attempts(tmp_path)
+    a2.resume_from, a2.start_step = None, 0
+    s = summarize([a1, a2], status="success", reason="done", total_steps=10, final_config=None,
+                  plan_config=None, lora_path=None)
+    assert s["steps_lost"] == 6 and s["time_lost_s"] == 30.0

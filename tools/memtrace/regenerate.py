@@ -10,7 +10,7 @@ the whole group succeeded.  Then fit_coefficients.py fits every results file in 
 
 Groups (--groups, default: all that can run):
   diffusers_matrix  diffusers SD1.5 / SDXL / FLUX: 512/1024, amp and bf16, checkpointing on/off, flash and
-                    math attention, FLUX fp8, token and batch scaling        (~80 traces, ~20 min on 2 cores)
+                    math attention, FLUX fp8, token and batch scaling        (66 traces, ~20-40 min on 2 cores)
   diffusers_steps   two full steps with AdamW (steady state with optimizer states)   (6 traces)
   sdscripts_flux    the pinned sd-scripts FLUX model + networks.lora_flux: 512/768/1024, checkpointing
                     off/on/cpu_offload, fp8 base, batch 2, full_bf16, AdamW steps  (needs --sdscripts)
