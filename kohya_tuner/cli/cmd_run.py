@@ -235,7 +235,9 @@ def _continue(out: Path, *, max_attempts: int | None, hang_timeout: float | None
     action = continuation(attempts, settings)
     if isinstance(action, Stop):
         raise UserError(f"Cannot continue {out}: {action.reason}.", " ".join(action.advice) or None)
-    return _run_supervisor(settings, action, first_attempt=j.next_attempt_number(), probe=False,
+    # A run planned with --dry-run --probe-steps starts with its probe.
+    probe = not attempts and bool(settings.probe_steps)
+    return _run_supervisor(settings, action, first_attempt=j.next_attempt_number(), probe=probe,
                            json_events=json_events, as_json=as_json)
 
 
