@@ -601,6 +601,7 @@ class Supervisor:
         self._events_fh = None
         self.dataset = settings.dataset
         self.dataset_file = settings.dataset_file
+        self._adopt_changed_dataset()
 
     # -- events --
 
@@ -685,6 +686,21 @@ class Supervisor:
             plan = action
             attempt += 1
         return self._finish(history, stop)
+
+    def _adopt_changed_dataset(self) -> None:
+        """A continued run keeps the dataset file a move wrote in an earlier attempt."""
+        found = []
+        for p in self.s.out_dir.glob("attempt-*.dataset.toml"):
+            m = re.match(r"attempt-(\d+)\.dataset\.toml$", p.name)
+            if m:
+                found.append((int(m.group(1)), p))
+        if not found:
+            return
+        from kohya_tuner import config_io
+
+        path = max(found)[1]
+        self.dataset = config_io.read_dataset(path)
+        self.dataset_file = path
 
     def _adopt_reported_total(self, record: AttemptRecord) -> None:
         """With max_train_epochs the trainer decides the step count; its report wins."""

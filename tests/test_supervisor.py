@@ -342,3 +342,15 @@ def test_continue_after_oom_makes_the_decision_the_loop_would_have(tmp_path):
     action = continuation([rec], _settings(tmp_path), next_step=ladder)
     assert action.move == "checkpointing" and action.resume_from == str(d)
     assert action.reason.startswith("continued: out of memory")
+
+
+def test_a_continued_run_keeps_a_dataset_file_a_move_wrote(tmp_path):
+    from kohya_tuner.supervisor import Supervisor
+
+    (tmp_path / "attempt-2.dataset.toml").write_text('[[datasets]]\nbatch_size = 1\n[[datasets.subsets]]\n'
+                                                     'image_dir = "a"\n', encoding="utf-8")
+    (tmp_path / "attempt-5.dataset.toml").write_text('[[datasets]]\nbatch_size = 2\n[[datasets.subsets]]\n'
+                                                     'image_dir = "a"\n', encoding="utf-8")
+    sup = Supervisor(_settings(tmp_path))
+    assert sup.dataset_file == tmp_path / "attempt-5.dataset.toml"
+    assert sup.dataset["datasets"][0]["batch_size"] == 2
