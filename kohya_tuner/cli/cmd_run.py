@@ -310,7 +310,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
              json_events, strict, strict_pin, hang_timeout, cpu, policy, no_fit, force, as_json) -> int:
     from kohya_tuner import dataset as dataset_mod
     from kohya_tuner import gpu as gpu_mod
-    from kohya_tuner import history, ladder, launcher, memory, planfiles, preflight, presets, schema
+    from kohya_tuner import history, ladder, launcher, memory, planfiles, planning, preflight, presets, schema
     from kohya_tuner.cli.cmd_config import model_inputs, render_plan_table
     from kohya_tuner.families import get_family
     from kohya_tuner.journal import Journal
@@ -364,24 +364,16 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         if plan.config.get("full_fp16"):
             plan.set("full_fp16", None, "--cpu", "fp16 only")
     ds = presets.build_dataset(plan, data, trigger, image_count=images)
-    hist = history.load()
     gpu_name = choice.info.name if choice.info else (card.name if card else None)
     others = choice.others_gib if choice.info else 0.0
-    budget = memory.budget_gib(plan_gb, other_processes_gib=0.0 if emulate_vram is not None else others)
+    fitted = planning.fit_plan(plan, ds, plan_gb, others_gib=0.0 if emulate_vram is not None else others,
+                               gpu_name=gpu_name, bf16=choice.bf16, gpus=max(1, len(gpu_ids)), do_fit=not no_fit)
+    ds, budget, hist = fitted.dataset, fitted.budget_gib, history.load()
     fit_lines: list[str] = []
-    if not no_fit:
-        fit = ladder.tune(plan.config, family, budget, dataset=ds, history=hist, gpu_name=gpu_name, gpu_gb=plan_gb,
-                          bf16=choice.bf16 is not False)
-        for st in fit.steps:
-            for key, _old, new in st.changes:
-                if not str(key).startswith("dataset:"):
-                    plan.set(key, new, "fit", st.reason)
-            fit_lines.append(f"{st.move}: {st.reason}")
-        if fit.dataset is not None:
-            ds = fit.dataset
-        fit_lines.append(fit.message)
-        if not fit.fits:
-            warn(f"{fit.message}; launching anyway: the supervisor downgrades further after a real OOM.")
+    if fitted.fit is not None:
+        fit_lines = [f"{st.move}: {st.reason}" for st in fitted.fit.steps] + fitted.notes
+        if not fitted.fit.fits:
+            warn(f"{fitted.fit.message}; launching anyway: the supervisor downgrades further after a real OOM.")
     total = int(plan.config.get("max_train_steps") or 1600)
     if probe_steps is not None and not (1 <= probe_steps < total):
         raise UserError(f"--probe-steps {probe_steps} must be between 1 and the run's {total} steps.")
