@@ -41,15 +41,7 @@ def _root(
 
 def _register_all() -> None:
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"kohya_tuner.cli.cmd_{name}")
-        except ModuleNotFoundError as exc:
-            # Only while the project is being built up: a command whose module does
-            # not exist yet is simply not offered.
-            if exc.name == f"kohya_tuner.cli.cmd_{name}":
-                continue
-            raise
-        module.register(app)
+        importlib.import_module(f"kohya_tuner.cli.cmd_{name}").register(app)
 
 
 _register_all()
