@@ -28,8 +28,8 @@ CAPTION_EXTENSIONS = (".txt", ".caption")
 
 SIXTEEN_BIT_MODES = {"I;16", "I;16B", "I;16L", "I;16N", "I", "F"}
 
-# Orientations 5-8 swap width and height when applied.
-_TRANSPOSING = {5, 6, 7, 8}
+# EXIF orientations 5-8 swap width and height when applied.
+TRANSPOSING = {5, 6, 7, 8}
 
 _HASH_CHUNK = 1 << 20
 
@@ -145,7 +145,7 @@ def _describe(img: Image.Image, info: dict[str, Any]) -> None:
         orientation = int(img.getexif().get(0x0112, 1) or 1)
     except Exception:
         orientation = 1
-    if orientation in _TRANSPOSING:
+    if orientation in TRANSPOSING:
         w, h = h, w
     info["width"], info["height"] = w, h
     info["orientation"] = orientation

@@ -27,7 +27,7 @@ from PIL import Image, ImageOps
 
 from kohya_tuner.dataset import guidance
 from kohya_tuner.dataset.captions import add_trigger, decode_caption_bytes
-from kohya_tuner.dataset.images import SIXTEEN_BIT_MODES, TRAINER_EXTENSIONS, sha256_file
+from kohya_tuner.dataset.images import SIXTEEN_BIT_MODES, TRAINER_EXTENSIONS, TRANSPOSING, sha256_file
 from kohya_tuner.dataset.models import PrepItem, PrepResult
 from kohya_tuner.dataset.parallel import default_workers, parallel_map
 from kohya_tuner.dataset.walk import (MANIFEST_NAME, TMP_SUFFIX, Entry, check_folder, display, guess_caption_extension,
@@ -154,13 +154,10 @@ def _convert(img: Image.Image, max_side: int) -> tuple[Image.Image, list[str]]:
     if long_side > max_side:
         scale = max_side / long_side
         size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
-        shown = original if orientation not in _TRANSPOSING else original[::-1]
+        shown = original if orientation not in TRANSPOSING else original[::-1]
         actions.append(f"resized {shown[0]}x{shown[1]} to {size[0]}x{size[1]}")
         img = img.resize(size, Image.Resampling.LANCZOS)
     return img, actions
-
-
-_TRANSPOSING = {5, 6, 7, 8}
 
 
 def _tmp_name(final: Path) -> Path:
@@ -204,15 +201,13 @@ def prepare_one(task: dict[str, Any]) -> dict[str, Any]:
                 fmt = opened.format
                 img, actions = _convert(opened, task["max_side"])
                 width, height = img.size
-                suffix = final.suffix.lower()
-                same_format = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP", ".bmp": "BMP"}
+                save_fmt, options = _SAVE_OPTIONS[final.suffix.lower()]
                 writing = True
-                if not actions and same_format.get(suffix) == fmt:
+                if not actions and save_fmt == fmt:
                     # Already right: keep the exact bytes (no re-encoding loss).
                     shutil.copyfile(src, tmp)
                     outcome = "copied"
                 else:
-                    save_fmt, options = _SAVE_OPTIONS[suffix]
                     if save_fmt == "JPEG" and img.mode not in ("RGB", "L"):
                         img = img.convert("RGB")
                     if not actions:

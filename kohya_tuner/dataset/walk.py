@@ -117,7 +117,7 @@ def list_dataset(root: Path) -> Listing:
     if not top:
         raise UserError(f"{display(str(root))} is empty.", "Put the training images (and captions) in it first.")
 
-    files, dirs = _split(top, listing, "")
+    files, dirs = _split(top)
     # kohya_ss reads only the <repeats>_<tokens> folders under its train_data_dir; once
     # there are such folders, loose pictures beside them are not trained.
     kohya_dirs = [d for d in dirs if _KOHYA_SUBSET.match(d.name)]
@@ -130,7 +130,7 @@ def list_dataset(root: Path) -> Listing:
             listing.subsets.append(SubsetDir(rel, int(m.group(1)), m.group(2).strip() or None))
             visited.add(_inode(Path(d.path)))
             try:
-                sub_files, sub_dirs = _split(_scandir(Path(d.path)), listing, rel)
+                sub_files, sub_dirs = _split(_scandir(Path(d.path)))
             except OSError as exc:
                 listing.unlistable.append((rel, exc.strerror or str(exc)))
                 continue
@@ -154,7 +154,7 @@ def _inode(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _split(entries: list[os.DirEntry], listing: Listing, rel_dir: str) -> tuple[list[os.DirEntry], list[os.DirEntry]]:
+def _split(entries: list[os.DirEntry]) -> tuple[list[os.DirEntry], list[os.DirEntry]]:
     files, dirs = [], []
     for e in entries:
         try:
@@ -197,7 +197,7 @@ def _find_nested(listing: Listing, path: Path, rel: str, visited: set, depth: in
     except OSError as exc:
         listing.unlistable.append((rel, exc.strerror or str(exc)))
         return
-    files, dirs = _split(entries, listing, rel)
+    files, dirs = _split(entries)
     for e in files:
         if _classify(e.name) in ("image", "convertible"):
             listing.nested.append(os.path.join(rel, e.name))
