@@ -228,13 +228,24 @@ def test_kohya_folder_layout(tmp_path):
     root = tmp_path / "img"
     good_set(root / "10_ohwx woman", n=5)
     good_set(root / "2_style", n=3)
-    jpeg(root / "stray.jpg")
+    (root / "5_empty").mkdir()
+    (root / "10_ohwx woman" / "deeper").mkdir()
+    jpeg(root / "10_ohwx woman" / "deeper" / "x.jpg")
     rep = dataset.scan(root)
     subsets = {s.dir: (s.repeats, s.class_tokens, s.images) for s in rep.subsets}
     assert subsets == {"10_ohwx woman": (10, "ohwx woman", 5), "2_style": (2, "style", 3)}
     assert len(rep.trainable) == 8
     assert _finding(rep, "layout").severity == "pass"
-    assert _finding(rep, "nested_ignored").files == ["stray.jpg"]
+    assert _finding(rep, "nested_ignored").files == ["10_ohwx woman/deeper/x.jpg"]
+
+
+def test_pictures_beside_numbered_folders_make_a_plain_folder(tmp_path):
+    root = good_set(tmp_path / "trip", n=4)
+    good_set(root / "2024_summer", n=2)  # a dated folder, not 2024 repeats
+    rep = dataset.scan(root)
+    assert [(s.dir, s.repeats) for s in rep.subsets] == [("", None)]
+    assert len(rep.trainable) == 4
+    assert len(_finding(rep, "nested_ignored").files) == 2
 
 
 def test_caption_extension_is_guessed_and_mixed_warned(tmp_path):

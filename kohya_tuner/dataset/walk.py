@@ -1,8 +1,8 @@
 """Which files in a dataset folder sd-scripts will read, and what the rest are.
 
 sd-scripts reads one folder per subset, not its subfolders. The kohya_ss layout puts
-each subset in a subfolder named `<repeats>_<class tokens>` under one parent; a folder
-with such subfolders is read that way.
+each subset in a subfolder named `<repeats>_<class tokens>` under a parent that holds no
+pictures itself; such a parent is read that way.
 """
 
 from __future__ import annotations
@@ -118,9 +118,11 @@ def list_dataset(root: Path) -> Listing:
         raise UserError(f"{display(str(root))} is empty.", "Put the training images (and captions) in it first.")
 
     files, dirs = _split(top)
-    # kohya_ss reads only the <repeats>_<tokens> folders under its train_data_dir; once
-    # there are such folders, loose pictures beside them are not trained.
-    kohya_dirs = [d for d in dirs if _KOHYA_SUBSET.match(d.name)]
+    # A folder of <repeats>_<tokens> subfolders and no pictures of its own is the kohya_ss
+    # layout. With pictures of its own it is one subset (and a "2024_trip" subfolder is
+    # just a subfolder, not 2024 repeats).
+    root_has_pictures = any(_classify(e.name) in ("image", "convertible") for e in files)
+    kohya_dirs = [] if root_has_pictures else [d for d in dirs if _KOHYA_SUBSET.match(d.name) and _has_pictures(d)]
     visited = {_inode(root)}
     if kohya_dirs:
         for d in kohya_dirs:
@@ -137,7 +139,7 @@ def list_dataset(root: Path) -> Listing:
             _add_files(listing, sub_files, rel)
             for sd in sub_dirs:
                 _find_nested(listing, Path(sd.path), os.path.join(rel, sd.name), visited, 2)
-        _add_files(listing, files, "", root_is_parent=True)
+        _add_files(listing, files, "")
         for d in dirs:
             if d not in kohya_dirs:
                 _find_nested(listing, Path(d.path), d.name, visited, 1)
@@ -167,14 +169,18 @@ def _split(entries: list[os.DirEntry]) -> tuple[list[os.DirEntry], list[os.DirEn
     return files, dirs
 
 
-def _add_files(listing: Listing, files: list[os.DirEntry], rel_dir: str, root_is_parent: bool = False) -> None:
+def _has_pictures(d: os.DirEntry) -> bool:
+    try:
+        with os.scandir(d.path) as it:
+            return any(_classify(e.name) in ("image", "convertible") for e in it)
+    except OSError:
+        return False
+
+
+def _add_files(listing: Listing, files: list[os.DirEntry], rel_dir: str) -> None:
     for e in files:
         kind = _classify(e.name)
         if kind is None:
-            continue
-        if root_is_parent and kind in ("image", "convertible"):
-            # Loose images beside kohya_ss subset folders are not read by anyone.
-            listing.nested.append(e.name)
             continue
         listing.entries.append(Entry(os.path.join(rel_dir, e.name) if rel_dir else e.name, kind, rel_dir))
 
