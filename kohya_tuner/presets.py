@@ -225,19 +225,55 @@ def validate_plan(plan: Plan, dataset: dict[str, Any] | None = None) -> list[sch
 
 def build_dataset(plan: Plan, data_dir: str | Path | None, trigger: str | None = None,
                   image_count: int | None = None, num_repeats: int | None = None) -> dict[str, Any]:
-    """The `--dataset_config` for a plan: one DreamBooth-style subset. Resolution, batch
-    and buckets stay in config.toml (the dataset file falls back to them), so `fit`
-    changes one file only."""
-    subset: dict[str, Any] = {"image_dir": str(Path(data_dir).resolve()) if data_dir else "images"}
-    if num_repeats is None:
-        num_repeats = 1
-    subset["num_repeats"] = int(num_repeats)
-    if trigger:
-        subset["class_tokens"] = trigger
+    """The `--dataset_config` for a plan. Resolution, batch and buckets stay in
+    config.toml (the dataset file falls back to them), so `fit` changes one file only.
+
+    The images come from the prepared copy when `dataset prep` made an up-to-date one; a
+    kohya_ss folder layout (`10_ohwx woman/`) becomes one subset per folder with its own
+    repeats and class tokens; otherwise one subset whose repeats make the planned steps
+    span the job's usual number of epochs."""
     general: dict[str, Any] = {
         "caption_extension": plan.config.get("caption_extension", ".txt"),
         "shuffle_caption": bool(plan.config.get("shuffle_caption", False)),
     }
     if trigger and general["shuffle_caption"]:
         general["keep_tokens"] = 1
-    return {"general": general, "datasets": [{"subsets": [subset]}]}
+    root = Path(data_dir).absolute() if data_dir else Path("images")
+    subsets: list[dict[str, Any]] = []
+    if data_dir is not None and root.is_dir():
+        from kohya_tuner import dataset as ds_mod  # Pillow and the scanners only when there is data
+
+        prepared = ds_mod.find_prepared(root)
+        if prepared is not None:
+            root = Path(prepared).absolute()
+            general["caption_extension"] = ".txt"
+            plan.notes.append(f"Training from the prepared copy {root}.")
+        try:
+            layout = ds_mod.layout(root)
+        except UserError as exc:
+            layout = []
+            plan.notes.append(f"{exc.message} num_repeats left at 1.")
+        steps = int(plan.config.get("max_train_steps") or 1500)
+        batch = int(plan.config.get("train_batch_size") or 1)
+        kohya_layout = any(s.repeats for s in layout)
+        for sub in layout:
+            if not sub.images:
+                continue
+            entry: dict[str, Any] = {"image_dir": str(root / sub.dir) if sub.dir else str(root)}
+            if num_repeats is not None:
+                entry["num_repeats"] = int(num_repeats)
+            elif sub.repeats:
+                entry["num_repeats"] = int(sub.repeats)
+            else:
+                count = sub.images if not kohya_layout else (image_count or sub.images)
+                entry["num_repeats"] = ds_mod.suggest_repeats(count, plan.job, steps, batch)
+            tokens = trigger or sub.class_tokens
+            if tokens:
+                entry["class_tokens"] = tokens
+            subsets.append(entry)
+    if not subsets:
+        entry = {"image_dir": str(root), "num_repeats": int(num_repeats or 1)}
+        if trigger:
+            entry["class_tokens"] = trigger
+        subsets.append(entry)
+    return {"general": general, "datasets": [{"subsets": subsets}]}

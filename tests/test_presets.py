@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import toml
 
@@ -118,3 +120,50 @@ def test_schnell_variant():
 @pytest.mark.parametrize("steps,cadence", [(100, 10), (1500, 150), (3000, 300), (20, 2), (1, 1)])
 def test_save_cadence_scales_with_the_run(steps, cadence):
     assert presets.save_cadence(steps) == cadence
+
+
+def _images(folder, n, size=(640, 768)):
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        Image.new("RGB", size, (i * 7 % 255, 80, 120)).save(folder / f"img {i}.png")
+        (folder / f"img {i}.txt").write_text("ohwx, a photo")
+
+
+def test_dataset_repeats_follow_image_count_and_job(tmp_path):
+    from kohya_tuner import dataset as ds_mod
+
+    _images(tmp_path / "few", 10)
+    _images(tmp_path / "many", 40)
+    plan = presets.compose("sdxl", "character", 12)
+    few = presets.build_dataset(plan, tmp_path / "few", trigger="ohwx")["datasets"][0]["subsets"][0]
+    many = presets.build_dataset(plan, tmp_path / "many")["datasets"][0]["subsets"][0]
+    steps, batch = plan.config["max_train_steps"], plan.config["train_batch_size"]
+    assert few["num_repeats"] == ds_mod.suggest_repeats(10, "character", steps, batch)
+    assert few["num_repeats"] > many["num_repeats"] >= 1
+    assert few["class_tokens"] == "ohwx" and "class_tokens" not in many
+
+
+def test_kohya_ss_folder_layout_becomes_one_subset_per_folder(tmp_path):
+    _images(tmp_path / "img" / "10_ohwx woman", 3)
+    _images(tmp_path / "img" / "4_style", 2)
+    plan = presets.compose("sd15", "character", 8)
+    subsets = presets.build_dataset(plan, tmp_path / "img")["datasets"][0]["subsets"]
+    got = sorted((s["image_dir"].rsplit("/", 1)[-1], s["num_repeats"], s["class_tokens"]) for s in subsets)
+    assert got == [("10_ohwx woman", 10, "ohwx woman"), ("4_style", 4, "style")]
+    assert schema.validate_dataset({"datasets": [{"subsets": subsets}]}) == []
+
+
+def test_dataset_points_at_the_prepared_copy(tmp_path):
+    from kohya_tuner import dataset as ds_mod
+
+    src = tmp_path / "photos"
+    _images(src, 3, size=(2400, 3000))
+    plan = presets.compose("sdxl", "character", 12)
+    before = presets.build_dataset(plan, src)["datasets"][0]["subsets"][0]["image_dir"]
+    assert before == str(src.absolute())
+    result = ds_mod.prepare(src, tmp_path / "photos.prepared", plan.family, workers=1)
+    after = presets.build_dataset(plan, src)["datasets"][0]["subsets"][0]["image_dir"]
+    assert after == str(Path(result.out).absolute())
+    assert after != before
