@@ -556,16 +556,22 @@ def write_new(path: str | os.PathLike, text: str, force: bool = False) -> Path |
             n += 1
         os.replace(p, backup)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(p, text)
     except OSError as exc:
-        raise UserError(f"Cannot create folder {p.parent}: {exc.strerror or exc}.") from None
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+        raise UserError(f"Cannot write {p}: {exc.strerror or exc}.") from None
+    return backup
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename, so an interrupted write never
+    leaves a half-written file under the real name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
-        os.replace(tmp, p)
+        os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return backup

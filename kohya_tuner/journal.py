@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from kohya_tuner.config_io import atomic_write
 
 RUN_FILE = "run.json"
 ATTEMPTS_FILE = "attempts.jsonl"
@@ -103,19 +104,6 @@ def thin(points: list, limit: int = 600) -> list:
     return out
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 class Journal:
     """The files of one run folder. Appends only; never rewrites an attempt."""
 
@@ -154,7 +142,7 @@ class Journal:
     # -- run inputs --
 
     def write_run(self, data: dict[str, Any]) -> None:
-        _atomic_write(self.run_path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+        atomic_write(self.run_path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
 
     def read_run(self) -> dict[str, Any]:
         from kohya_tuner.errors import UserError
@@ -199,7 +187,7 @@ class Journal:
     # -- outcome --
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        _atomic_write(self.summary_path, json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n")
+        atomic_write(self.summary_path, json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n")
 
     def read_summary(self) -> dict[str, Any] | None:
         try:
@@ -208,7 +196,7 @@ class Journal:
             return None
 
     def write_report(self, html: str) -> None:
-        _atomic_write(self.report_path, html)
+        atomic_write(self.report_path, html)
 
 
 def known_states(attempts: list[AttemptRecord]) -> list[StateRecord]:
