@@ -131,9 +131,16 @@ def _check_value(spec: ArgSpec, value: Any) -> str | None:
     return None
 
 
+def _int_or_none(v: Any) -> int | None:
+    """The integer a constraint compares, or None for a value the type check already reports."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def network_args_dict(config: dict[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
-    for item in config.get("network_args") or []:
+    raw = config.get("network_args")
+    # A non-array value is reported by validate_config; here it simply holds no arguments.
+    for item in raw if isinstance(raw, (list, tuple)) else []:
         if isinstance(item, str) and "=" in item:
             k, v = item.split("=", 1)
             out[k.strip()] = v.strip()
@@ -175,7 +182,7 @@ def _constraint_problems(config: dict[str, Any], family: Family | None,
     if config.get("fused_backward_pass"):
         if str(config.get("optimizer_type", "")).lower() != "adafactor":
             p.append(Problem("fused_backward_pass", "needs optimizer_type = \"Adafactor\""))
-        if int(config.get("gradient_accumulation_steps", 1) or 1) != 1:
+        if _int_or_none(config.get("gradient_accumulation_steps", 1) or 1) != 1:
             p.append(Problem("fused_backward_pass", "needs gradient_accumulation_steps = 1"))
     if (config.get("use_8bit_adam") or config.get("use_lion_optimizer")) and config.get("optimizer_type"):
         p.append(Problem("optimizer_type", "cannot be combined with use_8bit_adam / use_lion_optimizer"))
@@ -186,7 +193,7 @@ def _constraint_problems(config: dict[str, Any], family: Family | None,
     if swap:
         if family is not None and family.blocks_to_swap_max is None:
             p.append(Problem("blocks_to_swap", f"{family.label} has no block swap"))
-        elif family is not None and not family.blocks_to_swap_ok(int(swap)):
+        elif family is not None and _int_or_none(swap) is not None and not family.blocks_to_swap_ok(int(swap)):
             p.append(Problem("blocks_to_swap", f"must be 1..{family.blocks_to_swap_max} for {family.label}, not {swap}"))
         if config.get("cpu_offload_checkpointing"):
             p.append(Problem("cpu_offload_checkpointing", "cannot be combined with blocks_to_swap (sd-scripts asserts)"))
