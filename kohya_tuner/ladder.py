@@ -21,7 +21,7 @@ from kohya_tuner import schema
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import Family
 from kohya_tuner.memory import Estimate, estimate
-from kohya_tuner.memory.setup import Setup, _dataset_levels, resolve
+from kohya_tuner.memory.setup import Setup, _dataset_levels, network_args, resolve
 from kohya_tuner.optimizers import lookup
 
 if sys.version_info >= (3, 11):
@@ -206,7 +206,7 @@ def facts(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None
 
     te_cache_blocked = (cfg_or_ds("shuffle_caption") or cfg_or_ds("caption_dropout_rate", True)
                         or cfg_or_ds("caption_tag_dropout_rate", True) or cfg_or_ds("token_warmup_step", True)
-                        or schema.network_args_dict(config).get("train_t5xxl") == "True")
+                        or network_args(config).get("train_t5xxl") == "True")
     te_trained = any(s.te_trained)
     te_cache_allowed = family.has_te_cache and not s.cache_te and not te_cache_blocked and not (
         family.name == "sdxl" and te_trained)
@@ -307,8 +307,9 @@ def _set_dataset_key(dataset: dict[str, Any] | None, changes: list, key: str, va
 
 
 def _with_network_args(config: dict[str, Any], updates: dict[str, str]) -> list[str] | None:
-    items = list(config.get("network_args") or [])
-    current = schema.network_args_dict(config)
+    raw = config.get("network_args")
+    items = list(raw) if isinstance(raw, (list, tuple)) else []
+    current = network_args(config)
     if all(current.get(k) == v for k, v in updates.items()):
         return None
     kept = [it for it in items if not (isinstance(it, str) and it.split("=", 1)[0].strip() in updates)]
@@ -697,7 +698,7 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
             if not isinstance(cur, int) or isinstance(cur, bool) or cur <= 0:
                 continue
             # Fewest swapped blocks first: the fastest config that still fits wins.
-            for v in [None] + list(range(1, cur)):
+            for v in [None] + list(range(1, min(cur, (family.blocks_to_swap_max or 0) + 1))):
                 ncfg = dict(cfg)
                 ch: list = []
                 _set(ncfg, ch, r.key, v)

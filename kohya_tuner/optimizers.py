@@ -127,7 +127,9 @@ class ResolvedOptimizer:
 
 def _args_dict(optimizer_args: Any) -> dict[str, str]:
     out: dict[str, str] = {}
-    for item in optimizer_args or []:
+    if not isinstance(optimizer_args, (list, tuple)):
+        optimizer_args = [optimizer_args] if isinstance(optimizer_args, str) else []
+    for item in optimizer_args:
         if isinstance(item, str) and "=" in item:
             k, v = item.split("=", 1)
             out[k.strip().lower()] = v.strip()
@@ -150,7 +152,7 @@ def lookup(optimizer_type: str | None, optimizer_args: Any = None, *, use_8bit_a
            use_lion_optimizer: bool = False) -> ResolvedOptimizer:
     """Resolve what sd-scripts would build. Case-insensitive; a class path is matched on its
     last part. Unknown names resolve to AdamW with `known=False` so the caller can say so."""
-    written = (optimizer_type or "").strip()
+    written = optimizer_type.strip() if isinstance(optimizer_type, str) else ""
     if not written:
         # sd-scripts' legacy flags stand in for optimizer_type when it is empty.
         if use_8bit_adam:

@@ -341,3 +341,26 @@ def test_estimate_does_not_modify_its_input():
     before = repr(cfg)
     estimate(cfg, FLUX)
     assert repr(cfg) == before
+
+
+# ---- robustness -----------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5000), st.floats(allow_nan=False, width=32),
+                    st.text(max_size=12), st.lists(st.text(max_size=12), max_size=3))
+_KEYS = st.sampled_from(["mixed_precision", "network_dim", "train_batch_size", "resolution", "blocks_to_swap",
+                         "gradient_checkpointing", "fp8_base", "optimizer_type", "network_args", "cache_latents",
+                         "t5xxl_max_token_length", "vae_batch_size", "full_bf16", "sdpa", "optimizer_args",
+                         "network_train_unet_only", "sample_prompts", "sample_every_n_steps", "lowram"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(_KEYS, _VALUES, max_size=8), st.sampled_from(["sd15", "sdxl", "flux"]))
+def test_estimate_never_fails_on_odd_values(cfg, model):
+    import json
+
+    e = estimate(cfg, FAMILIES[model])
+    assert e.peak_gib > 0 and e.peak_phase in e.phases_gib
+    json.dumps(e.to_json())

@@ -63,7 +63,7 @@ def _to_int(v: str | None) -> int | None:
         return None
     try:
         return int(float(v))
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 
@@ -111,7 +111,7 @@ def _flux_dit(rank: int, net_args: dict[str, str], notes: list[str]) -> int:
         for row in info["per_block"]:
             n_in, n_out, count, _kind, group, layer = row[:6]
             r = type_dims.get(group)
-            r = rank if r is None else r
+            r = rank if r is None else max(r, 0)
             if not r:
                 continue
             inputs = n_in

@@ -9,9 +9,24 @@ from typing import Any
 
 from kohya_tuner.families import Family
 from kohya_tuner.optimizers import ResolvedOptimizer, lookup
-from kohya_tuner.schema import network_args_dict
 
 BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
+
+# Sanity caps for values no run could use (they keep the arithmetic and the ladder finite).
+MAX_BATCH = 4096
+MAX_SIDE = 16384
+
+
+def network_args(config: dict[str, Any]) -> dict[str, str]:
+    """`network_args` as a dict, tolerating a value that is not a list of "key=value"."""
+    raw = config.get("network_args")
+    items = raw if isinstance(raw, (list, tuple)) else ([raw] if isinstance(raw, str) else [])
+    out: dict[str, str] = {}
+    for item in items:
+        if isinstance(item, str) and "=" in item:
+            k, v = item.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
 
 
 def _true(config: dict[str, Any], key: str) -> bool:
@@ -23,33 +38,30 @@ def _int(value: Any, default: int) -> int:
         return default
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         try:
             return int(float(value))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return default
 
 
 def _res_pair(v: Any) -> tuple[int, int] | None:
     if v is None:
         return None
-    if isinstance(v, (list, tuple)) and len(v) == 2:
-        try:
-            return int(v[0]), int(v[1])
-        except (TypeError, ValueError):
-            return None
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return int(v), int(v)
-    parts = [x for x in str(v).replace(" ", "").split(",") if x]
     try:
-        nums = [int(float(x)) for x in parts]
-    except ValueError:
+        if isinstance(v, (list, tuple)) and len(v) == 2:
+            pair = int(v[0]), int(v[1])
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            pair = int(v), int(v)
+        else:
+            nums = [int(float(x)) for x in str(v).replace(" ", "").split(",") if x]
+            pair = (nums[0], nums[0]) if len(nums) == 1 else ((nums[0], nums[1]) if len(nums) >= 2 else None)
+    except (TypeError, ValueError, OverflowError):
         return None
-    if len(nums) == 1:
-        return nums[0], nums[0]
-    if len(nums) >= 2:
-        return nums[0], nums[1]
-    return None
+    # Under 64 px per side is no training resolution; treat it as unreadable.
+    if pair is None or min(pair) < 64:
+        return None
+    return pair
 
 
 def _dataset_levels(dataset: dict[str, Any] | None):
@@ -212,6 +224,12 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
     batch, res, _ = dataset_batch_and_area(c, dataset)
     if batch < 1:
         batch = 1
+    if batch > MAX_BATCH:
+        a.append(f"batch size {batch} is beyond any GPU; counted as {MAX_BATCH}")
+        batch = MAX_BATCH
+    if res is not None and max(res) > MAX_SIDE:
+        a.append(f"resolution {res[0]}x{res[1]} is beyond what sd-scripts trains; counted as at most {MAX_SIDE} px")
+        res = (min(res[0], MAX_SIDE), min(res[1], MAX_SIDE))
     if res is None:
         res = (family.native_resolution, family.native_resolution)
         a.append(f"no resolution in the config{' or dataset' if dataset is not None else ''}: "
@@ -224,8 +242,8 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
     t5_tokens = 0
     if fname == "flux":
         default = family.default_t5_tokens.get(variant, 512)
-        t5_tokens = _int(c.get("t5xxl_max_token_length"), default)
-    max_tok = _int(c.get("max_token_length"), 75)
+        t5_tokens = max(1, _int(c.get("t5xxl_max_token_length"), default))
+    max_tok = max(75, _int(c.get("max_token_length"), 75))
     text_tokens = max_tok + 2
 
     cache_latents = _true(c, "cache_latents") or _true(c, "cache_latents_to_disk")
@@ -233,7 +251,7 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
                                        or _true(c, "cache_text_encoder_outputs_to_disk"))
     unet_only = _true(c, "network_train_unet_only")
     te_only = _true(c, "network_train_text_encoder_only")
-    net_args = network_args_dict(c)
+    net_args = network_args(c)
     te_names = [t.name for t in family.text_encoders]
     if fname == "flux":
         te_trained = ("clip_l" in te_names and not unet_only,
@@ -258,10 +276,10 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
             cpu_off = False
 
     rank_raw = c.get("network_dim")
-    rank = _int(rank_raw, 4)
+    rank = max(1, _int(rank_raw, 4))
     if rank_raw is None:
         a.append("network_dim unset: the LoRA module's default rank 4")
-    conv_rank = _int(net_args.get("conv_dim"), 0) or None
+    conv_rank = max(0, _int(net_args.get("conv_dim"), 0)) or None
     nm = str(c.get("network_module") or family.network_module)
     if nm not in (family.network_module,):
         a.append(f"network_module {nm!r} is not {family.network_module}; trainable parameters counted as a LoRA "
