@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from kohya_tuner import config_io, history
+from kohya_tuner import config_io, history, schema
 from kohya_tuner.cli.common import console, print_json, user_errors, warn
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import Family
@@ -35,6 +35,10 @@ def load_inputs(config_path: Path, model: str | None, dataset_path: Path | None
         raise UserError(f"Cannot tell which model {config_path} trains (no script name, network module or model "
                         f"path gives it away).", "Say it with --model sd15, --model sdxl or --model flux.")
     notes = list(loaded.notes)
+    problems = schema.errors_only(schema.validate_config(loaded.config, loaded.family.script, family=loaded.family))
+    if problems:
+        notes.append("sd-scripts will trip on this config: " + "; ".join(str(p) for p in problems[:5])
+                     + ("; …" if len(problems) > 5 else ""))
     dataset = None
     if dataset_path is not None:
         dataset = config_io.read_dataset(dataset_path)
