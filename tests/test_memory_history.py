@@ -123,6 +123,7 @@ def test_estimate_applies_history_and_says_so():
     corrected = estimate(CFG, FLUX, history=hist, gpu_name="NVIDIA GeForce RTX 3060")
     assert corrected.peak_gib == pytest.approx(plain.peak_gib * 1.1)
     assert corrected.correction == pytest.approx(1.1)
+    assert corrected.uncorrected_peak_gib == pytest.approx(plain.peak_gib)
     assert any(a.startswith("scaled by 1.100") for a in corrected.assumptions)
     assert sum(corrected.components_gib.values()) == pytest.approx(corrected.peak_gib)
     other = estimate(CFG, FLUX, history=hist, gpu_name="Another GPU")

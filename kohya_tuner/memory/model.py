@@ -95,6 +95,12 @@ class Estimate(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
     correction: float = 1.0
 
+    @property
+    def uncorrected_peak_gib(self) -> float:
+        """The peak before any history correction: what history.jsonl must record as
+        `predicted_gib`, or the correction would feed on itself."""
+        return self.peak_gib / self.correction if self.correction else self.peak_gib
+
     def fits(self, gb: float, *, other_gib: float = 0.0) -> bool:
         return self.peak_gib <= budget_gib(gb, other_processes_gib=other_gib)
 
@@ -114,6 +120,7 @@ class Estimate(BaseModel):
             "lora_params": self.lora_params,
             "settings": dict(self.settings),
             "history_correction": round(self.correction, 4),
+            "uncorrected_peak_gib": round(self.uncorrected_peak_gib, 3),
         }
 
 
