@@ -894,12 +894,16 @@ class Supervisor:
             return "not recorded: the card was emulated (--emulate-vram)"
         if self.s.predicted_gib is None:
             return "not recorded: there was no prediction to compare with"
-        from kohya_tuner import history
+        from kohya_tuner import history, memory
 
+        # The prediction for the settings that actually ran (after any downgrades), made
+        # without the history correction, so the history never corrects itself.
+        predicted = memory.estimate(config, self.s.family, dataset=self.s.dataset,
+                                    gpus=max(1, self.s.num_processes)).peak_gib
         entry = {
             "gpu_name": gpu.get("name"), "gpu_total_gib": gpu.get("total_gib"), "model": self.s.family.name,
             "fingerprint": history.fingerprint(config, self.s.family, self.s.dataset),
-            "predicted_gib": self.s.predicted_gib, "measured_peak_gib": last.peak_vram_gib,
+            "predicted_gib": round(predicted, 3), "measured_peak_gib": last.peak_vram_gib,
         }
         history.append(entry)
         return f"measured peak {last.peak_vram_gib:.2f} GiB recorded for {gpu.get('name')}"
