@@ -364,3 +364,19 @@ def test_estimate_never_fails_on_odd_values(cfg, model):
     e = estimate(cfg, FAMILIES[model])
     assert e.peak_gib > 0 and e.peak_phase in e.phases_gib
     json.dumps(e.to_json())
+
+
+def test_notes_describe_the_phase_that_sets_the_peak():
+    from kohya_tuner.families import FAMILIES
+    from kohya_tuner.memory import estimate
+
+    cfg = {"network_module": "networks.lora_flux", "mixed_precision": "bf16", "fp8_base": True,
+           "gradient_checkpointing": True, "blocks_to_swap": 28, "network_train_unet_only": True,
+           "cache_text_encoder_outputs": True, "cache_latents": True, "resolution": "512", "network_dim": 4,
+           "t5xxl": "t5xxl_fp16.safetensors"}
+    est = estimate(cfg, FAMILIES["flux"])
+    assert est.peak_phase == "cache_text_encoder"
+    assert "encodes the captions" in est.component_notes["t5xxl_weights"]
+    trained = estimate({**cfg, "blocks_to_swap": None, "network_dim": 64, "train_batch_size": 4}, FAMILIES["flux"])
+    assert trained.peak_phase == "training"
+    assert "outputs cached" in trained.component_notes["t5xxl_weights"]

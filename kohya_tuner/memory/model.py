@@ -355,6 +355,8 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
                 "gradients": grads_gib, "optimizer_states": opt_gib, "activations": act_peak,
                 "batch_data": batch_gib}
     phases: dict[str, dict[str, float]] = {}
+    # Notes above describe the training step; a caching phase that sets the peak gets its own.
+    phase_notes: dict[str, dict[str, str]] = {}
     phases["training"] = _finish(training, act_peak + grads_gib + batch_gib, s, s.batch)
 
     # model_load: weights as they arrive, before fp8 casts of the text encoders.
@@ -380,9 +382,13 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
     if s.cache_latents:
         enc = _vae_gib(VAE_ENCODE_ELEMS_PER_PIXEL, s, s.vae_batch)
         parts = {**lowram_resident, vae_key: vae_w, "activations": enc}
+        phase_notes["cache_latents"] = {
+            vae_key: f"{vae.label}, {s.vae_dtype}, on the GPU while it encodes the images",
+            "activations": f"VAE encode at vae_batch_size {s.vae_batch}"}
         phases["cache_latents"] = _finish(parts, enc, s, s.vae_batch)
 
     if s.cache_te:
+        phase_notes["cache_text_encoder"] = {"activations": "text-encoder forward passes, no gradients"}
         parts = dict(lowram_resident)
         if s.lowram and fam.name != "flux":
             parts[vae_key] = vae_w
@@ -390,6 +396,8 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
         for te in tes:
             dt = s.t5_cache_dtype if te.name == "t5xxl" else s.weight_dtype
             parts[f"{te.name}_weights"] = te.params * BYTES[dt] / GIB
+            phase_notes["cache_text_encoder"][f"{te.name}_weights"] = (
+                f"{te.label}, {dt}, on the GPU while it encodes the captions")
             tokens = s.t5_tokens if te.name == "t5xxl" else s.text_tokens
             te_act_cache = max(te_act_cache, _te_activation_gib(te.name, tokens, s.te_batch, trained=False, ckpt=False))
         parts["activations"] = te_act_cache
@@ -431,7 +439,7 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
     cnotes["cuda_context"] = "CUDA context and kernels"
     cnotes["workspaces"] = "cuBLAS / cuDNN workspaces"
     cnotes["batch_data"] = "latents, noise, targets and text-encoder outputs of one batch"
-    return phases, cnotes, n_lora, notes
+    return phases, cnotes, n_lora, notes, phase_notes
 
 
 def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus: int = 1,
@@ -439,7 +447,7 @@ def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus:
     """Predict the peak VRAM of `config` (a flat sd-scripts dict) for `family`. Pure and
     fast: no I/O beyond the packaged data, read once."""
     s = resolve(config, family, dataset, gpus)
-    phases, cnotes, n_lora, notes = _phases(s)
+    phases, cnotes, n_lora, notes, phase_notes = _phases(s)
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     assumptions = list(s.assumptions) + [n for n in notes if n not in s.assumptions]
 
@@ -460,6 +468,7 @@ def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus:
 
     ordered = [p for p in PHASES if p in totals]
     peak_phase = max(ordered, key=lambda p: totals[p])
+    cnotes.update(phase_notes.get(peak_phase, {}))
     settings = {
         "batch": s.batch, "resolution": f"{s.resolution[0]}x{s.resolution[1]}", "tokens": round(s.latent_tokens),
         "mixed_precision": s.mixed_precision, "base_dtype": s.unet_dtype, "lora_dtype": s.lora_dtype,
