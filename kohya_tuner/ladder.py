@@ -574,16 +574,9 @@ def _hints(cfg: dict[str, Any], family: Family, e: Estimate, fits: bool) -> list
 
 
 def _replay(ctx: _Ctx, config, dataset, steps: list[Step]):
-    cfg = dict(config)
-    ds = copy.deepcopy(dataset) if dataset is not None else None
+    cfg, ds = config, dataset
     for st in steps:
-        for key, _old, new in st.changes:
-            if key.startswith("dataset:"):
-                _apply_dataset_change(ds, key[len("dataset:"):], new)
-            elif new is None:
-                cfg.pop(key, None)
-            else:
-                cfg[key] = new
+        cfg, ds = apply_step(cfg, st, ds)
     return cfg, ds
 
 
