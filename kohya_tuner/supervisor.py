@@ -752,7 +752,9 @@ class Supervisor:
                   start_step=plan.start_step, total_steps=total, command=launcher.format_command(argv),
                   config_file=str(cfg_path), log_file=str(log_path))
         progress = Progress(start_step=plan.start_step, total_steps=total, attempt=attempt)
-        parser = logparse.LogParser()
+        # One parser per pipe: a traceback (stderr) stays contiguous even when a stdout
+        # line such as an epoch header lands between two of its lines.
+        parsers = {"stdout": logparse.LogParser(), "stderr": logparse.LogParser()}
         events: list[Any] = []
         killed = {"seen": False}
         sampler = self._sampler()
@@ -783,7 +785,7 @@ class Supervisor:
         def on_line(stream: str, line: str) -> None:
             if _KILLED.search(line):
                 killed["seen"] = True
-            for ev in parser.feed(line + "\n"):
+            for ev in parsers.get(stream, parsers["stdout"]).feed(line + "\n"):
                 handle(ev)
 
         def tick() -> None:
@@ -799,8 +801,9 @@ class Supervisor:
         finally:
             if sampler is not None:
                 sampler.stop()
-        for ev in parser.finish():
-            handle(ev)
+        for p in parsers.values():
+            for ev in p.finish():
+                handle(ev)
         exit_status = result.exit_status
         diagnosis = logparse.diagnose(events, exit_status=exit_status, family=self.s.family.name)
         final = progress.final_model

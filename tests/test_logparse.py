@@ -492,5 +492,38 @@ def test_an_unfinished_traceback_does_not_swallow_the_training_output_after_it()
     cut = ("Traceback (most recent call last):\n  File \"/sd/train_network.py\", line 1, in train\n"
            "saving checkpoint: /o/b.safetensors\n")
     events = parse_text(cut)
-    assert [type(e) for e in events] == [ModelFamily, Failure, Saved]
-    assert "missing" in events[1].message
+    # The cut traceback is held open a few lines (it may resume, see below), so its
+    # Failure comes after the training output that interrupted it.
+    assert [type(e) for e in events] == [ModelFamily, Saved, Failure]
+    assert "missing" in events[2].message
+
+
+def test_traceback_interrupted_by_a_stdout_line_keeps_its_error():
+    # stdout and stderr merged into one log: an epoch header lands inside the traceback.
+    text = (
+        "steps:  17%|█▋        | 2/12 [00:00<00:00, 159.55it/s, avr_loss=0.208]Traceback (most recent call last):\n"
+        '  File "/opt/sd-scripts/train_network.py", line 6, in <module>\n'
+        "\n"
+        "epoch 2/6\n"
+        "\n"
+        '    main("train_network.py")\n'
+        '  File "/opt/sd-scripts/train_network.py", line 519, in main\n'
+        "    raise RuntimeError(msg)\n"
+        "RuntimeError: Expected all tensors to be on the same device, but found at least two devices\n"
+    )
+    d = diagnose(parse_text(text), exit_status=1)
+    assert d.outcome == "error" and d.error.message.startswith("RuntimeError: Expected all tensors")
+
+
+def test_traceback_cut_short_by_training_output_is_still_reported():
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/sd-scripts/train_network.py", line 6, in <module>\n'
+        "epoch 2/6\n"
+        "running training / 学習開始\n"
+        "  num epochs / epoch数: 6\n"
+        "  num batches per epoch / 1epochのバッチ数: 2\n"
+        "epoch 3/6\n"
+    )
+    failures = [e for e in parse_text(text) if type(e).__name__ == "Failure"]
+    assert len(failures) == 1 and "error line is missing" in failures[0].message

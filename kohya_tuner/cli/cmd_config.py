@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from kohya_tuner import planfiles, planning, presets, schema, sdscripts
+from kohya_tuner.cli import plan_options as po
 from kohya_tuner.cli.common import console, print_json, user_errors, warn
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import get_family
@@ -85,17 +86,17 @@ def register(app: typer.Typer) -> None:
         job: str = typer.Option(..., "--job", "-j", help="What you train: character, style or concept."),
         gpu: str = typer.Option(..., "--gpu", "-g", help="GPU memory in GB (e.g. 12), or 'auto' to read it through NVML."),
         out: Path = typer.Option(..., "--out", "-o", help="Folder for config.toml, dataset.toml, launch.sh and launch.bat."),
-        base: Optional[str] = typer.Option(None, "--base", help="Base model file (or a Diffusers folder / hub id for SD 1.5 and SDXL)."),
-        clip_l: Optional[str] = typer.Option(None, "--clip-l", help="FLUX: CLIP-L text encoder file."),
-        t5xxl: Optional[str] = typer.Option(None, "--t5xxl", help="FLUX: T5-XXL text encoder file."),
-        ae: Optional[str] = typer.Option(None, "--ae", help="FLUX: autoencoder file."),
-        data: Optional[Path] = typer.Option(None, "--data", help="Folder of training images with .txt captions."),
-        name: str = typer.Option("lora", "--name", help="Name of the LoRA file (output_name)."),
-        trigger: Optional[str] = typer.Option(None, "--trigger", help="Trigger word, set as class_tokens."),
-        steps: Optional[int] = typer.Option(None, "--steps", help="Total optimizer steps (max_train_steps)."),
-        variant: Optional[str] = typer.Option(None, "--variant", help="FLUX.1 variant: dev (default) or schnell."),
-        preset: Optional[Path] = typer.Option(None, "--preset", help="Your own preset TOML, applied after the built-in layers."),
-        set_: list[str] = typer.Option([], "--set", help="key=value for any sd-scripts argument; repeatable; applied last."),
+        base: po.Base = None,
+        clip_l: po.ClipL = None,
+        t5xxl: po.T5xxl = None,
+        ae: po.Ae = None,
+        data: po.Data = None,
+        name: po.Name = "lora",
+        trigger: po.Trigger = None,
+        steps: po.Steps = None,
+        variant: po.Variant = None,
+        preset: po.Preset = None,
+        set_: po.Sets = [],
         sd_scripts: Optional[Path] = typer.Option(None, "--sd-scripts", help="sd-scripts checkout written into launch.sh/.bat."),
         no_fit: bool = typer.Option(False, "--no-fit", help="Write the composed presets as they are, without the memory fit."),
         force: bool = typer.Option(False, "--force", help="Replace existing files (the old ones are kept as .bak)."),

@@ -15,6 +15,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from kohya_tuner.cli import plan_options as po
 from kohya_tuner.cli.common import console, err_console, print_json, user_errors, warn
 from kohya_tuner.errors import UserError
 from kohya_tuner.supervisor import phase_words
@@ -249,17 +250,17 @@ def register(app: typer.Typer) -> None:
         job: Optional[str] = typer.Option(None, "--job", "-j", help="What you train: character, style or concept."),
         gpu: str = typer.Option("auto", "--gpu", "-g", help="GPU memory in GB, or 'auto' to read it through NVML."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder: configs, logs, states, LoRA, report."),
-        data: Optional[Path] = typer.Option(None, "--data", help="Folder of training images with .txt captions."),
-        base: Optional[str] = typer.Option(None, "--base", help="Base model file (or Diffusers folder / hub id for SD 1.5 and SDXL)."),
-        clip_l: Optional[str] = typer.Option(None, "--clip-l", help="FLUX: CLIP-L text encoder file."),
-        t5xxl: Optional[str] = typer.Option(None, "--t5xxl", help="FLUX: T5-XXL text encoder file."),
-        ae: Optional[str] = typer.Option(None, "--ae", help="FLUX: autoencoder file."),
-        trigger: Optional[str] = typer.Option(None, "--trigger", help="Trigger word, set as class_tokens."),
-        name: str = typer.Option("lora", "--name", help="Name of the LoRA file (output_name)."),
-        steps: Optional[int] = typer.Option(None, "--steps", help="Total optimizer steps (max_train_steps)."),
-        variant: Optional[str] = typer.Option(None, "--variant", help="FLUX.1 variant: dev (default) or schnell."),
-        preset: Optional[Path] = typer.Option(None, "--preset", help="Your own preset TOML, applied after the built-in layers."),
-        set_: list[str] = typer.Option([], "--set", help="key=value for any sd-scripts argument; repeatable; applied last."),
+        data: po.Data = None,
+        base: po.Base = None,
+        clip_l: po.ClipL = None,
+        t5xxl: po.T5xxl = None,
+        ae: po.Ae = None,
+        trigger: po.Trigger = None,
+        name: po.Name = "lora",
+        steps: po.Steps = None,
+        variant: po.Variant = None,
+        preset: po.Preset = None,
+        set_: po.Sets = [],
         sd_scripts: Optional[Path] = typer.Option(None, "--sd-scripts", help="sd-scripts checkout (default: the one `kohya-tuner setup` made)."),
         python: Optional[str] = typer.Option(None, "--python", help="Interpreter of the environment sd-scripts is installed in (default: this one)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Plan, check and write the files, print the command, launch nothing."),

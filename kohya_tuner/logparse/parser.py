@@ -30,6 +30,8 @@ MAX_LINE = 65536
 _RICH_INDENT = " " * P.RICH_MESSAGE_COLUMN
 _MAX_RECORD = 16384
 _MAX_FRAMES = 300
+# Lines of other output a traceback may be interrupted by and still resume.
+_MAX_INTERRUPTION_LINES = 3
 # A Python traceback this long without its error line is not one (or its end was lost).
 _MAX_TRACEBACK_LINES = 2000
 _MAX_OOM_LINES = 8
@@ -123,6 +125,10 @@ class LogParser:
         self._rich: _RichRecord | None = None
         self._oom: _PendingOom | None = None
         self._tb: _Traceback | None = None
+        # A traceback interrupted by training output (stdout and stderr merged into one
+        # log): it resumes if its frames or exception line follow within a few lines.
+        self._suspended: _Traceback | None = None
+        self._suspended_for = 0
         self._hints: deque[tuple[int, str]] = deque(maxlen=8)
         self._n = 0
         self._family: str | None = None
@@ -172,6 +178,7 @@ class LogParser:
         self._pending_cr = False
         self._flush_rich(out)
         self._flush_oom(out)
+        self._end_suspended(out)
         if self._tb is not None:
             self._end_traceback(out)
         return out
@@ -284,6 +291,13 @@ class LogParser:
             return
         if ".py" in s or "lux" in s or "LUX" in s:
             self._family_line(s, out)
+        if self._suspended is not None:
+            if level is None and (text[:1].isspace() or P.EXC_LINE_RE.match(s)):
+                self._tb, self._suspended = self._suspended, None
+            else:
+                self._suspended_for += 1
+                if self._suspended_for > _MAX_INTERRUPTION_LINES:
+                    self._end_suspended(out)
         tb = self._tb
         if tb is not None and self._in_traceback(tb, text, s, level, out):
             return
@@ -333,8 +347,10 @@ class LogParser:
                 return False
             found: list[Event] = []
             if self._milestone(s, found):
-                # Training output again: the traceback was cut short.
-                self._end_traceback(out)
+                # Training output in the middle of a traceback: another pipe's line, or the
+                # traceback was cut short. Hold it open for a few lines to tell which.
+                self._end_suspended(out)
+                self._suspended, self._suspended_for, self._tb = tb, 0, None
                 out.extend(found)
                 return True
         tb.add(s)
@@ -457,6 +473,11 @@ class LogParser:
         rest = s.split(P.TRACEBACK_HEAD, 1)[-1].strip(" ):─╮┓")
         if rest:
             self._tb.add(rest)
+
+    def _end_suspended(self, out: list[Event]) -> None:
+        if self._suspended is not None:
+            self._tb, self._suspended = self._suspended, None
+            self._end_traceback(out)
 
     def _end_traceback(self, out: list[Event]) -> None:
         """A traceback that stopped without its exception line (the log was cut, or other
