@@ -78,6 +78,8 @@ class Relax:
     unset: tuple[str, ...] = ()
     map: dict[str, str] = field(default_factory=dict)
     speed_note: str = ""
+    # How full the card may get through this relax: "target_high" (default) or "target_low".
+    ceiling: str = "target_high"
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class Ladder:
 _MOVE_KEYS = {"name", "label", "description", "kind", "set", "unset", "network_args", "key", "values", "map", "when",
               "speed_cost", "speed_note", "quality_cost", "quality_note", "resume_safe", "phases", "roadmap"}
 _KINDS = {"set", "steps", "batch_to_accumulation", "rank", "resolution", "optimizer_map"}
+_RELAX_KINDS = {"steps_down", "unset", "optimizer_map", "accumulation_to_batch"}
 
 
 def parse_ladder(doc: dict[str, Any], where: str = "ladder") -> Ladder:
@@ -121,9 +124,15 @@ def parse_ladder(doc: dict[str, Any], where: str = "ladder") -> Ladder:
             quality_note=raw.get("quality_note", ""), resume_safe=bool(raw.get("resume_safe", True)),
             phases=tuple(raw.get("phases") or ("training",)), roadmap=raw.get("roadmap"),
         ))
+    for r in doc.get("relax") or []:
+        if r.get("kind") not in _RELAX_KINDS:
+            raise UserError(f"{where}: relax {r.get('name')!r} has unknown kind {r.get('kind')!r}.")
+        if r.get("ceiling", "target_high") not in ("target_high", "target_low"):
+            raise UserError(f"{where}: relax {r.get('name')!r}: ceiling must be target_high or target_low.")
     relaxes = tuple(Relax(name=r["name"], label=r.get("label", r["name"]), kind=r["kind"], key=r.get("key", ""),
                           unset=tuple(r.get("unset") or ()), map=dict(r.get("map") or {}),
-                          speed_note=r.get("speed_note", "")) for r in doc.get("relax") or [])
+                          speed_note=r.get("speed_note", ""), ceiling=r.get("ceiling", "target_high"))
+                    for r in doc.get("relax") or [])
     floors = doc.get("floors") or {}
     tune = doc.get("tune") or {}
     return Ladder(tuple(moves), relaxes, int(floors.get("network_dim", 4)), float(tune.get("target_low", 0.75)),
@@ -713,15 +722,27 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
                 _set(ncfg, ch, "optimizer_type", target)
                 _set(ncfg, ch, "use_8bit_adam", None)
                 variants.append((ncfg, ch))
+        elif r.kind == "accumulation_to_batch" and not _dataset_any(ds, "batch_size"):
+            b = cfg.get("train_batch_size") or 1
+            ga = cfg.get("gradient_accumulation_steps") or 1
+            if isinstance(b, int) and isinstance(ga, int) and not isinstance(ga, bool) and ga > 1:
+                # Largest batch first; batch x accumulation (the effective batch) stays the same.
+                for k in sorted((k for k in range(2, ga + 1) if ga % k == 0), reverse=True):
+                    ncfg = dict(cfg)
+                    ch = []
+                    _set(ncfg, ch, "train_batch_size", b * k)
+                    _set(ncfg, ch, "gradient_accumulation_steps", ga // k if ga // k > 1 else None)
+                    variants.append((ncfg, ch))
+        share = lad.tune_low if r.ceiling == "target_low" else lad.tune_high
         for ncfg, ch in variants:
             if not ch or not _valid(ncfg, ds, family):
                 continue
             e = ctx.est(ncfg, ds)
-            if e.peak_gib <= high:
+            if e.peak_gib <= share * budget_gib:
                 steps.append(Step(move=r.name, changes=ch, saved_gib=round(current.peak_gib - e.peak_gib, 3),
                                   speed_cost=r.speed_note, quality_cost="none", resume_safe=True,
                                   reason=f"the budget allows it: {e.peak_gib:.2f} GiB stays within "
-                                         f"{lad.tune_high:.0%} of {budget_gib:.2f} GiB"))
+                                         f"{share:.0%} of {budget_gib:.2f} GiB"))
                 cfg, current = ncfg, e
                 break
     share = current.peak_gib / budget_gib if budget_gib > 0 else 0.0

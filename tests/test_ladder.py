@@ -325,3 +325,34 @@ def test_next_step_runs_out_at_the_floor():
     s = ladder.resolve(cfg, FLUX)
     assert s.rank == 4 and min(s.resolution) == FLUX.resolution_floor
     assert cfg["blocks_to_swap"] == FLUX.blocks_to_swap_max
+
+
+@pytest.mark.parametrize("model", list(FAMILIES))
+@pytest.mark.parametrize("gb", [6, 12, 24, 48])
+def test_tune_keeps_the_effective_batch(model, gb):
+    plan = presets.compose(model, "style", gb)
+    before = (plan.config.get("train_batch_size") or 1) * (plan.config.get("gradient_accumulation_steps") or 1)
+    result = ladder.tune(plan.config, plan.family, budget_gib(gb))
+    cfg = result.config
+    assert (cfg.get("train_batch_size") or 1) * (cfg.get("gradient_accumulation_steps") or 1) == before
+
+
+def test_accumulation_becomes_batch_only_up_to_the_lower_target():
+    fam = FAMILIES["flux"]
+    cfg = presets.compose("flux", "style", 24).config
+    lad = ladder.load_ladder()
+    budget = budget_gib(24)
+    result = ladder.tune(cfg, fam, budget)
+    moved = [s for s in result.steps if s.move == "accumulation_to_batch"]
+    assert moved, "a 24 GB card has room for a larger FLUX batch at 512 px"
+    assert result.after.peak_gib <= lad.tune_low * budget
+    assert result.config["train_batch_size"] > cfg["train_batch_size"]
+    # One step further would pass the lower target, which is why it stopped there.
+    bigger = dict(result.config, train_batch_size=result.config["train_batch_size"] * 2,
+                  gradient_accumulation_steps=None)
+    assert estimate(bigger, fam).peak_gib > lad.tune_low * budget
+
+
+def test_unknown_relax_kind_is_refused():
+    with pytest.raises(UserError, match="unknown kind"):
+        ladder.parse_ladder({"relax": [{"name": "x", "kind": "teleport"}]})
