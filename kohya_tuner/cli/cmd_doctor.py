@@ -18,6 +18,7 @@ _MARK = {"pass": "[green]pass[/green]", "warn": "[yellow]warn[/yellow]", "fail":
 def register(app: typer.Typer) -> None:
     app.command(
         "doctor",
+        short_help="Check the whole training environment: GPU, driver, RAM, disk, torch, xformers, bitsandbytes, sd-scripts.",
         help=(
             "Check everything training depends on: NVIDIA driver and GPUs (memory, compute capability, bf16), "
             "programs holding GPU memory, host RAM and swap, free disk, the trainer's Python, torch and its CUDA "

@@ -243,7 +243,7 @@ def _continue(out: Path, *, max_attempts: int | None, hang_timeout: float | None
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run")
+    @app.command("run", short_help="Train a LoRA with sd-scripts and recover from out-of-memory by downgrading and resuming.")
     @user_errors
     def run_cmd(
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model family: sd15, sdxl or flux."),

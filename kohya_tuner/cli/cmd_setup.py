@@ -17,6 +17,7 @@ from kohya_tuner.errors import UserError
 def register(app: typer.Typer) -> None:
     app.command(
         "setup",
+        short_help="Clone sd-scripts at the pinned commit, or verify an existing checkout against the pin.",
         help=(
             "Clone the sd-scripts release kohya-tuner is pinned to (into the data directory, or --dir), "
             "or verify an existing checkout with --sd-scripts / $KOHYA_SD_SCRIPTS, and report how it "
