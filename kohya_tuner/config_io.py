@@ -437,6 +437,15 @@ def effective_settings(config: dict[str, Any], dataset: dict[str, Any] | None = 
     return max(candidates, key=demand)
 
 
+def show_value(value: Any) -> str:
+    """A setting as people read it in tables and reports: `unset`, `[a, b]`, or the value."""
+    if value is None:
+        return "unset"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)
+
+
 # ---- writing -----------------------------------------------------------------------
 
 # sd-scripts ignores section names; these only make the file readable. The section of a

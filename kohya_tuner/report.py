@@ -12,6 +12,7 @@ import html
 from typing import Any, Iterable, Sequence
 
 from kohya_tuner.journal import AttemptRecord
+from kohya_tuner.config_io import show_value
 
 # Colour-blind-safe palette (Okabe–Ito), cycled per attempt.
 _COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
@@ -185,16 +186,10 @@ def vram_chart(attempts: Sequence[AttemptRecord], capacity_gib: float | None) ->
     return chart.svg("GPU memory over time, attempts one after another")
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, list):
-        return "[" + ", ".join(str(x) for x in v) + "]"
-    return "unset" if v is None else str(v)
-
-
 def _changes_html(a: AttemptRecord) -> str:
     if not a.changes:
         return "—"
-    items = "".join(f"<li><code>{_e(c.key)}</code>: {_e(_value(c.old))} → <b>{_e(_value(c.new))}</b></li>"
+    items = "".join(f"<li><code>{_e(c.key)}</code>: {_e(show_value(c.old))} → <b>{_e(show_value(c.new))}</b></li>"
                     for c in a.changes)
     return f"<ul>{items}</ul>"
 
@@ -263,8 +258,8 @@ def render(summary: dict[str, Any], attempts: Sequence[AttemptRecord], *, title:
     if summary.get("continue_command"):
         facts.append(("continue with", summary["continue_command"]))
     changed = summary.get("changed_settings") or {}
-    changed_rows = "".join(f"<tr><td><code>{_e(k)}</code></td><td>{_e(_value(v.get('plan')))}</td>"
-                           f"<td><b>{_e(_value(v.get('final')))}</b></td></tr>" for k, v in changed.items())
+    changed_rows = "".join(f"<tr><td><code>{_e(k)}</code></td><td>{_e(show_value(v.get('plan')))}</td>"
+                           f"<td><b>{_e(show_value(v.get('final')))}</b></td></tr>" for k, v in changed.items())
     out = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",

@@ -13,14 +13,7 @@ from kohya_tuner.cli.cmd_estimate import load_inputs, resolve_gpu
 from kohya_tuner.cli.common import console, print_json, user_errors, warn
 from kohya_tuner.errors import UserError
 from kohya_tuner.memory import budget_gib
-
-
-def _shown(value: Any) -> str:
-    if value is None:
-        return "(unset)"
-    if isinstance(value, list):
-        return "[" + ", ".join(map(str, value)) + "]"
-    return str(value)
+from kohya_tuner.config_io import show_value
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -57,7 +50,7 @@ def render_steps(steps: list[ladder.Step]) -> None:
     for st in steps:
         first = True
         for key, old, new in st.changes:
-            table.add_row(key, f"{_shown(old)} → {_shown(new)}", f"{st.saved_gib:.2f}" if first else "",
+            table.add_row(key, f"{show_value(old)} → {show_value(new)}", f"{st.saved_gib:.2f}" if first else "",
                           st.speed_cost if first else "", st.quality_cost if first else "",
                           ("[green]safe[/green]" if st.resume_safe else "[yellow]no[/yellow]") if first else "")
             first = False
@@ -119,7 +112,7 @@ def register(app: typer.Typer) -> None:
             for st in result.steps:
                 for key, old, new in st.changes:
                     if not key.startswith("dataset:"):
-                        why[key] = (f"kohya-tuner fit for {choice.gb} GB: was {_shown(old)}; saves "
+                        why[key] = (f"kohya-tuner fit for {choice.gb} GB: was {show_value(old)}; saves "
                                     f"{st.saved_gib:.2f} GiB; speed: {st.speed_cost}; quality: {st.quality_cost}")
             header = (f"Fitted by kohya-tuner for a {choice.gb} GB GPU from {config.name}.\n"
                       f"Predicted peak {result.after.peak_gib:.2f} GiB ({result.after.peak_phase}) of a "

@@ -19,6 +19,7 @@ from kohya_tuner.cli import plan_options as po
 from kohya_tuner.cli.common import console, err_console, print_json, user_errors, warn
 from kohya_tuner.errors import UserError
 from kohya_tuner.supervisor import phase_words
+from kohya_tuner.config_io import show_value
 
 
 def _parse_gpus(text: str | None) -> tuple[int, ...]:
@@ -56,14 +57,6 @@ def _duration(seconds: float | None) -> str:
 
 def _gib(v: float | None) -> str:
     return "—" if v is None else f"{v:.2f} GiB"
-
-
-def _value(v: Any) -> str:
-    if v is None:
-        return "unset"
-    if isinstance(v, list):
-        return "[" + ", ".join(map(str, v)) + "]"
-    return str(v)
 
 
 class LiveDisplay:
@@ -108,7 +101,7 @@ class LiveDisplay:
             label = "Probe" if d.get("probe") else "Attempt"
             console.print(f"\n[bold]{label} {d['attempt']}[/bold]: {d['reason']}")
             for c in d.get("changes") or []:
-                console.print(f"  {c['key']}: {_value(c['old'])} → [bold]{_value(c['new'])}[/bold]")
+                console.print(f"  {c['key']}: {show_value(c['old'])} → [bold]{show_value(c['new'])}[/bold]")
             if d.get("note"):
                 console.print(f"  [dim]{d['note']}[/dim]")
             console.print(f"  [dim]log: {d['log_file']}[/dim]")
@@ -168,7 +161,7 @@ def _print_outcome(summary: dict[str, Any]) -> None:
         table.add_column("plan")
         table.add_column("final", style="bold")
         for key, v in changed.items():
-            table.add_row(key, _value(v.get("plan")), _value(v.get("final")))
+            table.add_row(key, show_value(v.get("plan")), show_value(v.get("final")))
         console.print(table)
     if summary.get("history"):
         console.print(f"  history: {summary['history']}")
