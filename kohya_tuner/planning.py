@@ -5,10 +5,13 @@ would train."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kohya_tuner import history, ladder, memory
+from kohya_tuner.errors import UserError
 from kohya_tuner.presets import Plan
 
 
@@ -70,3 +73,31 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
                           gpu_name=gpu_name)
     return FittedPlan(plan=plan, dataset=dataset, estimate=est, budget_gib=budget, fit=result, notes=notes,
                       assumed=assumed)
+
+
+def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps) -> tuple[dict[str, Any], list[str]]:
+    """The plan's input layer, and the model files still missing."""
+    given = {"pretrained_model_name_or_path": base, "clip_l": clip_l, "t5xxl": t5xxl, "ae": ae}
+    inputs: dict[str, Any] = {}
+    missing = []
+    for key, flag in family.required_files.items():
+        value = given.get(key)
+        if value:
+            inputs[key] = str(Path(value).expanduser().absolute()) if not _looks_like_hub_id(value) else value
+        else:
+            missing.append(flag)
+    extra = [k for k, v in given.items() if v and k not in family.required_files]
+    if extra:
+        raise UserError(f"{family.label} does not use {', '.join('--' + k.replace('_', '-') for k in extra)}.")
+    inputs["output_dir"] = str((Path(out) / "output").absolute())
+    inputs["output_name"] = name
+    if steps is not None:
+        if steps < 1:
+            raise UserError(f"--steps {steps} must be at least 1.")
+        inputs["max_train_steps"] = steps
+    return inputs, missing
+
+
+def _looks_like_hub_id(value: str) -> bool:
+    # SD/SDXL also load from a Hugging Face id such as stabilityai/stable-diffusion-xl-base-1.0.
+    return value.count("/") == 1 and not os.path.exists(value) and not value.startswith((".", "/", "~"))

@@ -224,7 +224,7 @@ def validate_plan(plan: Plan, dataset: dict[str, Any] | None = None) -> list[sch
 
 
 def build_dataset(plan: Plan, data_dir: str | Path | None, trigger: str | None = None,
-                  image_count: int | None = None, num_repeats: int | None = None) -> dict[str, Any]:
+                  num_repeats: int | None = None) -> dict[str, Any]:
     """The `--dataset_config` for a plan. Resolution, batch and buckets stay in
     config.toml (the dataset file falls back to them), so `fit` changes one file only.
 
@@ -255,7 +255,6 @@ def build_dataset(plan: Plan, data_dir: str | Path | None, trigger: str | None =
             plan.notes.append(f"{exc.message} num_repeats left at 1.")
         steps = int(plan.config.get("max_train_steps") or 1500)
         batch = int(plan.config.get("train_batch_size") or 1)
-        kohya_layout = any(s.repeats for s in layout)
         for sub in layout:
             if not sub.images:
                 continue
@@ -265,8 +264,7 @@ def build_dataset(plan: Plan, data_dir: str | Path | None, trigger: str | None =
             elif sub.repeats:
                 entry["num_repeats"] = int(sub.repeats)
             else:
-                count = sub.images if not kohya_layout else (image_count or sub.images)
-                entry["num_repeats"] = ds_mod.suggest_repeats(count, plan.job, steps, batch)
+                entry["num_repeats"] = ds_mod.suggest_repeats(sub.images, plan.job, steps, batch)
             tokens = trigger or sub.class_tokens
             if tokens:
                 entry["class_tokens"] = tokens

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.table import Table
@@ -15,38 +14,6 @@ from kohya_tuner.cli.common import console, print_json, user_errors, warn
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import get_family
 from kohya_tuner.gpu import choose
-
-# kohya-tuner flag -> sd-scripts key, for the model files a family needs.
-FILE_FLAGS = {"base": "pretrained_model_name_or_path", "clip_l": "clip_l", "t5xxl": "t5xxl", "ae": "ae"}
-
-
-def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps) -> tuple[dict[str, Any], list[str]]:
-    """The plan's input layer, and the model files still missing."""
-    given = {"pretrained_model_name_or_path": base, "clip_l": clip_l, "t5xxl": t5xxl, "ae": ae}
-    inputs: dict[str, Any] = {}
-    missing = []
-    for key, flag in family.required_files.items():
-        value = given.get(key)
-        if value:
-            inputs[key] = str(Path(value).expanduser().absolute()) if not _looks_like_hub_id(value) else value
-        else:
-            missing.append(flag)
-    extra = [k for k, v in given.items() if v and k not in family.required_files]
-    if extra:
-        raise UserError(f"{family.label} does not use {', '.join('--' + k.replace('_', '-') for k in extra)}.")
-    inputs["output_dir"] = str((Path(out) / "output").absolute())
-    inputs["output_name"] = name
-    if steps is not None:
-        if steps < 1:
-            raise UserError(f"--steps {steps} must be at least 1.")
-        inputs["max_train_steps"] = steps
-    return inputs, missing
-
-
-def _looks_like_hub_id(value: str) -> bool:
-    # SD/SDXL also load from a Hugging Face id such as stabilityai/stable-diffusion-xl-base-1.0.
-    return value.count("/") == 1 and not os.path.exists(value) and not value.startswith((".", "/", "~"))
-
 
 def plan_to_json(plan: presets.Plan, dataset: dict, files: dict[str, Path] | None, extra: dict) -> dict:
     return {
@@ -108,7 +75,7 @@ def register(app: typer.Typer) -> None:
         if data is not None and not data.is_dir():
             raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
                             "Point --data at the folder that holds your training images.")
-        inputs, missing = model_inputs(family, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae, name=name, out=out,
+        inputs, missing = planning.model_inputs(family, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae, name=name, out=out,
                                        steps=steps)
         plan = presets.compose(family.name, job, choice.gb, preset_file=preset, sets=set_, variant=variant,
                                inputs=inputs, bf16=choice.bf16)

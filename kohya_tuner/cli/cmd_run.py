@@ -305,7 +305,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     from kohya_tuner import dataset as dataset_mod
     from kohya_tuner import gpu as gpu_mod
     from kohya_tuner import history, ladder, launcher, memory, planfiles, planning, preflight, presets, schema
-    from kohya_tuner.cli.cmd_config import model_inputs, render_plan_table
+    from kohya_tuner.cli.cmd_config import render_plan_table
     from kohya_tuner.families import get_family
     from kohya_tuner.journal import Journal
     from kohya_tuner.supervisor import (DEFAULT_HANG_MINUTES, DEFAULT_MAX_ATTEMPTS, Retry, RunSettings,
@@ -345,7 +345,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
                         "`kohya-tuner dataset check` lists every problem; `kohya-tuner dataset prep` makes a fixed copy.")
     images = len(report.trainable)
 
-    inputs, missing_files = model_inputs(family, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae, name=name, out=out,
+    inputs, missing_files = planning.model_inputs(family, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae, name=name, out=out,
                                          steps=steps)
     if missing_files:
         raise UserError(f"{family.label} needs {', '.join(missing_files)}.",
@@ -357,7 +357,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         plan.set("mixed_precision", "bf16", "--cpu", "accelerate refuses fp16 on the CPU.")
         if plan.config.get("full_fp16"):
             plan.set("full_fp16", None, "--cpu", "fp16 only")
-    ds = presets.build_dataset(plan, data, trigger, image_count=images)
+    ds = presets.build_dataset(plan, data, trigger)
     gpu_name = choice.info.name if choice.info else (card.name if card else None)
     others = choice.others_gib if choice.info else 0.0
     fitted = planning.fit_plan(plan, ds, plan_gb, others_gib=0.0 if emulate_vram is not None else others,
