@@ -7,6 +7,8 @@ CI, a user preparing configs for another machine).
 
 from __future__ import annotations
 
+import math
+
 import threading
 import time
 from dataclasses import dataclass, field
@@ -207,6 +209,8 @@ class VramSampler(threading.Thread):
 
 
 MIN_GPU_GB = 4
+# Above any card that exists (the largest are under 300 GB); keeps 1e400-style input out of int().
+MAX_GPU_GB = 1024
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,9 @@ def parse_gb(text: str) -> int:
     except ValueError:
         raise UserError(f"--gpu {text!r} is neither 'auto' nor a number of GB.",
                         "Give the card's memory as a whole number (e.g. --gpu 12) or --gpu auto.") from None
+    if not math.isfinite(value) or value > MAX_GPU_GB:
+        raise UserError(f"--gpu {text!r} is not a card size: give a whole number of GB from {MIN_GPU_GB} to "
+                        f"{MAX_GPU_GB} (e.g. --gpu 12) or --gpu auto.")
     if value != int(value):
         raise UserError(f"--gpu {text!r}: give a whole number of GB (e.g. --gpu 12).")
     gb = int(value)
