@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kohya_tuner import config_io
 from kohya_tuner.presets import Plan
+from kohya_tuner.shellquote import cmd_percent, cmd_quote, cmd_set, comment_text, sh_quote
 
 CONFIG_NAME = "config.toml"
 DATASET_NAME = "dataset.toml"
@@ -29,7 +29,7 @@ _SCRIPT_MARK = "@SCRIPT@"
 def accelerate_args(mixed_precision: str) -> list[str]:
     """accelerate's own options, exactly as `kohya-tuner run` passes them (the launcher
     builds both, so a hand-run launch.sh trains like `run` does)."""
-    from kohya_tuner.launcher import LaunchSpec, build_argv
+    from kohya_tuner.run.launcher import LaunchSpec, build_argv
 
     argv = build_argv(LaunchSpec(script=Path(_SCRIPT_MARK), config_file=Path("c"), dataset_config=Path("d"),
                                  mixed_precision=mixed_precision))
@@ -37,35 +37,43 @@ def accelerate_args(mixed_precision: str) -> list[str]:
 
 
 def _sh_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Path) -> str:
-    acc = " ".join(shlex.quote(a) for a in accelerate_args(plan.config.get("mixed_precision", "no")))
+    acc = " ".join(sh_quote(a) for a in accelerate_args(plan.config.get("mixed_precision", "no")))
     return (
         "#!/usr/bin/env sh\n"
-        f"# Trains a {plan.family.label} LoRA ({plan.job}, {plan.gpu_class} GB class) with sd-scripts.\n"
+        f"# {comment_text(_purpose(plan))}\n"
         "# Set SD_SCRIPTS to your sd-scripts checkout if it is not the one below.\n"
-        f"SD_SCRIPTS=\"${{SD_SCRIPTS:-{sd_scripts}}}\"\n"
+        'if [ -z "${SD_SCRIPTS:-}" ]; then\n'
+        f"  SD_SCRIPTS={sh_quote(sd_scripts)}\n"
+        "fi\n"
         "# Lets PyTorch grow memory segments instead of fragmenting them (fewer OOMs late in a run).\n"
         "export PYTORCH_CUDA_ALLOC_CONF=\"${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}\"\n"
-        f"exec accelerate launch {acc} \"$SD_SCRIPTS/{plan.family.script}\" \\\n"
-        f"  --config_file {shlex.quote(str(config_path))} \\\n"
-        f"  --dataset_config {shlex.quote(str(dataset_path))} \"$@\"\n"
+        f"exec accelerate launch {acc} \"$SD_SCRIPTS\"/{sh_quote(plan.family.script)} \\\n"
+        f"  --config_file {sh_quote(str(config_path))} \\\n"
+        f"  --dataset_config {sh_quote(str(dataset_path))} \"$@\"\n"
     )
 
 
-def _bat_quote(path: str) -> str:
-    return '"' + path.replace('"', '""') + '"'
+def _purpose(plan: Plan) -> str:
+    return f"Trains a {plan.family.label} LoRA ({plan.job}, {plan.gpu_class} GB class) with sd-scripts."
 
 
 def _bat_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Path) -> str:
-    acc = " ".join(accelerate_args(plan.config.get("mixed_precision", "no")))
-    return "\r\n".join([
-        "@echo off",
-        f"rem Trains a {plan.family.label} LoRA ({plan.job}, {plan.gpu_class} GB class) with sd-scripts.",
+    acc = " ".join(cmd_quote(a, "the accelerate option") for a in
+                   accelerate_args(plan.config.get("mixed_precision", "no")))
+    body = [
+        f"rem {comment_text(_purpose(plan))}",
         "rem Set SD_SCRIPTS to your sd-scripts checkout if it is not the one below.",
-        f'if "%SD_SCRIPTS%"=="" set "SD_SCRIPTS={sd_scripts}"',
-        f'accelerate launch {acc} "%SD_SCRIPTS%\\{plan.family.script}" '
-        f"--config_file {_bat_quote(str(config_path))} --dataset_config {_bat_quote(str(dataset_path))} %*",
-        "",
-    ])
+        f"if not defined SD_SCRIPTS {cmd_set('SD_SCRIPTS', sd_scripts, 'the sd-scripts path')}",
+        f'accelerate launch {acc} "%SD_SCRIPTS%\\{cmd_percent(plan.family.script)}" '
+        f"--config_file {cmd_quote(str(config_path), 'the config path')} "
+        f"--dataset_config {cmd_quote(str(dataset_path), 'the dataset config path')} %*",
+    ]
+    # `!` stays literal only with delayed expansion off, whatever the machine's default.
+    head = ["@echo off", "setlocal EnableExtensions DisableDelayedExpansion"]
+    if not all(line.isascii() for line in body):
+        # cmd.exe decodes each line in the console code page as it reads it; the file is UTF-8.
+        head.append("chcp 65001 >nul")
+    return "\r\n".join(head + body + [""])
 
 
 def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str | os.PathLike | None = None,

@@ -1,0 +1,199 @@
+"""launch.sh / launch.bat carry hostile paths as data, never as commands.
+
+launch.sh is executed for real by every POSIX shell on this machine against a fake
+`accelerate` that records its argv; launch.bat runs through the model of cmd.exe's
+rules in cmdmodel.py (no cmd.exe here) and its text is checked for the escapes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cmdmodel import run_batch
+from kohya_tuner import planfiles, presets
+from kohya_tuner.errors import UserError
+
+HOSTILE = [
+    "$(touch CANARY)",
+    "`touch CANARY`",
+    "a;touch CANARY;b",
+    "x' ; touch CANARY ; '",
+    'say "hi" there',
+    "%PATH%",
+    "%SD_SCRIPTS%x",
+    "100%",
+    "!bang!",
+    "!",
+    "two\nlines; touch CANARY",
+    "with space  and\ttab",
+    "ünïcødé 日本 🎨",
+    "$HOME ${IFS} ~ * ?",
+    "& | < > ^ ( )",
+    "trailing\\",
+    "-n",
+    "'",
+    "\\$(touch CANARY)",
+]
+SHELLS = [s for s in ("sh", "dash", "bash", "busybox") if shutil.which(s)]
+CMD_CANNOT = ('"', "\n", "\r")
+
+
+def _plan(tmp_path, mixed_precision=None):
+    plan = presets.compose("sd15", "character", 8, inputs={"output_dir": str(tmp_path / "o"), "output_name": "x"})
+    if mixed_precision is not None:
+        plan.config["mixed_precision"] = mixed_precision
+    return plan
+
+
+@pytest.fixture()
+def fake_accelerate(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "accelerate"
+    exe.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                   "json.dump(sys.argv[1:], open(os.environ['ARGV_OUT'], 'w'))\n")
+    exe.chmod(0o755)
+    return bindir
+
+
+def _run_sh(shell, script: Path, bindir: Path, cwd: Path, args=(), env_extra=None):
+    record = cwd.parent / "argv.json"
+    env = {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "ARGV_OUT": str(record), "HOME": str(cwd)}
+    env.update(env_extra or {})
+    before = sorted(p.name for p in cwd.iterdir())
+    res = subprocess.run([shell, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in cwd.iterdir()) == before, "the script created files: a command ran"
+    return json.loads(record.read_text())
+
+
+def _expected(plan, sd, out_dir, extra=()):
+    acc = planfiles.accelerate_args(plan.config.get("mixed_precision", "no"))
+    return ["launch", *acc, f"{sd}/{plan.family.script}", "--config_file", str(out_dir / "config.toml"),
+            "--dataset_config", str(out_dir / "dataset.toml"), *extra]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_launch_sh_passes_hostile_paths_as_exact_argv(shell, hostile, tmp_path, fake_accelerate):
+    """The sd-scripts path, the output folder and the user's own arguments arrive in
+    accelerate's argv byte for byte, and nothing they contain is executed."""
+    sd = f"/opt/{hostile}/sd-scripts"
+    out_dir = Path(f"/runs/{hostile}/out")
+    plan = _plan(tmp_path)
+    files = planfiles.render(plan, {"datasets": []}, out_dir, sd_scripts=sd) if not any(
+        c in hostile for c in CMD_CANNOT) else None
+    if files is None:
+        with pytest.raises(UserError, match="launch.bat cannot carry"):
+            planfiles.render(plan, {"datasets": []}, out_dir, sd_scripts=sd)
+        text = planfiles._sh_script(plan, sd, out_dir / "config.toml", out_dir / "dataset.toml")
+    else:
+        text = files.texts["launch.sh"]
+    script = tmp_path / "launch.sh"
+    script.write_text(text)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    argv = _run_sh(shell, script, fake_accelerate, cwd, args=[hostile, "--x"])
+    assert argv == _expected(plan, sd, out_dir, extra=[hostile, "--x"])
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_launch_sh_prefers_the_users_sd_scripts_variable(shell, tmp_path, fake_accelerate):
+    plan = _plan(tmp_path)
+    files = planfiles.render(plan, {"datasets": []}, tmp_path / "o", sd_scripts="/default/$(touch CANARY)")
+    script = tmp_path / "launch.sh"
+    script.write_text(files.texts["launch.sh"])
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    mine = "/mine/`touch CANARY`"
+    argv = _run_sh(shell, script, fake_accelerate, cwd, env_extra={"SD_SCRIPTS": mine})
+    assert argv == _expected(plan, mine, (tmp_path / "o").absolute())
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_launch_sh_quotes_settings_too(shell, tmp_path, fake_accelerate):
+    """mixed_precision comes from --set; a hostile value is an argument, not a command."""
+    plan = _plan(tmp_path, mixed_precision="fp16 $(touch CANARY); touch CANARY")
+    files = planfiles.render(plan, {"datasets": []}, tmp_path / "o", sd_scripts="/sd")
+    script = tmp_path / "launch.sh"
+    script.write_text(files.texts["launch.sh"])
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    assert _run_sh(shell, script, fake_accelerate, cwd) == _expected(plan, "/sd", (tmp_path / "o").absolute())
+
+
+@pytest.mark.parametrize("shell", SHELLS[:1])
+def test_written_launch_sh_in_a_hostile_folder_runs(shell, tmp_path, fake_accelerate):
+    """End to end on disk: the folder itself is named hostilely, launch.sh is written
+    there by planfiles.write, made executable, and runs as `sh launch.sh`."""
+    out_dir = tmp_path / "$(touch CANARY) `touch CANARY` it's %TEMP% !x!"
+    out_dir.mkdir()
+    plan = _plan(tmp_path)
+    written = planfiles.write(planfiles.render(plan, {"datasets": []}, out_dir, sd_scripts="/sd;touch CANARY"),
+                              out_dir)
+    assert os.access(written["launch.sh"], os.X_OK)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    argv = _run_sh(shell, written["launch.sh"], fake_accelerate, cwd)
+    assert argv == _expected(plan, "/sd;touch CANARY", out_dir)
+    assert not list(tmp_path.rglob("CANARY"))
+
+
+def _win(hostile: str) -> tuple[str, Path]:
+    from pathlib import PureWindowsPath
+
+    return f"C:\\sd\\{hostile}\\sd-scripts", PureWindowsPath(f"D:\\runs\\{hostile}\\out")
+
+
+@pytest.mark.parametrize("hostile", [h for h in HOSTILE if not any(c in h for c in CMD_CANNOT)])
+def test_launch_bat_carries_hostile_paths_under_cmd_rules(hostile, tmp_path):
+    """Through cmd.exe's percent expansion, operators, carets and the C runtime's
+    argv splitting (cmdmodel), every path reaches accelerate exactly and no operator
+    (`&`, `|`, `<`, `>`) ends up outside quotes."""
+    sd, out_dir = _win(hostile)
+    plan = _plan(tmp_path)
+    text = planfiles._bat_script(plan, sd, out_dir / "config.toml", out_dir / "dataset.toml")
+    started = run_batch(text, env={"PATH": "C:\\Windows", "TEMP": "C:\\Temp"}, args=[])
+    acc = planfiles.accelerate_args(plan.config["mixed_precision"])
+    assert started == [["accelerate", "launch", *acc, f"{sd}\\{plan.family.script}",
+                        "--config_file", str(out_dir / "config.toml"),
+                        "--dataset_config", str(out_dir / "dataset.toml")]]
+    # The escapes themselves: each % of the value doubled; ! left to the setlocal line.
+    line = next(ln for ln in text.split("\r\n") if "set \"SD_SCRIPTS=" in ln)
+    assert line.count("%") == 2 * sd.count("%")
+    assert "DisableDelayedExpansion" in text.split("\r\n")[1]
+    if not hostile.isascii():
+        assert "chcp 65001" in text
+
+
+def test_launch_bat_prefers_the_users_variable(tmp_path):
+    plan = _plan(tmp_path)
+    text = planfiles._bat_script(plan, "C:\\default", Path("D:/o/config.toml"), Path("D:/o/dataset.toml"))
+    started = run_batch(text, env={"sd_scripts": "E:\\mine & calc"}, args=["--seed", "1"])
+    script_at = 2 + len(planfiles.accelerate_args(plan.config["mixed_precision"]))
+    assert started[0][script_at] == f"E:\\mine & calc\\{plan.family.script}"
+    assert started[0][-2:] == ["--seed", "1"]
+
+
+@pytest.mark.parametrize("bad", CMD_CANNOT)
+def test_launch_bat_refuses_what_cmd_cannot_carry(bad, tmp_path):
+    plan = _plan(tmp_path)
+    with pytest.raises(UserError) as err:
+        planfiles.render(plan, {"datasets": []}, tmp_path / "o", sd_scripts=f"/sd/a{bad}b")
+    assert "launch.bat cannot carry the sd-scripts path" in err.value.message
+    assert "cmd.exe has no way to quote" in err.value.message
+    with pytest.raises(UserError, match="the config path"):
+        planfiles.render(plan, {"datasets": []}, tmp_path / f"o{bad}x", sd_scripts="/sd")
+
+
+def test_setting_values_are_quoted_in_launch_bat(tmp_path):
+    plan = _plan(tmp_path, mixed_precision="fp16 & calc %PATH% ^x")
+    text = planfiles._bat_script(plan, "C:\\sd", Path("D:/o/config.toml"), Path("D:/o/dataset.toml"))
+    started = run_batch(text, env={"PATH": "C:\\Windows"}, args=[])
+    assert "fp16 & calc %PATH% ^x" in started[0]
