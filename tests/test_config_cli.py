@@ -23,11 +23,10 @@ def run(*args, cwd=None):
 @pytest.mark.parametrize("job", ["character", "style", "concept"])
 @pytest.mark.parametrize("gb", [6, 8, 12, 16, 24])
 def test_config_json_for_every_model_job_and_class(model, job, gb, tmp_path):
-    from kohya_tuner.cli.app import app
-    from typer.testing import CliRunner
+    from tests.clihelp import invoke as _invoke_cli
 
     out = tmp_path / "run"
-    res = CliRunner().invoke(app, ["config", "--model", model, "--job", job, "--gpu", str(gb), "--out", str(out),
+    res = _invoke_cli(*["config", "--model", model, "--job", job, "--gpu", str(gb), "--out", str(out),
                                    "--json"])
     if res.exit_code == 2 and model == "flux" and gb == 6:
         assert "fit" in res.output or "GB" in res.output
@@ -108,7 +107,8 @@ def test_help_reads_well():
 
 
 def test_core_commands_do_not_import_torch(tmp_path):
-    code = ("import sys; from kohya_tuner.cli.app import app; "
+    code = ("import sys; from kohya_tuner.cli.app import run; "
+            "[run([c, '--help']) for c in ('config', 'estimate', 'fit', 'diagnose')]; "
             "assert not any(m.split('.')[0] in ('torch','accelerate','diffusers') for m in sys.modules), "
             "sorted(m for m in sys.modules if m.startswith(('torch','accelerate','diffusers')))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 
-from typer.testing import CliRunner
+from tests.clihelp import invoke as _invoke_cli
 
-from kohya_tuner.cli.app import app
 from test_dataset_images import good_set, hashes, jpeg, problem_set
 
-runner = CliRunner()
 
 
 def run(*args: str):
-    return runner.invoke(app, list(args))
+    return _invoke_cli(*list(args))
 
 
 def test_check_table_exits_0_with_warnings(tmp_path):

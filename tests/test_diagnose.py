@@ -7,16 +7,14 @@ import json
 import re
 
 import pytest
-from typer.testing import CliRunner
+from tests.clihelp import invoke as _invoke_cli
 
-from kohya_tuner.cli.app import app
 from kohya_tuner.logparse import (
     Exited, Failure, Finished, Milestone, Oom, OomFigures, Progress, Saved, TotalSteps, diagnose,
     parse_text,
 )
 from kohya_tuner.logparse.reader import events_from_stream
 
-runner = CliRunner()
 
 OOM_TEXT = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of "
             "11.99 GiB of which 512.00 MiB is free. Including non-PyTorch memory, this process has 11.40 GiB memory in "
@@ -299,7 +297,7 @@ def _write(tmp_path, name, data: bytes):
 
 def test_cli_diagnose_json(tmp_path):
     log = _write(tmp_path, "train.log", (SETUP + TRAINING + steps(1, 2, 3) + OOM_TEXT).replace("\n", "\r\n").encode())
-    res = runner.invoke(app, ["diagnose", str(log), "--json"])
+    res = _invoke_cli(*["diagnose", str(log), "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert (data["outcome"], data["phase"], data["step"], data["total_steps"]) == ("oom", "training", 3, 100)
@@ -308,7 +306,7 @@ def test_cli_diagnose_json(tmp_path):
 
 def test_cli_diagnose_renders_for_people(tmp_path):
     log = _write(tmp_path, "train.log", (SETUP + TRAINING + steps(1, 2, 3) + OOM_TEXT).encode())
-    res = runner.invoke(app, ["diagnose", str(log), "--model", "sdxl"])
+    res = _invoke_cli(*["diagnose", str(log), "--model", "sdxl"])
     assert res.exit_code == 0, res.output
     assert "Outcome: oom" in res.stdout and "Step:    3 of 100" in res.stdout
     assert "tried to allocate" in res.stdout and "1." in res.stdout
@@ -317,16 +315,16 @@ def test_cli_diagnose_renders_for_people(tmp_path):
 def test_cli_reads_utf16_logs_from_powershell(tmp_path):
     text = SETUP + "MemoryError\n"
     for data in (text.encode("utf-16"), text.encode("utf-16-le")):
-        res = runner.invoke(app, ["diagnose", str(_write(tmp_path, "ps.log", data)), "--json"])
+        res = _invoke_cli(*["diagnose", str(_write(tmp_path, "ps.log", data)), "--json"])
         assert res.exit_code == 0, res.output
         assert json.loads(res.stdout)["error"]["kind"] == "cpu_oom"
 
 
 def test_cli_empty_file_is_a_result_not_an_error(tmp_path):
-    res = runner.invoke(app, ["diagnose", str(_write(tmp_path, "empty.log", b"")), "--json"])
+    res = _invoke_cli(*["diagnose", str(_write(tmp_path, "empty.log", b"")), "--json"])
     assert res.exit_code == 0
     assert json.loads(res.stdout)["outcome"] == "incomplete"
-    res = runner.invoke(app, ["diagnose", str(tmp_path / "empty.log")])
+    res = _invoke_cli(*["diagnose", str(tmp_path / "empty.log")])
     assert res.exit_code == 0 and "No training output" in res.stdout
 
 
@@ -338,19 +336,19 @@ def test_cli_unreadable_input_is_exit_2_with_one_paragraph(tmp_path, make):
         target = tmp_path
     else:
         target = _write(tmp_path, "model.safetensors", bytes(range(256)) * 64)
-    res = runner.invoke(app, ["diagnose", str(target)])
+    res = _invoke_cli(*["diagnose", str(target)])
     assert res.exit_code == 2
     assert "Traceback" not in res.output and res.output.count("error:") == 1
 
 
 def test_cli_bad_model_name_is_exit_2(tmp_path):
-    res = runner.invoke(app, ["diagnose", str(_write(tmp_path, "a.log", b"x\n")), "--model", "sd9"])
+    res = _invoke_cli(*["diagnose", str(_write(tmp_path, "a.log", b"x\n")), "--model", "sd9"])
     assert res.exit_code == 2 and "Traceback" not in res.output
 
 
 def test_cli_events_and_exit_code(tmp_path):
     log = _write(tmp_path, "a.log", (SETUP + TRAINING + steps(1)).encode())
-    res = runner.invoke(app, ["diagnose", str(log), "--events", "--exit-code", "137", "--json"])
+    res = _invoke_cli(*["diagnose", str(log), "--events", "--exit-code", "137", "--json"])
     assert res.exit_code == 0
     lines = res.stdout.splitlines()
     first = json.loads(lines[0])
@@ -369,6 +367,6 @@ def test_cli_streams_a_large_log(tmp_path):
             fh.write(block)
         fh.write(OOM_TEXT)
     assert path.stat().st_size > 8_000_000
-    res = runner.invoke(app, ["diagnose", str(path), "--json"])
+    res = _invoke_cli(*["diagnose", str(path), "--json"])
     assert res.exit_code == 0
     assert json.loads(res.stdout)["step"] == 99

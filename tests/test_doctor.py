@@ -11,16 +11,14 @@ import venv
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from tests.clihelp import invoke as _invoke_cli
 
 from kohya_tuner import doctor, gpu
-from kohya_tuner.cli.app import app
 from kohya_tuner.doctor.checks import DiskInfo, Facts
 from kohya_tuner.doctor.probe import PythonProbe
 from kohya_tuner.families import get_family
 from kohya_tuner.gpu import GpuInfo, GpuProcess
 
-runner = CliRunner()
 
 
 def _installed(name: str) -> str | None:
@@ -322,7 +320,7 @@ def test_probe_of_hanging_crashing_and_missing_interpreters(tmp_path):
 
 
 def test_doctor_json_on_this_machine():
-    res = runner.invoke(app, ["doctor", "--json"])
+    res = _invoke_cli(*["doctor", "--json"])
     data = json.loads(res.stdout)
     names = {c["name"]: c for c in data["checks"]}
     assert data["exit_code"] == res.exit_code
@@ -336,28 +334,28 @@ def test_doctor_json_on_this_machine():
 
 
 def test_doctor_with_a_python_without_torch(bare_python):
-    res = runner.invoke(app, ["doctor", "--python", bare_python, "--json"])
+    res = _invoke_cli(*["doctor", "--python", bare_python, "--json"])
     data = json.loads(res.stdout)
     torch_check = next(c for c in data["checks"] if c["name"] == "torch")
     assert torch_check["status"] == "warn" and "torch is not installed" in torch_check["detail"]
     assert res.exit_code == data["exit_code"]
-    text = runner.invoke(app, ["doctor", "--python", bare_python])
+    text = _invoke_cli(*["doctor", "--python", bare_python])
     assert "torch is not installed" in text.output
 
 
 def test_doctor_bad_input(tmp_path):
-    res = runner.invoke(app, ["doctor", "--python", str(tmp_path / "missing-python")])
+    res = _invoke_cli(*["doctor", "--python", str(tmp_path / "missing-python")])
     assert res.exit_code == 2 and "does not exist" in res.output and "Traceback" not in res.output
-    res = runner.invoke(app, ["doctor", "--sd-scripts", str(tmp_path / "nowhere")])
+    res = _invoke_cli(*["doctor", "--sd-scripts", str(tmp_path / "nowhere")])
     assert res.exit_code == 2 and "does not exist" in res.output
-    res = runner.invoke(app, ["doctor", "--model", "sd9"])
+    res = _invoke_cli(*["doctor", "--model", "sd9"])
     assert res.exit_code == 2 and "Unknown model family" in res.output
 
 
 def test_doctor_finds_a_checkout_from_the_environment(tmp_path, monkeypatch):
     (tmp_path / "sd").mkdir()
     monkeypatch.setenv("KOHYA_SD_SCRIPTS", str(tmp_path / "sd"))  # exists, but holds no entry scripts
-    res = runner.invoke(app, ["doctor", "--json"])
+    res = _invoke_cli(*["doctor", "--json"])
     data = json.loads(res.stdout)
     sd = next(c for c in data["checks"] if c["name"] == "sd-scripts")
     assert sd["status"] == "fail" and res.exit_code == 1

@@ -8,9 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
+from tests.clihelp import invoke as _invoke_cli
 
-from kohya_tuner.cli.app import app
 from kohya_tuner.memory import budget_gib
 from conftest import shared_path
 
@@ -19,7 +18,7 @@ REAL = ["01_kohya-ss_sd-scripts_648.toml", "05_bmaltais_kohya_ss_156.sh", "09_co
 
 
 def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
+    return _invoke_cli(*[str(a) for a in args])
 
 
 @pytest.mark.parametrize("name", REAL)
@@ -104,7 +103,7 @@ def test_gpu_auto_subtracts_other_processes_and_applies_history(tmp_path, monkey
 
     info = GpuInfo(index=0, name="NVIDIA GeForce RTX 3060", total_gib=12.0, free_gib=10.5, used_gib=1.5,
                    compute_capability=(8, 6), processes=(GpuProcess(pid=99999, name="Xorg", used_gib=1.5),))
-    monkeypatch.setattr(cmd_estimate, "choose", lambda text, index=0: GpuChoice(gb=12, info=info))
+    monkeypatch.setattr("kohya_tuner.gpu.choose", lambda text, index=0: GpuChoice(gb=12, info=info))
     cfg = tmp_path / "c.toml"
     cfg.write_text('mixed_precision = "bf16"\nnetwork_module = "networks.lora"\nsdpa = true\n'
                    'gradient_checkpointing = true\nresolution = "1024"\n', encoding="utf-8")

@@ -6,11 +6,10 @@ import json
 
 import pytest
 import toml
-from typer.testing import CliRunner
+from tests.clihelp import invoke as _invoke_cli
 
 from conftest import shared_path
 from kohya_tuner import config_io, schema
-from kohya_tuner.cli.app import app
 from kohya_tuner.memory import budget_gib, estimate
 
 REAL = ["01_kohya-ss_sd-scripts_648.toml", "05_bmaltais_kohya_ss_156.sh", "09_cocktailpeanut_fluxgym_360.sh",
@@ -22,7 +21,7 @@ HEAVY_SDXL = ('mixed_precision = "bf16"\nnetwork_module = "networks.lora"\nnetwo
 
 
 def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
+    return _invoke_cli(*[str(a) for a in args])
 
 
 @pytest.mark.parametrize("name", REAL)

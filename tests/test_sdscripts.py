@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import toml
-from typer.testing import CliRunner
+from tests.clihelp import invoke as _invoke_cli
 
 from kohya_tuner import schema, sdscripts
 from kohya_tuner.errors import UserError
@@ -408,9 +408,9 @@ def test_same_repo_url_forms():
 
 
 def _cli(args: list[str]):
-    from kohya_tuner.cli.app import app
+    from tests.clihelp import invoke
 
-    return CliRunner().invoke(app, args)
+    return invoke(*args)
 
 
 def test_cli_setup_clones_and_reports_json(upstream, tmp_path):

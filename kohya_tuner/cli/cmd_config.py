@@ -2,18 +2,47 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any
 
-import typer
-from rich.table import Table
+from kohya_tuner.cli import plan_options
 
-from kohya_tuner import planfiles, planning, presets, schema, sdscripts
-from kohya_tuner.cli import plan_options as po
-from kohya_tuner.cli.common import console, print_json, user_errors, warn
-from kohya_tuner.errors import UserError
-from kohya_tuner.families import get_family
-from kohya_tuner.gpu import choose
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from kohya_tuner import presets
+
+DESCRIPTION = ("Write sd-scripts config files (config.toml, dataset.toml, launch.sh, launch.bat) tuned to your "
+               "GPU, job and model, with every choice explained in the files. --verbose prints the full table of "
+               "settings and why each was chosen.")
+
+# The settings a Kohya user reads first; the compact summary shows these (when set) and the
+# fit's changes. Everything else is in config.toml with its reason, and behind --verbose.
+KEY_SETTINGS = (
+    "network_dim", "network_alpha", "network_args", "optimizer_type", "learning_rate", "unet_lr", "text_encoder_lr",
+    "lr_scheduler", "max_train_steps", "train_batch_size", "gradient_accumulation_steps", "resolution",
+    "mixed_precision", "full_bf16", "full_fp16", "fp8_base", "blocks_to_swap", "gradient_checkpointing",
+    "cache_latents", "cache_text_encoder_outputs", "network_train_unet_only", "sdpa", "xformers",
+    "sample_every_n_steps", "save_every_n_steps",
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", required=True, help="Model family: sd15, sdxl or flux.")
+    p.add_argument("--job", "-j", required=True, help="What you train: character, style or concept.")
+    plan_options.add_gpu(p, required=True)
+    p.add_argument("--out", "-o", type=Path, required=True, metavar="DIR",
+                   help="Folder for config.toml, dataset.toml, launch.sh and launch.bat.")
+    plan_options.add_plan_options(p)
+    p.add_argument("--sd-scripts", type=Path, metavar="DIR", help="sd-scripts checkout written into launch.sh/.bat.")
+    p.add_argument("--no-fit", action="store_true",
+                   help="Write the composed presets as they are, without the memory fit.")
+    p.add_argument("--force", action="store_true", help="Replace existing files (the old ones are kept as .bak).")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="Print every setting with the layer that set it and why.")
+    p.add_argument("--json", action="store_true", help="Print one JSON object instead of tables.")
+
 
 def plan_to_json(plan: presets.Plan, dataset: dict, files: dict[str, Path] | None, extra: dict) -> dict:
     return {
@@ -32,100 +61,132 @@ def plan_to_json(plan: presets.Plan, dataset: dict, files: dict[str, Path] | Non
 
 
 def render_plan_table(plan: presets.Plan, title: str) -> Table:
+    """Every setting with its layer and reason: wide by nature, so values and keys never wrap
+    and the reason takes what is left."""
+    from rich.table import Table
+
+    from kohya_tuner.config_io import show_value
+
     table = Table(title=title, show_lines=False, expand=False)
     table.add_column("setting", style="cyan", no_wrap=True)
-    table.add_column("value", no_wrap=False, max_width=40)
+    table.add_column("value", overflow="fold")
     table.add_column("layer", style="magenta", no_wrap=True)
-    table.add_column("why", max_width=70)
+    table.add_column("why", ratio=1, min_width=20)
     for key in sorted(plan.config):
         src = plan.provenance.get(key)
-        value = plan.config[key]
-        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
-        table.add_row(key, shown, src.layer if src else "", src.why if src else "")
+        table.add_row(key, show_value(plan.config[key]), src.layer if src else "", src.why if src else "")
     return table
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("config")
-    @user_errors
-    def config_cmd(
-        model: str = typer.Option(..., "--model", "-m", help="Model family: sd15, sdxl or flux."),
-        job: str = typer.Option(..., "--job", "-j", help="What you train: character, style or concept."),
-        gpu: str = typer.Option(..., "--gpu", "-g", help="GPU memory in GB (e.g. 12), or 'auto' to read it through NVML."),
-        out: Path = typer.Option(..., "--out", "-o", help="Folder for config.toml, dataset.toml, launch.sh and launch.bat."),
-        base: po.Base = None,
-        clip_l: po.ClipL = None,
-        t5xxl: po.T5xxl = None,
-        ae: po.Ae = None,
-        data: po.Data = None,
-        name: po.Name = "lora",
-        trigger: po.Trigger = None,
-        steps: po.Steps = None,
-        variant: po.Variant = None,
-        preset: po.Preset = None,
-        set_: po.Sets = [],
-        sd_scripts: Optional[Path] = typer.Option(None, "--sd-scripts", help="sd-scripts checkout written into launch.sh/.bat."),
-        no_fit: bool = typer.Option(False, "--no-fit", help="Write the composed presets as they are, without the memory fit."),
-        force: bool = typer.Option(False, "--force", help="Replace existing files (the old ones are kept as .bak)."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
-    ):
-        """Write sd-scripts config files tuned to your GPU, job and model, with every choice explained."""
-        family = get_family(model)
-        choice = choose(gpu)
-        if data is not None and not data.is_dir():
-            raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
-                            "Point --data at the folder that holds your training images.")
-        inputs, missing = planning.model_inputs(family, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae, name=name, out=out,
-                                       steps=steps)
-        plan = presets.compose(family.name, job, choice.gb, preset_file=preset, sets=set_, variant=variant,
-                               inputs=inputs, bf16=choice.bf16)
-        dataset = presets.build_dataset(plan, data if data is not None else Path(out) / "images", trigger)
-        fitted = planning.fit_plan(plan, dataset, choice.gb, others_gib=choice.others_gib,
-                                   gpu_name=choice.info.name if choice.info else None, bf16=choice.bf16,
-                                   do_fit=not no_fit)
-        dataset = fitted.dataset
-        est = fitted.estimate
-        if not fitted.fits and not no_fit:
-            raise UserError(f"No {family.label} {job} config fits {choice.gb} GB: {fitted.fit.message}.",
-                            "Try a smaller --set network_dim or resolution, or --no-fit to write the preset anyway.")
-        schema.raise_if_invalid(presets.validate_plan(plan, dataset), "The composed config")
-        schema.raise_if_invalid(schema.validate_dataset(dataset, family), "The dataset config")
-        checkout = sdscripts.locate(sd_scripts)
-        sd_path = checkout.path if checkout else sdscripts.default_dir()
-        files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute())
-        written = planfiles.write(files, out, force=force)
-        warnings = []
-        if missing:
-            warnings.append(f"Model files not given: {', '.join(missing)}. Add them before training "
-                            f"(config.toml has no path for them yet).")
-        if data is None:
-            warnings.append(f"No --data folder given: dataset.toml points at {Path(out).absolute() / 'images'}; "
-                            "put your images there or edit image_dir.")
-        if choice.info and choice.info.processes:
-            others = ", ".join(f"{p.name} ({p.used_gib or 0:.1f} GiB)" for p in choice.info.processes)
-            warnings.append(f"Other processes hold GPU memory: {others}.")
-        if checkout is None:
-            warnings.append(f"No sd-scripts checkout found; launch.sh expects one at {sd_path} "
-                            "(run `kohya-tuner setup`, or set SD_SCRIPTS).")
-        if as_json:
-            print_json(plan_to_json(plan, dataset, written, {
-                "gpu": choice.describe(), "warnings": warnings, "budget_gib": round(fitted.budget_gib, 3),
-                "estimate": est.to_json(),
-                "fit": [s.model_dump() for s in fitted.fit.steps] if fitted.fit else None,
-                "fit_message": fitted.fit.message if fitted.fit else None, "assumed": fitted.assumed}))
-            return
-        console.print(f"[bold]{family.label}[/bold] LoRA, job [bold]{job}[/bold], GPU {choice.describe()} "
-                      f"→ preset class {plan.gpu_class} GB")
+def render_summary(plan: presets.Plan, fitted, *, keys=KEY_SETTINGS) -> list[str]:
+    """The compact view: lines that fit 80 columns without cutting a value (long values wrap
+    at word boundaries on their own line, never get an ellipsis)."""
+    from kohya_tuner.config_io import show_value
+
+    lines = []
+    shown = [k for k in keys if k in plan.config and plan.config[k] not in (None, False)]
+    width = max((len(k) for k in shown), default=0)
+    changed = {k for st in (fitted.fit.steps if fitted.fit else []) for k, _o, _n in st.changes}
+    for key in shown:
+        src = plan.provenance.get(key)
+        mark = "*" if key in changed else " "
+        layer = f"  ({src.layer})" if src and src.layer not in ("model", "job") else ""
+        lines.append(f" {mark}{key.ljust(width)}  {show_value(plan.config[key])}{layer}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+    from rich.text import Text
+
+    from kohya_tuner import planfiles, planning, presets, schema, sdscripts
+    from kohya_tuner.cli.common import console, print_json, say, warn
+    from kohya_tuner.config_io import show_value
+    from kohya_tuner.errors import UserError
+    from kohya_tuner.families import get_family
+    from kohya_tuner.gpu import choose
+
+    family = get_family(args.model)
+    choice = choose(args.gpu)
+    data, out = args.data, args.out
+    if data is not None and not data.is_dir():
+        raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
+                        "Point --data at the folder that holds your training images.")
+    inputs, missing = planning.model_inputs(family, base=args.base, clip_l=args.clip_l, t5xxl=args.t5xxl,
+                                            ae=args.ae, name=args.name, out=out, steps=args.steps)
+    plan = presets.compose(family.name, args.job, choice.gb, preset_file=args.preset, sets=args.sets or [],
+                           variant=args.variant, inputs=inputs, bf16=choice.bf16)
+    images_dir = data if data is not None else Path(out) / "images"
+    dataset = presets.build_dataset(plan, images_dir, args.trigger)
+    fitted = planning.fit_plan(plan, dataset, choice.gb, others_gib=choice.others_gib,
+                               gpu_name=choice.info.name if choice.info else None, bf16=choice.bf16,
+                               do_fit=not args.no_fit)
+    dataset = fitted.dataset
+    est = fitted.estimate
+    if not fitted.fits and not args.no_fit:
+        raise UserError(f"No {family.label} {args.job} config fits {choice.gb} GB: {fitted.fit.message}.",
+                        "Try a smaller --set network_dim or resolution, or --no-fit to write the preset anyway.")
+    schema.raise_if_invalid(presets.validate_plan(plan, dataset), "The composed config")
+    schema.raise_if_invalid(schema.validate_dataset(dataset, family), "The dataset config")
+    checkout = sdscripts.locate(args.sd_scripts)
+    sd_path = checkout.path if checkout else sdscripts.default_dir()
+    files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute())
+    written = planfiles.write(files, out, force=args.force)
+    warnings = []
+    if missing:
+        warnings.append(f"Model files not given: {', '.join(missing)}. Add them before training "
+                        f"(config.toml has no path for them yet).")
+    if data is None:
+        warnings.append(f"No --data folder given: dataset.toml points at {Path(out).absolute() / 'images'}; "
+                        "put your images there or edit image_dir.")
+    if choice.info and choice.info.processes:
+        others = ", ".join(f"{p.name} ({p.used_gib or 0:.1f} GiB)" for p in choice.info.processes)
+        warnings.append(f"Other processes hold GPU memory: {others}.")
+    if checkout is None:
+        warnings.append(f"No sd-scripts checkout found; launch.sh expects one at {sd_path} "
+                        "(run `kohya-tuner setup`, or set SD_SCRIPTS).")
+    cautions = list(getattr(fitted, "cautions", []) or [])
+    assumptions = [f"{k} = {show_value(v)}: not given; the fit assumes it" for k, v in fitted.assumed.items()]
+    assumptions += [a for a in getattr(fitted, "assumptions", []) or [] if a not in assumptions]
+    share = est.peak_gib / fitted.budget_gib if fitted.budget_gib > 0 else float("inf")
+    if args.json:
+        print_json(plan_to_json(plan, dataset, written, {
+            "gpu": choice.describe(), "warnings": warnings, "cautions": cautions,
+            "budget_gib": round(fitted.budget_gib, 3), "share_of_budget": round(share, 4),
+            "estimate": est.to_json(), "fits": fitted.fits,
+            "fit": [s.model_dump() for s in fitted.fit.steps] if fitted.fit else None,
+            "fit_message": fitted.fit.message if fitted.fit else None, "assumptions": assumptions}))
+        return 0
+    console.print(f"[bold]{escape(family.label)}[/bold] LoRA, job [bold]{escape(args.job)}[/bold], GPU "
+                  f"{escape(choice.describe())} → preset class {plan.gpu_class} GB")
+    if args.verbose:
         console.print(render_plan_table(plan, "config.toml"))
-        share = est.peak_gib / fitted.budget_gib if fitted.budget_gib > 0 else float("inf")
-        console.print(f"Estimated peak: [bold]{est.peak_gib:.2f} GiB[/bold] ({est.peak_phase}), "
-                      f"{share:.0%} of the {fitted.budget_gib:.2f} GiB a {choice.gb} GB card leaves for training"
-                      + (" — [red]does not fit[/red]" if not fitted.fits else "") + ".")
-        for note in fitted.notes:
-            console.print(f"  {note}")
-        for w in warnings:
-            warn(w)
-        console.print("Wrote:")
-        for p in written.values():
-            console.print(f"  {p}")
-        console.print(f"Train with: [bold]sh {written['launch.sh']}[/bold] (or launch.bat on Windows)")
+    else:
+        say("Settings (* = changed by the fit; all of them, with reasons, in config.toml or --verbose):")
+        for line in render_summary(plan, fitted):
+            say(line)
+    steps = fitted.fit.steps if fitted.fit else []
+    if steps:
+        say("The fit changed:")
+        for st in steps:
+            for key, old, new in st.changes:
+                say(f"  {key}: {show_value(old)} → {show_value(new)}")
+            say(f"    why: {st.reason}")
+    verdict = "" if fitted.fits else " — does not fit"
+    console.print(Text.assemble("Estimated peak: ", (f"{est.peak_gib:.2f} GiB", "bold"),
+                                f" ({est.peak_phase}), {share:.0%} of the {fitted.budget_gib:.2f} GiB a "
+                                f"{choice.gb} GB card leaves for training", (verdict, "red"), "."))
+    for note in fitted.notes:
+        if note and (not steps or note != fitted.fit.message):
+            say(f"  {note}")
+    for line in assumptions:
+        say(f"  assumed: {line}")
+    for c in cautions:
+        console.print(Text.assemble(("caution: ", "bold yellow"), str(c)), soft_wrap=False)
+    for w in warnings:
+        warn(w)
+    say("Wrote:")
+    for p in written.values():
+        say(f"  {p}")
+    console.print(Text.assemble("Train with: ", (f"sh {written['launch.sh']}", "bold"), " (or launch.bat on Windows)"))
+    return 0

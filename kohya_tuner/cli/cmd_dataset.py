@@ -2,71 +2,86 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any, Optional
 
-import typer
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
+from kohya_tuner.cli.argtypes import int_range, positive_int
 
-from kohya_tuner import dataset
-from kohya_tuner.cli.common import console, err_console, print_json, user_errors
-from kohya_tuner.families import Family, get_family
-
+DESCRIPTION = "Check an image folder for what makes LoRAs fail or run out of memory, and prepare a clean copy."
+CHECK_HELP = ("Read every image and caption the way sd-scripts will, and report: broken, rotated, CMYK, 16-bit, "
+              "transparent or animated images, sizes against the training resolution and buckets, missing "
+              "captions or trigger word, near-identical captions, and the image count for the job. Exit 0 with "
+              "warnings; 2 when nothing in the folder can be trained.")
+PREP_HELP = ("Write a prepared copy of the folder (the originals are never changed): images rotated upright, "
+             "8-bit RGB, downscaled (Lanczos) to the largest bucket; captions copied, the trigger added with "
+             "--trigger; a manifest of sources and hashes. Run it again to pick up changes; Ctrl-C is safe.")
 _MARK = {"pass": "[green]pass[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[bold red]fail[/bold red]"}
+# A side in pixels: sd-scripts' buckets live between 64 and a few thousand px.
+_pixels = int_range(64, 16384)
 
 
-def register(app: typer.Typer) -> None:
-    sub = typer.Typer(
-        name="dataset",
-        help="Check an image folder for what makes LoRAs fail or run out of memory, and prepare a clean copy.",
-        no_args_is_help=True,
-        add_completion=False,
-        pretty_exceptions_enable=False,
-        rich_markup_mode="rich",
-    )
-    sub.command(
-        "check",
-        help=(
-            "Read every image and caption the way sd-scripts will, and report: broken, rotated, CMYK, 16-bit, "
-            "transparent or animated images, sizes against the training resolution and buckets, missing captions "
-            "or trigger word, near-identical captions, and the image count for the job. Exit 0 with warnings; "
-            "2 when nothing in the folder can be trained."
-        ),
-    )(check_command)
-    sub.command(
-        "prep",
-        help=(
-            "Write a prepared copy of the folder (the originals are never changed): images rotated upright, "
-            "8-bit RGB, downscaled (Lanczos) to the largest bucket; captions copied, the trigger added with "
-            "--trigger; a manifest of sources and hashes. Run it again to pick up changes; Ctrl-C is safe."
-        ),
-    )(prep_command)
-    app.add_typer(sub, name="dataset")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from kohya_tuner.cli.app import formatter
+
+    sub = p.add_subparsers(dest="action", metavar="{check,prep}", required=True,
+                           parser_class=type(p))
+    c = sub.add_parser("check", help="Judge an image folder the way sd-scripts will read it.",
+                       description=CHECK_HELP, formatter_class=formatter)
+    c.add_argument("path", type=Path, metavar="DIR", help="The folder with the training images (and caption files).")
+    c.add_argument("--model", "-m", required=True, help="Model family: sd15, sdxl or flux.")
+    c.add_argument("--job", "-j", help="character, style or concept: sets the image-count guide.")
+    c.add_argument("--trigger", metavar="WORD", help="Trigger word every caption should contain.")
+    c.add_argument("--resolution", type=_pixels, metavar="PX", help="Training resolution (default: the model preset's).")
+    c.add_argument("--max-bucket", type=_pixels, metavar="PX", help="max_bucket_reso (default: the model preset's).")
+    c.add_argument("--min-bucket", type=_pixels, metavar="PX", help="min_bucket_reso (default: the model preset's).")
+    c.add_argument("--caption-ext", metavar="EXT",
+                   help="Caption extension (default: .txt, or .caption when the folder uses it).")
+    c.add_argument("--workers", type=positive_int, metavar="N", help="Processes reading images (default: all cores).")
+    c.add_argument("--all", dest="all_files", action="store_true", help="List every file of each finding.")
+    c.add_argument("--json", action="store_true", help="Print one JSON object.")
+    r = sub.add_parser("prep", help="Write a clean, downscaled copy to train from.", description=PREP_HELP,
+                       formatter_class=formatter)
+    r.add_argument("path", type=Path, metavar="DIR", help="The folder with the original images; it is only read.")
+    r.add_argument("--out", "-o", dest="out_dir", type=Path, metavar="DIR",
+                   help="Where to write the copy (default: <folder>.prepared beside it).")
+    r.add_argument("--model", "-m", help="Model family (sets the default --max-side).")
+    r.add_argument("--max-side", type=_pixels, metavar="PX",
+                   help="Longest side of the prepared images (default: the largest bucket the model's presets use).")
+    r.add_argument("--trigger", metavar="WORD",
+                   help="Add this trigger word to every caption (and caption uncaptioned images with it).")
+    r.add_argument("--caption-ext", metavar="EXT",
+                   help="Caption extension of the originals (default: .txt, or .caption when the folder uses it).")
+    r.add_argument("--workers", type=positive_int, metavar="N", help="Processes (default: all cores).")
+    r.add_argument("--json", action="store_true", help="Print one JSON object.")
 
 
-def _progress(transient: bool = True) -> Progress:
+def run(args: argparse.Namespace) -> int:
+    if args.action == "check":
+        return check_command(args.path, args.model, args.job, args.trigger, args.resolution, args.max_bucket,
+                             args.min_bucket, args.caption_ext, args.workers, args.all_files, args.json)
+    return prep_command(args.path, args.out_dir, args.model, args.max_side, args.trigger, args.caption_ext,
+                        args.workers, args.json)
+
+
+def _progress(transient: bool = True):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from kohya_tuner.cli.common import console
+
     # No refresh thread (auto_refresh off; each update redraws): with no other thread
     # alive the worker pool can fork, which is the fastest start.
     return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeRemainingColumn(), console=console, transient=transient, auto_refresh=False)
 
 
-@user_errors
-def check_command(
-    path: Path = typer.Argument(..., help="The folder with the training images (and caption .txt files)."),
-    model: str = typer.Option(..., "--model", "-m", help="Model family: sd15, sdxl or flux."),
-    job: Optional[str] = typer.Option(None, "--job", "-j", help="character, style or concept: sets the image-count guide."),
-    trigger: Optional[str] = typer.Option(None, "--trigger", help="Trigger word every caption should contain."),
-    resolution: Optional[int] = typer.Option(None, "--resolution", help="Training resolution (default: the model preset's)."),
-    max_bucket: Optional[int] = typer.Option(None, "--max-bucket", help="max_bucket_reso (default: the model preset's)."),
-    min_bucket: Optional[int] = typer.Option(None, "--min-bucket", help="min_bucket_reso (default: the model preset's)."),
-    caption_ext: Optional[str] = typer.Option(None, "--caption-ext", help="Caption extension (default: .txt, or .caption when the folder uses it)."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes reading images (default: all cores)."),
-    all_files: bool = typer.Option(False, "--all", help="List every file of each finding, not the first few."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-) -> None:
+def check_command(path: Path, model: str, job: Optional[str], trigger: Optional[str], resolution: Optional[int],
+                  max_bucket: Optional[int], min_bucket: Optional[int], caption_ext: Optional[str],
+                  workers: Optional[int], all_files: bool, json_out: bool) -> int:
+    from kohya_tuner import dataset
+    from kohya_tuner.cli.common import err_console, print_json
+    from kohya_tuner.families import get_family
+
     family = get_family(model)
     if job is not None:
         dataset.get_job(job)
@@ -75,18 +90,21 @@ def check_command(
                             json_out)
     except KeyboardInterrupt:
         err_console.print("[yellow]Interrupted.[/yellow] Nothing was changed.", soft_wrap=True)
-        raise typer.Exit(130)
+        return 130
     if json_out:
         print_json(report.to_json())
     else:
         _render_check(report, all_files)
     if not report.trainable:
-        raise typer.Exit(2)
+        return 2
+    return 0
 
 
-def _run_check(path: Path, job: Optional[str], family: Family, trigger: Optional[str], resolution: Optional[int],
+def _run_check(path: Path, job: Optional[str], family, trigger: Optional[str], resolution: Optional[int],
                min_bucket: Optional[int], max_bucket: Optional[int], caption_ext: Optional[str],
-               workers: Optional[int], quiet: bool) -> dataset.DatasetReport:
+               workers: Optional[int], quiet: bool):
+    from kohya_tuner import dataset
+
     kwargs: dict[str, Any] = dict(min_bucket_reso=min_bucket, max_bucket_reso=max_bucket, caption_extension=caption_ext,
                   workers=workers)
     if quiet:
@@ -104,7 +122,13 @@ def _ext(value: Optional[str]) -> Optional[str]:
     return value if value.startswith(".") else "." + value
 
 
-def _render_check(report: dataset.DatasetReport, all_files: bool) -> None:
+def _render_check(report, all_files: bool) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kohya_tuner.cli.common import console, err_console
+    from kohya_tuner.families import get_family
+
     out = lambda text="": console.print(text, soft_wrap=True)  # noqa: E731 - paths must not be wrapped
     counts = report.counts()
     fam = get_family(report.family).label if report.family else "no model given"
@@ -139,17 +163,12 @@ def _render_check(report: dataset.DatasetReport, all_files: bool) -> None:
         out(verdict)
 
 
-@user_errors
-def prep_command(
-    path: Path = typer.Argument(..., help="The folder with the original images; it is only read."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to write the copy (default: <folder>.prepared beside it)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model family (sets the default --max-side)."),
-    max_side: Optional[int] = typer.Option(None, "--max-side", help="Longest side of the prepared images (default: the largest bucket the model's presets use)."),
-    trigger: Optional[str] = typer.Option(None, "--trigger", help="Add this trigger word to every caption (and caption uncaptioned images with it)."),
-    caption_ext: Optional[str] = typer.Option(None, "--caption-ext", help="Caption extension of the originals (default: .txt, or .caption when the folder uses it)."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: all cores)."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-) -> None:
+def prep_command(path: Path, out_dir: Optional[Path], model: Optional[str], max_side: Optional[int],
+                 trigger: Optional[str], caption_ext: Optional[str], workers: Optional[int], json_out: bool) -> int:
+    from kohya_tuner import dataset
+    from kohya_tuner.cli.common import err_console, print_json
+    from kohya_tuner.families import get_family
+
     family = get_family(model) if model else None
     out = out_dir if out_dir is not None else path.expanduser().absolute().with_name(path.expanduser().absolute().name + ".prepared")
     try:
@@ -164,16 +183,21 @@ def prep_command(
     except KeyboardInterrupt:
         err_console.print("[yellow]Interrupted.[/yellow] Every image written so far is complete and recorded; run "
                           "the same command again to continue where it stopped.", soft_wrap=True)
-        raise typer.Exit(130)
+        return 130
     if json_out:
         print_json(result.to_json())
     else:
         _render_prep(result)
     if result.count("failed") and not any(i.outcome != "failed" for i in result.items):
-        raise typer.Exit(2)
+        return 2
+    return 0
 
 
-def _render_prep(result: dataset.PrepResult) -> None:
+def _render_prep(result) -> None:
+    from rich.markup import escape
+
+    from kohya_tuner.cli.common import console
+
     out = lambda text="": console.print(text, soft_wrap=True)  # noqa: E731
     c = {k: result.count(k) for k in ("written", "copied", "skipped", "failed")}
     out(f"[bold]{escape(result.out)}[/bold] ← {escape(result.source)}")

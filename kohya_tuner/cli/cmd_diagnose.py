@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Optional
 
-import typer
-from rich.table import Table
-
-from kohya_tuner.cli.common import console, print_json, user_errors
-from kohya_tuner.errors import UserError
+DESCRIPTION = ("Read a training log: outcome, phase, step, OOM figures and what to change. Exit 0 whenever a "
+               "diagnosis was made (also for a failed run); 2 when the file cannot be read as a log.")
 
 _OUTCOME_STYLE = {"oom": ("red", "out of GPU memory"), "error": ("red", "failed"),
                   "success": ("green", "finished"), "incomplete": ("yellow", "did not finish")}
@@ -23,9 +20,14 @@ _FIGURES = (("tried_gib", "tried to allocate"), ("capacity_gib", "GPU capacity")
 
 
 def _render(diagnosis, source: Path) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kohya_tuner.cli.common import console
+
     d = diagnosis
     style, words = _OUTCOME_STYLE[d.outcome]
-    console.print(f"[bold]{source}[/bold]")
+    console.print(f"[bold]{escape(str(source))}[/bold]")
     console.print(f"Outcome: [bold {style}]{d.outcome}[/bold {style}] — {words}")
     console.print(f"Phase:   {d.phase} — {_PHASE_WORDS.get(d.phase, d.phase)}")
     if d.step is not None:
@@ -61,44 +63,41 @@ def _render(diagnosis, source: Path) -> None:
             console.print(f"  {i}. {line}", soft_wrap=True, markup=False, highlight=False)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("diagnose")
-    @user_errors
-    def diagnose_cmd(
-        log: Path = typer.Argument(..., help="A training log: the console output of sd-scripts (stdout and stderr)."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object (outcome, phase, step, oom, "
-                                                            "error, advice)."),
-        model: Optional[str] = typer.Option(None, "--model", "-m", help="Model family (sd15, sdxl, flux) for "
-                                                                         "sharper advice; read from the log "
-                                                                         "when it names its script."),
-        exit_code: Optional[int] = typer.Option(None, "--exit-code", help="The exit status the training ended "
-                                                                           "with, if you know it (137 = killed "
-                                                                           "for lack of RAM)."),
-        events: bool = typer.Option(False, "--events", help="Print every event read from the log, one JSON "
-                                                            "object per line, before the diagnosis."),
-    ):
-        """Read a training log: outcome, phase, step, OOM figures and what to change.
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("log", type=Path, metavar="LOG",
+                   help="A training log: the console output of sd-scripts (stdout and stderr).")
+    p.add_argument("--json", action="store_true",
+                   help="Print one JSON object (outcome, phase, step, oom, error, advice).")
+    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux) for sharper advice; read from the log "
+                                         "when it names its script.")
+    p.add_argument("--exit-code", type=int, metavar="N",
+                   help="The exit status the training ended with, if you know it (137 = killed for lack of RAM).")
+    p.add_argument("--events", action="store_true",
+                   help="Print every event read from the log, one JSON object per line, before the diagnosis.")
 
-        Exit status 0 whenever a diagnosis was made — also for a failed run; 2 when the file
-        cannot be read as a log.
-        """
-        from kohya_tuner.families import get_family
-        from kohya_tuner.logparse import diagnose
-        from kohya_tuner.logparse.reader import iter_events, open_log
 
-        family = get_family(model).name if model else None
-        source = open_log(log)
-        stream = iter_events(source)
-        if events:
-            stream = _echo(stream)
-        try:
-            diagnosis = diagnose(stream, exit_code, family=family)
-        except UnicodeError as exc:  # a decoder that cannot go on despite replacement
-            raise UserError(f"{log} cannot be decoded as text: {exc}.") from None
-        if as_json:
-            print_json(diagnosis.to_json())
-            return
-        _render(diagnosis, log)
+def run(args: argparse.Namespace) -> int:
+    from kohya_tuner.cli.common import print_json
+    from kohya_tuner.errors import UserError
+    from kohya_tuner.families import get_family
+    from kohya_tuner.logparse import diagnose
+    from kohya_tuner.logparse.reader import iter_events, open_log
+
+    log = args.log
+    family = get_family(args.model).name if args.model else None
+    source = open_log(log)
+    stream = iter_events(source)
+    if args.events:
+        stream = _echo(stream)
+    try:
+        diagnosis = diagnose(stream, args.exit_code, family=family)
+    except UnicodeError as exc:  # a decoder that cannot go on despite replacement
+        raise UserError(f"{log} cannot be decoded as text: {exc}.") from None
+    if args.json:
+        print_json(diagnosis.to_json())
+        return 0
+    _render(diagnosis, log)
+    return 0
 
 
 def _echo(stream):

@@ -2,45 +2,41 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Optional
 
-import typer
-from rich.markup import escape
-from rich.table import Table
+from kohya_tuner.cli.argtypes import finite_float
 
-from kohya_tuner import doctor
-from kohya_tuner.cli.common import console, print_json, user_errors
-
+DESCRIPTION = (
+    "Check everything training depends on: NVIDIA driver and GPUs (memory, compute capability, bf16), "
+    "programs holding GPU memory, host RAM and swap, free disk, the trainer's Python, torch and its CUDA "
+    "build, accelerate, xformers, bitsandbytes, the sd-scripts checkout and its pinned requirements, and "
+    "PYTORCH_CUDA_ALLOC_CONF. Works without a GPU or torch. Exit 1 when a check fails (something present "
+    "is broken), else 0."
+)
 _MARK = {"pass": "[green]pass[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[bold red]fail[/bold red]"}
 
 
-def register(app: typer.Typer) -> None:
-    app.command(
-        "doctor",
-        short_help="Check the whole training environment: GPU, driver, RAM, disk, torch, xformers, bitsandbytes, sd-scripts.",
-        help=(
-            "Check everything training depends on: NVIDIA driver and GPUs (memory, compute capability, bf16), "
-            "programs holding GPU memory, host RAM and swap, free disk, the trainer's Python, torch and its CUDA "
-            "build, accelerate, xformers, bitsandbytes, the sd-scripts checkout and its pinned requirements, and "
-            "PYTORCH_CUDA_ALLOC_CONF. Works without a GPU or torch. Exit 1 when a check fails (something present "
-            "is broken), else 0."
-        ),
-    )(doctor_command)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sd-scripts", type=Path, metavar="DIR",
+                   help="The sd-scripts checkout (default: $KOHYA_SD_SCRIPTS or the one `setup` cloned).")
+    p.add_argument("--python", metavar="PATH",
+                   help="The Python that runs training (default: a venv inside the checkout, else this one).")
+    p.add_argument("--model", "-m", help="Judge host RAM for this model family (sd15, sdxl, flux).")
+    p.add_argument("--timeout", type=finite_float(1.0, 3600.0), default=None, metavar="S",
+                   help="Seconds to wait for the trainer's Python to answer.")
+    p.add_argument("--json", action="store_true", help="Print one JSON object.")
 
 
-@user_errors
-def doctor_command(
-    sd_scripts: Optional[Path] = typer.Option(None, "--sd-scripts", help="The sd-scripts checkout (default: $KOHYA_SD_SCRIPTS or the one `setup` cloned)."),
-    python: Optional[str] = typer.Option(None, "--python", help="The Python that runs training (default: a venv inside the checkout, else this one)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Judge host RAM for this model family (sd15, sdxl, flux)."),
-    timeout: float = typer.Option(doctor.DEFAULT_TIMEOUT, "--timeout", min=1.0, help="Seconds to wait for the trainer's Python to answer."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-) -> None:
-    facts = doctor.gather(sd_scripts, python, model, timeout)
+def run(args: argparse.Namespace) -> int:
+    from kohya_tuner import doctor
+    from kohya_tuner.cli.common import print_json
+
+    timeout = args.timeout if args.timeout is not None else doctor.DEFAULT_TIMEOUT
+    facts = doctor.gather(args.sd_scripts, args.python, args.model, timeout)
     checks = doctor.evaluate(facts)
     code = doctor.exit_code(checks)
-    if json_out:
+    if args.json:
         print_json({
             "status": "fail" if code else ("warn" if any(c.status == "warn" for c in checks) else "pass"),
             "exit_code": code,
@@ -49,10 +45,15 @@ def doctor_command(
         })
     else:
         _render(checks)
-    raise typer.Exit(code)
+    return code
 
 
-def _render(checks: list[doctor.Check]) -> None:
+def _render(checks) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kohya_tuner.cli.common import console
+
     table = Table(show_header=True, header_style="bold", show_lines=True)
     table.add_column("", no_wrap=True)
     table.add_column("check", no_wrap=True)

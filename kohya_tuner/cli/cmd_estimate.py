@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
-import typer
-from rich.table import Table
-from rich.text import Text
+from kohya_tuner.cli.argtypes import gpu_size, positive_int
 
-from kohya_tuner import config_io, history, schema
-from kohya_tuner.cli.common import console, print_json, user_errors, warn
-from kohya_tuner.errors import UserError
-from kohya_tuner.families import Family
-from kohya_tuner.gpu import GpuChoice, choose
-from kohya_tuner.memory import GPU_SIZES, Estimate, budget_gib, estimate
+if TYPE_CHECKING:
+    from kohya_tuner import config_io
+    from kohya_tuner.families import Family
+    from kohya_tuner.gpu import GpuChoice
+    from kohya_tuner.memory import Estimate
+
+DESCRIPTION = "Predict the peak VRAM of a LoRA config and show where it goes."
 
 PHASE_LABELS = {
     "model_load": "loading the models",
@@ -30,6 +30,9 @@ def load_inputs(config_path: Path, model: str | None, dataset_path: Path | None
                 ) -> tuple[config_io.LoadedConfig, Family, dict[str, Any] | None, list[str]]:
     """The config, its family and its dataset (when readable), plus notes for the user.
     Shared with `fit`."""
+    from kohya_tuner import config_io, schema
+    from kohya_tuner.errors import UserError
+
     loaded = config_io.read_config(config_path, model)
     if loaded.family is None:
         raise UserError(f"Cannot tell which model {config_path} trains (no script name, network module or model "
@@ -56,6 +59,8 @@ def load_inputs(config_path: Path, model: str | None, dataset_path: Path | None
 
 
 def resolve_gpu(gpu: str | None) -> tuple[GpuChoice | None, str | None]:
+    from kohya_tuner.gpu import choose
+
     if gpu is None:
         return None, None
     choice = choose(gpu)
@@ -63,6 +68,13 @@ def resolve_gpu(gpu: str | None) -> tuple[GpuChoice | None, str | None]:
 
 
 def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: float = 0.0) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    from kohya_tuner.cli.common import console
+    from kohya_tuner.memory import GPU_SIZES, budget_gib
+
     console.print(f"[bold]{est.model}[/bold]: peak [bold]{est.peak_gib:.2f} GiB[/bold] while "
                   f"{PHASE_LABELS.get(est.peak_phase, est.peak_phase)}")
     table = Table(title=f"Where the memory goes ({PHASE_LABELS.get(est.peak_phase, est.peak_phase)})")
@@ -76,7 +88,7 @@ def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: flo
             continue
         bar = "█" * int(round(30 * value / total))
         table.add_row(key.replace("_", " "), f"{value:.2f}", Text(bar, style="green"),
-                      est.component_notes.get(key, ""))
+                      escape(est.component_notes.get(key, "")))
     table.add_row("[bold]peak[/bold]", f"[bold]{est.peak_gib:.2f}[/bold]", "", "")
     console.print(table)
     phases = Table(title="Phases")
@@ -101,42 +113,44 @@ def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: flo
     if est.assumptions:
         console.print("[bold]Assumed[/bold] (the input left these unsaid):")
         for line in est.assumptions:
-            console.print(f"  • {line}", soft_wrap=True)
+            console.print(f"  • {line}", soft_wrap=True, markup=False)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("estimate")
-    @user_errors
-    def estimate_cmd(
-        config: Path = typer.Argument(..., help="sd-scripts config TOML, kohya_ss GUI JSON, or a file holding the "
-                                                 "accelerate launch / python command line."),
-        dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="The --dataset_config file (its batch "
-                                                                              "size and resolution win)."),
-        model: Optional[str] = typer.Option(None, "--model", "-m", help="sd15, sdxl or flux, when the file does not "
-                                                                        "say."),
-        gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="Your card in GB (e.g. 12) or 'auto' (NVML: "
-                                                                    "also subtracts other processes)."),
-        gpus: int = typer.Option(1, "--gpus", help="Number of GPUs (data parallel); the estimate is per GPU."),
-        no_history: bool = typer.Option(False, "--no-history", help="Ignore measured peaks of earlier runs."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    ) -> None:
-        """Predict the peak VRAM of a LoRA config and show where it goes."""
-        if gpus < 1:
-            raise UserError(f"--gpus {gpus} must be at least 1.")
-        loaded, family, ds, notes = load_inputs(config, model, dataset)
-        choice, gpu_name = resolve_gpu(gpu)
-        hist = [] if no_history or not gpu_name else history.load()
-        est = estimate(loaded.config, family, dataset=ds, gpus=gpus, history=hist, gpu_name=gpu_name)
-        others = choice.others_gib if choice else 0.0
-        if as_json:
-            out = est.to_json()
-            out["input"] = {"path": str(config), "format": loaded.fmt, "script": loaded.script, "notes": notes}
-            if choice is not None:
-                b = budget_gib(choice.gb, other_processes_gib=others)
-                out["gpu"] = {"gb": choice.gb, "name": gpu_name, "others_gib": round(others, 3),
-                              "budget_gib": round(b, 3), "fits": est.peak_gib <= b}
-            print_json(out)
-            return
-        for n in notes:
-            warn(n)
-        render_estimate(est, gpu_gb=choice.gb if choice else None, others_gib=others)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", type=Path, metavar="CONFIG",
+                   help="sd-scripts config TOML, kohya_ss GUI JSON, or a file holding the accelerate launch / "
+                        "python command line.")
+    p.add_argument("--dataset", "-d", type=Path, metavar="FILE",
+                   help="The --dataset_config file (its batch size and resolution win).")
+    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux), when the file does not say.")
+    p.add_argument("--gpu", "-g", type=gpu_size, metavar="GB|auto",
+                   help="Your card in GB (e.g. 12) or 'auto' (NVML: also subtracts other processes).")
+    p.add_argument("--gpus", type=positive_int, default=1, metavar="N",
+                   help="Number of GPUs (data parallel); the estimate is per GPU.")
+    p.add_argument("--no-history", action="store_true", help="Ignore measured peaks of earlier runs.")
+    p.add_argument("--json", action="store_true", help="Print one JSON object.")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kohya_tuner import history
+    from kohya_tuner.cli.common import print_json, warn
+    from kohya_tuner.memory import budget_gib, estimate
+
+    loaded, family, ds, notes = load_inputs(args.config, args.model, args.dataset)
+    choice, gpu_name = resolve_gpu(args.gpu)
+    hist = [] if args.no_history or not gpu_name else history.load()
+    est = estimate(loaded.config, family, dataset=ds, gpus=args.gpus, history=hist, gpu_name=gpu_name)
+    others = choice.others_gib if choice else 0.0
+    if args.json:
+        out = est.to_json()
+        out["input"] = {"path": str(args.config), "format": loaded.fmt, "script": loaded.script, "notes": notes}
+        if choice is not None:
+            b = budget_gib(choice.gb, other_processes_gib=others)
+            out["gpu"] = {"gb": choice.gb, "name": gpu_name, "others_gib": round(others, 3),
+                          "budget_gib": round(b, 3), "fits": est.peak_gib <= b}
+        print_json(out)
+        return 0
+    for n in notes:
+        warn(n)
+    render_estimate(est, gpu_gb=choice.gb if choice else None, others_gib=others)
+    return 0

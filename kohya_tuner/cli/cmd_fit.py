@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
-import typer
-from rich.table import Table
+from kohya_tuner.cli.argtypes import gpu_size
 
-from kohya_tuner import config_io, history, ladder
-from kohya_tuner.cli.cmd_estimate import load_inputs, resolve_gpu
-from kohya_tuner.cli.common import console, print_json, user_errors, warn
-from kohya_tuner.errors import UserError
-from kohya_tuner.memory import budget_gib
-from kohya_tuner.config_io import show_value
+if TYPE_CHECKING:
+    from kohya_tuner import ladder
 
+DESCRIPTION = ("Write a copy of CONFIG changed just enough to fit the GPU, and say what each change costs. "
+               "Exit 0 when it fits, 1 when nothing fits, 2 for bad input.")
+POLICIES = ("default", "roadmap")
 
 def _same_file(a: Path, b: Path) -> bool:
     try:
@@ -40,6 +39,12 @@ def step_json(st: ladder.Step) -> dict[str, Any]:
 
 
 def render_steps(steps: list[ladder.Step]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kohya_tuner.cli.common import console
+    from kohya_tuner.config_io import show_value
+
     table = Table(title="Changes")
     table.add_column("setting", style="cyan", no_wrap=True)
     table.add_column("old → new")
@@ -50,115 +55,124 @@ def render_steps(steps: list[ladder.Step]) -> None:
     for st in steps:
         first = True
         for key, old, new in st.changes:
-            table.add_row(key, f"{show_value(old)} → {show_value(new)}", f"{st.saved_gib:.2f}" if first else "",
+            table.add_row(escape(key), escape(f"{show_value(old)} → {show_value(new)}"), f"{st.saved_gib:.2f}" if first else "",
                           st.speed_cost if first else "", st.quality_cost if first else "",
                           ("[green]safe[/green]" if st.resume_safe else "[yellow]no[/yellow]") if first else "")
             first = False
     console.print(table)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("fit")
-    @user_errors
-    def fit_cmd(
-        config: Path = typer.Argument(..., help="sd-scripts config TOML, kohya_ss GUI JSON, or a command-line file."),
-        gpu: str = typer.Option(..., "--gpu", "-g", help="Card size in GB (e.g. 12) or 'auto' (NVML; subtracts "
-                                                         "memory other processes hold)."),
-        out: Path = typer.Option(..., "--out", "-o", help="Where to write the fitted config TOML (never the input)."),
-        dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="The --dataset_config file."),
-        model: Optional[str] = typer.Option(None, "--model", "-m", help="sd15, sdxl or flux, when the file does not "
-                                                                        "say."),
-        policy: str = typer.Option("default", "--policy", help="default (most GiB per cost, quality-keeping "
-                                                               "moves first) or roadmap (the guides' fixed order)."),
-        force: bool = typer.Option(False, "--force", help="Replace an existing --out (the old file is kept as .bak)."),
-        no_history: bool = typer.Option(False, "--no-history", help="Ignore measured peaks of earlier runs."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    ) -> None:
-        """Write a copy of CONFIG changed just enough to fit the GPU, and say what each change costs."""
-        if policy not in ladder.POLICIES:
-            raise UserError(f"--policy {policy!r} is not one of {', '.join(ladder.POLICIES)}.")
-        if _same_file(config, out):
-            raise UserError(f"--out {out} is the input file; kohya-tuner never writes over your config.",
-                            "Choose another --out.")
-        if dataset is not None and _same_file(dataset, out):
-            raise UserError(f"--out {out} is the dataset file; choose another --out.")
-        loaded, family, ds, notes = load_inputs(config, model, dataset)
-        choice, gpu_name = resolve_gpu(gpu)
-        assert choice is not None
-        others = choice.others_gib
-        budget = budget_gib(choice.gb, other_processes_gib=others)
-        if budget <= 0:
-            raise UserError(f"Other processes hold {others:.2f} GiB of the {choice.gb} GB card; nothing is left.")
-        hist = [] if no_history or not gpu_name else history.load()
-        result = ladder.fit(loaded.config, family, budget, policy=policy, dataset=ds, history=hist,
-                            gpu_name=gpu_name, gpu_gb=choice.gb, bf16=choice.bf16 is not False)
-        corrected = [a for a in result.after.assumptions if a.startswith("scaled by")]
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", type=Path, metavar="CONFIG",
+                   help="sd-scripts config TOML, kohya_ss GUI JSON, or a command-line file.")
+    p.add_argument("--gpu", "-g", type=gpu_size, required=True, metavar="GB|auto",
+                   help="Card size in GB (e.g. 12) or 'auto' (NVML; subtracts memory other processes hold).")
+    p.add_argument("--out", "-o", type=Path, required=True, metavar="FILE",
+                   help="Where to write the fitted config TOML (never the input).")
+    p.add_argument("--dataset", "-d", type=Path, metavar="FILE", help="The --dataset_config file.")
+    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux), when the file does not say.")
+    p.add_argument("--policy", choices=POLICIES, default="default",
+                   help="default: most GiB per cost, quality-keeping moves first; roadmap: the guides' fixed "
+                        "order.")
+    p.add_argument("--force", action="store_true", help="Replace an existing --out (the old file is kept as .bak).")
+    p.add_argument("--no-history", action="store_true", help="Ignore measured peaks of earlier runs.")
+    p.add_argument("--json", action="store_true", help="Print one JSON object.")
 
-        written: Path | None = None
-        dataset_written: Path | None = None
-        if result.fits:
-            new_config = dict(result.config)
-            dataset_changed = any(k.startswith("dataset:") for st in result.steps for k, _, _ in st.changes)
-            if dataset_changed and result.dataset is not None:
-                dpath = _dataset_out_path(out)
-                if any(_same_file(dpath, p) for p in [config] + ([dataset] if dataset else [])):
-                    raise UserError(f"{dpath} would overwrite an input file; choose another --out.")
-                config_io.write_new(dpath, config_io.dumps_dataset(result.dataset,
-                                                                   header=f"Fitted by kohya-tuner for {choice.gb} GB"),
-                                    force=force)
-                dataset_written = dpath
-                new_config["dataset_config"] = str(dpath.absolute())
-            why = {}
-            for st in result.steps:
-                for key, old, new in st.changes:
-                    if not key.startswith("dataset:"):
-                        why[key] = (f"kohya-tuner fit for {choice.gb} GB: was {show_value(old)}; saves "
-                                    f"{st.saved_gib:.2f} GiB; speed: {st.speed_cost}; quality: {st.quality_cost}")
-            header = (f"Fitted by kohya-tuner for a {choice.gb} GB GPU from {config.name}.\n"
-                      f"Predicted peak {result.after.peak_gib:.2f} GiB ({result.after.peak_phase}) of a "
-                      f"{budget:.2f} GiB budget.")
-            text = config_io.dumps_config(new_config, why=why, script=family.script, header=header)
-            config_io.write_new(out, text, force=force)
-            written = out
 
-        if as_json:
-            print_json({
-                "fits": result.fits,
-                "message": result.message,
-                "model": family.name,
-                "gpu_gb": choice.gb,
-                "gpu_name": gpu_name,
-                "others_gib": round(others, 3),
-                "budget_gib": round(budget, 3),
-                "policy": policy,
-                "before": result.before.to_json(),
-                "after": result.after.to_json(),
-                "steps": [step_json(s) for s in result.steps],
-                "resume_safe": result.resume_safe,
-                "hints": result.hints,
-                "history_correction": corrected,
-                "out": str(written) if written else None,
-                "dataset_out": str(dataset_written) if dataset_written else None,
-                "input_notes": notes,
-            })
-        else:
-            for n in notes:
-                warn(n)
-            console.print(f"Before: {result.before.peak_gib:.2f} GiB ({result.before.peak_phase}); budget "
-                          f"{budget:.2f} GiB for {choice.gb} GB"
-                          + (f" minus {others:.2f} GiB held by other processes" if others else "") + ".")
-            for line in corrected:
-                console.print(f"History: {line}.")
-            if result.steps:
-                render_steps(result.steps)
-            console.print(("[green]" if result.fits else "[red]") + result.message + ("[/green]" if result.fits
-                                                                                       else "[/red]"))
-            for h in result.hints:
-                console.print(f"hint: {h}", soft_wrap=True)
-            if not result.resume_safe:
-                console.print("[yellow]A state saved with the old config cannot be resumed under the new one "
-                              "(rank, alpha, network_args, optimizer or text-encoder training changed).[/yellow]")
-            if written:
-                console.print(f"Wrote {written}" + (f" and {dataset_written}" if dataset_written else "") + ".")
-        if not result.fits:
-            raise typer.Exit(1)
+def run(args: argparse.Namespace) -> int:
+    from kohya_tuner import config_io, history, ladder
+    from kohya_tuner.cli.cmd_estimate import load_inputs, resolve_gpu
+    from kohya_tuner.cli.common import console, print_json, say, warn
+    from kohya_tuner.config_io import show_value
+    from kohya_tuner.errors import UserError
+    from kohya_tuner.memory import budget_gib
+
+    config, gpu, out, dataset, model = args.config, args.gpu, args.out, args.dataset, args.model
+    policy, force, no_history, as_json = args.policy, args.force, args.no_history, args.json
+    if policy not in ladder.POLICIES:
+        raise UserError(f"--policy {policy!r} is not one of {', '.join(ladder.POLICIES)}.")
+    if _same_file(config, out):
+        raise UserError(f"--out {out} is the input file; kohya-tuner never writes over your config.",
+                        "Choose another --out.")
+    if dataset is not None and _same_file(dataset, out):
+        raise UserError(f"--out {out} is the dataset file; choose another --out.")
+    loaded, family, ds, notes = load_inputs(config, model, dataset)
+    choice, gpu_name = resolve_gpu(gpu)
+    assert choice is not None
+    others = choice.others_gib
+    budget = budget_gib(choice.gb, other_processes_gib=others)
+    if budget <= 0:
+        raise UserError(f"Other processes hold {others:.2f} GiB of the {choice.gb} GB card; nothing is left.")
+    hist = [] if no_history or not gpu_name else history.load()
+    result = ladder.fit(loaded.config, family, budget, policy=policy, dataset=ds, history=hist,
+                        gpu_name=gpu_name, gpu_gb=choice.gb, bf16=choice.bf16 is not False)
+    corrected = [a for a in result.after.assumptions if a.startswith("scaled by")]
+
+    written: Path | None = None
+    dataset_written: Path | None = None
+    if result.fits:
+        new_config = dict(result.config)
+        dataset_changed = any(k.startswith("dataset:") for st in result.steps for k, _, _ in st.changes)
+        if dataset_changed and result.dataset is not None:
+            dpath = _dataset_out_path(out)
+            if any(_same_file(dpath, p) for p in [config] + ([dataset] if dataset else [])):
+                raise UserError(f"{dpath} would overwrite an input file; choose another --out.")
+            config_io.write_new(dpath, config_io.dumps_dataset(result.dataset,
+                                                               header=f"Fitted by kohya-tuner for {choice.gb} GB"),
+                                force=force)
+            dataset_written = dpath
+            new_config["dataset_config"] = str(dpath.absolute())
+        why = {}
+        for st in result.steps:
+            for key, old, new in st.changes:
+                if not key.startswith("dataset:"):
+                    why[key] = (f"kohya-tuner fit for {choice.gb} GB: was {show_value(old)}; saves "
+                                f"{st.saved_gib:.2f} GiB; speed: {st.speed_cost}; quality: {st.quality_cost}")
+        header = (f"Fitted by kohya-tuner for a {choice.gb} GB GPU from {config.name}.\n"
+                  f"Predicted peak {result.after.peak_gib:.2f} GiB ({result.after.peak_phase}) of a "
+                  f"{budget:.2f} GiB budget.")
+        text = config_io.dumps_config(new_config, why=why, script=family.script, header=header)
+        config_io.write_new(out, text, force=force)
+        written = out
+
+    if as_json:
+        print_json({
+            "fits": result.fits,
+            "message": result.message,
+            "model": family.name,
+            "gpu_gb": choice.gb,
+            "gpu_name": gpu_name,
+            "others_gib": round(others, 3),
+            "budget_gib": round(budget, 3),
+            "policy": policy,
+            "before": result.before.to_json(),
+            "after": result.after.to_json(),
+            "steps": [step_json(s) for s in result.steps],
+            "resume_safe": result.resume_safe,
+            "hints": result.hints,
+            "history_correction": corrected,
+            "out": str(written) if written else None,
+            "dataset_out": str(dataset_written) if dataset_written else None,
+            "input_notes": notes,
+        })
+    else:
+        for n in notes:
+            warn(n)
+        console.print(f"Before: {result.before.peak_gib:.2f} GiB ({result.before.peak_phase}); budget "
+                      f"{budget:.2f} GiB for {choice.gb} GB"
+                      + (f" minus {others:.2f} GiB held by other processes" if others else "") + ".")
+        for line in corrected:
+            say(f"History: {line}.")
+        if result.steps:
+            render_steps(result.steps)
+        say(result.message, "green" if result.fits else "red")
+        for h in result.hints:
+            say(f"hint: {h}")
+        if not result.resume_safe:
+            console.print("[yellow]A state saved with the old config cannot be resumed under the new one "
+                          "(rank, alpha, network_args, optimizer or text-encoder training changed).[/yellow]")
+        if written:
+            say(f"Wrote {written}" + (f" and {dataset_written}" if dataset_written else "") + ".")
+    if not result.fits:
+        return 1
+    return 0

@@ -1,25 +1,31 @@
 """`kohya-tuner run`: plan, check, launch sd-scripts, watch it, recover from OOM.
 
 Parsing and printing only: planning comes from presets/ladder/memory, checks from
-preflight, the attempt loop from supervisor.
+preflight, the attempt loop from run/.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
-
-from kohya_tuner.cli import plan_options as po
-from kohya_tuner.cli.common import console, err_console, print_json, user_errors, warn
-from kohya_tuner.errors import UserError
-from kohya_tuner.supervisor import phase_words
+from kohya_tuner.cli import plan_options
+from kohya_tuner.cli.argtypes import finite_float, int_range, positive_int
+from kohya_tuner.cli.common import console, err_console, print_json, warn
 from kohya_tuner.config_io import show_value
+from kohya_tuner.errors import UserError
+
+DESCRIPTION = ("Train a LoRA with sd-scripts, watch it live, and recover from CUDA out-of-memory by downgrading "
+               "settings and resuming from the last saved state.")
+
+
+def phase_words(phase):
+    from kohya_tuner.run.policy import phase_words as words
+
+    return words(phase)
 
 
 def _parse_gpus(text: str | None) -> tuple[int, ...]:
@@ -36,7 +42,7 @@ def _parse_gpus(text: str | None) -> tuple[int, ...]:
 
 def _check_out_dir(out: Path) -> None:
     """A new run never writes over another run's results."""
-    from kohya_tuner.journal import Journal
+    from kohya_tuner.run.journal import Journal
 
     j = Journal(out)
     if j.attempts():
@@ -64,11 +70,13 @@ class LiveDisplay:
 
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
-        self.progress: Progress | None = None
+        self.progress = None
         self.task = None
         self.attempt = 0
 
     def _start_bar(self, attempt: int, total: int, start: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
         self._stop_bar()
         self.progress = Progress(
             TextColumn("[bold]attempt {task.fields[attempt]}"), BarColumn(), MofNCompleteColumn(),
@@ -156,6 +164,8 @@ def _print_outcome(summary: dict[str, Any]) -> None:
     if changed:
         title = ("settings that worked (changed from the plan)" if status == "success"
                  else "settings of the last attempt (changed from the plan)")
+        from rich.table import Table
+
         table = Table(title=title)
         table.add_column("setting", style="cyan")
         table.add_column("plan")
@@ -170,20 +180,23 @@ def _print_outcome(summary: dict[str, Any]) -> None:
         console.print(f"  continue with: [bold]{summary['continue_command']}[/bold]")
 
 
-def _checks_table(report) -> Table:
+def _checks_table(report):
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(title="pre-flight")
     table.add_column("check", style="cyan", no_wrap=True)
     table.add_column("", no_wrap=True)
     table.add_column("result")
     marks = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
     for c in report.checks:
-        table.add_row(c.name, marks.get(c.status, c.status), c.message)
+        table.add_row(escape(c.name), marks.get(c.status, c.status), escape(c.message))
     return table
 
 
 def _run_supervisor(settings, first, *, first_attempt: int, probe: bool, json_events: Path | None,
                     as_json: bool) -> int:
-    from kohya_tuner.supervisor import Supervisor
+    from kohya_tuner.run.loop import Supervisor
 
     display = LiveDisplay(quiet=as_json)
     sup = Supervisor(settings, on_event=display.handle, events_file=json_events)
@@ -205,8 +218,10 @@ def _run_supervisor(settings, first, *, first_attempt: int, probe: bool, json_ev
 
 def _continue(out: Path, *, max_attempts: int | None, hang_timeout: float | None, json_events: Path | None,
               python: str | None, cpu: bool, as_json: bool) -> int:
-    from kohya_tuner.journal import Journal
-    from kohya_tuner.supervisor import RunSettings, Stop, continuation
+    from kohya_tuner.run.journal import Journal
+    from kohya_tuner.run.continuation import continuation
+    from kohya_tuner.run.policy import Stop
+    from kohya_tuner.run.settings import RunSettings
 
     j = Journal(out)
     settings = RunSettings.from_json(out.absolute(), j.read_run())
@@ -235,68 +250,75 @@ def _continue(out: Path, *, max_attempts: int | None, hang_timeout: float | None
                            json_events=json_events, as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("run", short_help="Train a LoRA with sd-scripts and recover from out-of-memory by downgrading and resuming.")
-    @user_errors
-    def run_cmd(
-        model: Optional[str] = typer.Option(None, "--model", "-m", help="Model family: sd15, sdxl or flux."),
-        job: Optional[str] = typer.Option(None, "--job", "-j", help="What you train: character, style or concept."),
-        gpu: str = typer.Option("auto", "--gpu", "-g", help="GPU memory in GB, or 'auto' to read it through NVML."),
-        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder: configs, logs, states, LoRA, report."),
-        data: po.Data = None,
-        base: po.Base = None,
-        clip_l: po.ClipL = None,
-        t5xxl: po.T5xxl = None,
-        ae: po.Ae = None,
-        trigger: po.Trigger = None,
-        name: po.Name = "lora",
-        steps: po.Steps = None,
-        variant: po.Variant = None,
-        preset: po.Preset = None,
-        set_: po.Sets = [],
-        sd_scripts: Optional[Path] = typer.Option(None, "--sd-scripts", help="sd-scripts checkout (default: the one `kohya-tuner setup` made)."),
-        python: Optional[str] = typer.Option(None, "--python", help="Interpreter of the environment sd-scripts is installed in (default: this one)."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Plan, check and write the files, print the command, launch nothing."),
-        max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help="Launches at most, retries included (default 6)."),
-        probe_steps: Optional[int] = typer.Option(None, "--probe-steps", help="A short trial run of N steps first, to meet an OOM early (the guides suggest 100-200)."),
-        emulate_vram: Optional[float] = typer.Option(None, "--emulate-vram", help="Cap the trainer's CUDA memory at GB, to prove a smaller card's preset on a bigger one."),
-        gpus: Optional[str] = typer.Option(None, "--gpus", help="GPUs to train on, e.g. 0,1 (multi-GPU through accelerate)."),
-        accelerate_config: Optional[Path] = typer.Option(None, "--accelerate-config", help="accelerate config file, passed through (multi-node)."),
-        json_events: Optional[Path] = typer.Option(None, "--json-events", help="Append one JSON object per event to FILE."),
-        strict: bool = typer.Option(False, "--strict", help="Refuse to start while other processes hold GPU memory."),
-        strict_pin: bool = typer.Option(False, "--strict-pin", help="Refuse an sd-scripts checkout that is not the pinned commit."),
-        hang_timeout: Optional[float] = typer.Option(None, "--hang-timeout", help="Minutes without output before an attempt counts as hung (default 30)."),
-        continue_: Optional[Path] = typer.Option(None, "--continue", help="Continue the run in this folder from its journal."),
-        cpu: bool = typer.Option(False, "--cpu", help="Train on the CPU (accelerate --cpu): for smoke tests and CI."),
-        policy: str = typer.Option("default", "--policy", help="How OOM moves are chosen: default or roadmap (the guides' fixed order)."),
-        no_fit: bool = typer.Option(False, "--no-fit", help="Launch the presets as composed, without fitting them to the card first."),
-        force: bool = typer.Option(False, "--force", help="Replace plan files in --out (old ones kept as .bak)."),
-        as_json: bool = typer.Option(False, "--json", help="No live display; print one JSON object at the end."),
-    ):
-        """Train a LoRA with sd-scripts, watch it live, and recover from CUDA out-of-memory by
-        downgrading settings and resuming from the last saved state."""
-        if max_attempts is not None and max_attempts < 1:
-            raise UserError(f"--max-attempts {max_attempts} must be at least 1.")
-        if hang_timeout is not None and hang_timeout <= 0:
-            raise UserError(f"--hang-timeout {hang_timeout:g} must be a positive number of minutes.")
-        if continue_ is not None:
-            code = _continue(continue_, max_attempts=max_attempts, hang_timeout=hang_timeout,
-                             json_events=json_events, python=python, cpu=cpu, as_json=as_json)
-            raise typer.Exit(code)
-        missing = [flag for flag, v in (("--model", model), ("--job", job), ("--out", out), ("--data", data))
-                   if v is None]
-        if missing:
-            raise UserError(f"run needs {', '.join(missing)} (or --continue OUT).",
-                            "Example: kohya-tuner run --model sdxl --job style --base sdxl.safetensors "
-                            "--data ./images --out runs/mystyle")
-        code = _new_run(
-            model=model, job=job, gpu=gpu, out=out, data=data, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae,
-            trigger=trigger, name=name, steps=steps, variant=variant, preset=preset, sets=set_,
-            sd_scripts=sd_scripts, python=python, dry_run=dry_run, max_attempts=max_attempts,
-            probe_steps=probe_steps, emulate_vram=emulate_vram, gpus=gpus, accelerate_config=accelerate_config,
-            json_events=json_events, strict=strict, strict_pin=strict_pin, hang_timeout=hang_timeout, cpu=cpu,
-            policy=policy, no_fit=no_fit, force=force, as_json=as_json)
-        raise typer.Exit(code)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", help="Model family: sd15, sdxl or flux.")
+    p.add_argument("--job", "-j", help="What you train: character, style or concept.")
+    plan_options.add_gpu(p, required=False, default="auto")
+    p.add_argument("--out", "-o", type=Path, metavar="DIR", help="Run folder: configs, logs, states, LoRA, report.")
+    plan_options.add_plan_options(p)
+    p.add_argument("--sd-scripts", type=Path, metavar="DIR",
+                   help="sd-scripts checkout (default: the one `kohya-tuner setup` made).")
+    p.add_argument("--python", metavar="PATH",
+                   help="Interpreter of the environment sd-scripts is installed in (default: this one).")
+    p.add_argument("--dry-run", action="store_true",
+                   help="Plan, check and write the files, print the command, launch nothing.")
+    p.add_argument("--max-attempts", type=int_range(1, 100), metavar="N",
+                   help="Launches at most, retries included (default 6).")
+    p.add_argument("--probe-steps", type=positive_int, metavar="N",
+                   help="A short trial run of N steps first, to meet an OOM early (the guides suggest 100-200).")
+    p.add_argument("--emulate-vram", type=finite_float(1.0, 1024.0), metavar="GB",
+                   help="Cap the trainer's CUDA memory at GB, to prove a smaller card's preset on a bigger one.")
+    p.add_argument("--gpus", metavar="LIST", help="GPUs to train on, e.g. 0,1 (multi-GPU through accelerate).")
+    p.add_argument("--accelerate-config", type=Path, metavar="FILE",
+                   help="accelerate config file, passed through (multi-node).")
+    p.add_argument("--json-events", type=Path, metavar="FILE", help="Append one JSON object per event to FILE.")
+    p.add_argument("--strict", action="store_true", help="Refuse to start while other processes hold GPU memory.")
+    p.add_argument("--strict-pin", action="store_true",
+                   help="Refuse an sd-scripts checkout that is not the pinned commit.")
+    p.add_argument("--hang-timeout", type=finite_float(0.0, 10080.0, low_open=True), metavar="MIN",
+                   help="Minutes without output before an attempt counts as hung (default 30).")
+    p.add_argument("--continue", dest="continue_", type=Path, metavar="DIR",
+                   help="Continue the run in this folder from its journal.")
+    p.add_argument("--cpu", action="store_true", help="Train on the CPU (accelerate --cpu): for smoke tests and CI.")
+    p.add_argument("--policy", choices=("default", "roadmap"), default="default",
+                   help="How OOM moves are chosen: default, or roadmap (the guides' fixed order).")
+    p.add_argument("--no-fit", action="store_true",
+                   help="Launch the presets as composed, without fitting them to the card first.")
+    p.add_argument("--force", action="store_true", help="Replace plan files in --out (old ones kept as .bak).")
+    p.add_argument("--json", action="store_true", help="No live display; print one JSON object at the end.")
+
+
+def run(args: argparse.Namespace) -> int:
+    a = args
+    model, job, gpu, out, data = a.model, a.job, a.gpu, a.out, a.data
+    base, clip_l, t5xxl, ae, trigger, name = a.base, a.clip_l, a.t5xxl, a.ae, a.trigger, a.name
+    steps, variant, preset, set_ = a.steps, a.variant, a.preset, a.sets or []
+    sd_scripts, python, dry_run, max_attempts, probe_steps = a.sd_scripts, a.python, a.dry_run, a.max_attempts, a.probe_steps
+    emulate_vram, gpus, accelerate_config, json_events = a.emulate_vram, a.gpus, a.accelerate_config, a.json_events
+    strict, strict_pin, hang_timeout, continue_, cpu = a.strict, a.strict_pin, a.hang_timeout, a.continue_, a.cpu
+    policy, no_fit, force, as_json = a.policy, a.no_fit, a.force, a.json
+    if max_attempts is not None and max_attempts < 1:
+        raise UserError(f"--max-attempts {max_attempts} must be at least 1.")
+    if hang_timeout is not None and hang_timeout <= 0:
+        raise UserError(f"--hang-timeout {hang_timeout:g} must be a positive number of minutes.")
+    if continue_ is not None:
+        code = _continue(continue_, max_attempts=max_attempts, hang_timeout=hang_timeout,
+                         json_events=json_events, python=python, cpu=cpu, as_json=as_json)
+        return code
+    missing = [flag for flag, v in (("--model", model), ("--job", job), ("--out", out), ("--data", data))
+               if v is None]
+    if missing:
+        raise UserError(f"run needs {', '.join(missing)} (or --continue OUT).",
+                        "Example: kohya-tuner run --model sdxl --job style --base sdxl.safetensors "
+                        "--data ./images --out runs/mystyle")
+    code = _new_run(
+        model=model, job=job, gpu=gpu, out=out, data=data, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae,
+        trigger=trigger, name=name, steps=steps, variant=variant, preset=preset, sets=set_,
+        sd_scripts=sd_scripts, python=python, dry_run=dry_run, max_attempts=max_attempts,
+        probe_steps=probe_steps, emulate_vram=emulate_vram, gpus=gpus, accelerate_config=accelerate_config,
+        json_events=json_events, strict=strict, strict_pin=strict_pin, hang_timeout=hang_timeout, cpu=cpu,
+        policy=policy, no_fit=no_fit, force=force, as_json=as_json)
+    return code
 
 
 def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, name, steps, variant, preset, sets,
@@ -304,12 +326,14 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
              json_events, strict, strict_pin, hang_timeout, cpu, policy, no_fit, force, as_json) -> int:
     from kohya_tuner import dataset as dataset_mod
     from kohya_tuner import gpu as gpu_mod
-    from kohya_tuner import history, ladder, launcher, memory, planfiles, planning, preflight, presets, schema
+    from kohya_tuner import history, ladder, memory, planfiles, planning, presets, schema
+    from kohya_tuner.run import launcher, preflight
     from kohya_tuner.cli.cmd_config import render_plan_table
     from kohya_tuner.families import get_family
-    from kohya_tuner.journal import Journal
-    from kohya_tuner.supervisor import (DEFAULT_HANG_MINUTES, DEFAULT_MAX_ATTEMPTS, Retry, RunSettings,
-                                        attempt_config, command_for, ensure_resumable, probe_config)
+    from kohya_tuner.run.journal import Journal
+    from kohya_tuner.run.policy import DEFAULT_HANG_MINUTES, DEFAULT_MAX_ATTEMPTS, Retry
+    from kohya_tuner.run.settings import RunSettings, command_for, probe_config
+    from kohya_tuner.run.states import attempt_config, ensure_resumable
 
     family = get_family(model)
     out = Path(out).absolute()
@@ -418,7 +442,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     first_config = probe_config(plan.config, probe_steps, out) if probe_steps else plan.config
     cfg_path = journal.config_path(1)
     if dry_run:
-        from kohya_tuner.supervisor import Supervisor
+        from kohya_tuner.run.loop import Supervisor
 
         cfg_path = Supervisor(settings).write_attempt_config(
             1, attempt_config(first_config, resume_from=None, resume_step=0, stored_step=None), first.reason)

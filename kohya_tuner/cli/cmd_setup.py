@@ -2,42 +2,36 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 from pathlib import Path
-from typing import Optional
 
-import typer
-
-from kohya_tuner import sdscripts
-from kohya_tuner.cli.common import console, print_json, user_errors
-from kohya_tuner.errors import UserError
+DESCRIPTION = ("Clone the sd-scripts release kohya-tuner is pinned to (into the data directory, or --dir), or "
+               "verify an existing checkout with --sd-scripts / $KOHYA_SD_SCRIPTS, and report how it differs "
+               "from the pin.")
 
 
-def register(app: typer.Typer) -> None:
-    app.command(
-        "setup",
-        short_help="Clone sd-scripts at the pinned commit, or verify an existing checkout against the pin.",
-        help=(
-            "Clone the sd-scripts release kohya-tuner is pinned to (into the data directory, or --dir), "
-            "or verify an existing checkout with --sd-scripts / $KOHYA_SD_SCRIPTS, and report how it "
-            "differs from the pin."
-        ),
-    )(setup_command)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", dest="dest_dir", type=Path, metavar="DIR",
+                   help="Clone into this folder instead of the data directory.")
+    p.add_argument("--sd-scripts", type=Path, metavar="DIR",
+                   help="Verify this existing checkout (or kohya_ss install) instead of cloning.")
+    p.add_argument("--repo-url", metavar="URL", help="Clone from this address (a mirror) instead of upstream.")
+    p.add_argument("--install-requirements", action="store_true",
+                   help="Also run pip install -r requirements.txt with --python.")
+    p.add_argument("--python", metavar="PATH",
+                   help="Python of the trainer environment for --install-requirements (default: this one).")
+    p.add_argument("--json", action="store_true", help="Print one JSON object.")
 
 
-@user_errors
-def setup_command(
-    dest_dir: Optional[Path] = typer.Option(None, "--dir", help="Clone into this folder instead of the data directory."),
-    sd_scripts: Optional[Path] = typer.Option(
-        None, "--sd-scripts", help="Verify this existing checkout (or kohya_ss install) instead of cloning."),
-    repo_url: Optional[str] = typer.Option(None, "--repo-url", help="Clone from this address (a mirror) instead of upstream."),
-    install_requirements: bool = typer.Option(
-        False, "--install-requirements", help="Also run pip install -r requirements.txt with --python."),
-    python: Optional[str] = typer.Option(
-        None, "--python", help="Python of the trainer environment for --install-requirements (default: this one)."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-) -> None:
+def run(args: argparse.Namespace) -> int:
+    from kohya_tuner import sdscripts
+    from kohya_tuner.cli.common import print_json
+    from kohya_tuner.errors import UserError
+
+    dest_dir, sd_scripts, repo_url = args.dest_dir, args.sd_scripts, args.repo_url
+    install_requirements, python, json_out = args.install_requirements, args.python, args.json
     if dest_dir is not None and sd_scripts is not None:
         raise UserError("--dir and --sd-scripts exclude each other: --dir clones, --sd-scripts verifies a checkout.")
     if sd_scripts is not None or (dest_dir is None and os.environ.get(sdscripts.ENV_VAR)):
@@ -50,7 +44,7 @@ def setup_command(
         checkout, action = result.checkout, result.action
     report = sdscripts.verify(checkout)
     pip_cmd = sdscripts.requirements_command(checkout, python)
-    installed: Optional[int] = None
+    installed: int | None = None
     if install_requirements:
         installed = sdscripts.install_requirements(checkout, python)
         if installed != 0:
@@ -69,20 +63,28 @@ def setup_command(
             "requirements_command": pip_cmd,
             "requirements_installed": None if installed is None else installed == 0,
         })
-        return
+        return 0
     _render(checkout, action, report, pip_cmd, installed, found_by_default)
+    return 0
 
 
-def _render(checkout: sdscripts.Checkout, action: str, report: sdscripts.PinReport, pip_cmd: list[str],
-            installed: Optional[int], found_by_default: bool) -> None:
-    out = lambda text="": console.print(text, soft_wrap=True)  # noqa: E731 - paths must not be wrapped
+def _render(checkout, action: str, report, pip_cmd: list[str], installed: int | None,
+            found_by_default: bool) -> None:
+    from rich.markup import escape
+
+    from kohya_tuner import sdscripts
+    from kohya_tuner.cli.common import console
+
+    # Paths and source lines are printed as they are (escaped); only our own words carry style.
+    out = lambda text="": console.print(escape(text), soft_wrap=True)  # noqa: E731 - paths must not be wrapped
+    styled = lambda text: console.print(text, soft_wrap=True)  # noqa: E731
     pinned = report.pinned_commit[:12]
-    out(f"sd-scripts: {action}: [bold]{checkout.path}[/bold]")
+    styled(f"sd-scripts: {escape(action)}: [bold]{escape(str(checkout.path))}[/bold]")
     commit = report.commit[:12] if report.commit else "unknown (not a git checkout)"
     out(f"  commit:         {commit} (pinned: {pinned})")
     out(f"  entry scripts:  {', '.join(sorted(checkout.scripts)) or 'none'}")
     if report.matches:
-        out("  [green]matches the pin[/green]")
+        styled("  [green]matches the pin[/green]")
     else:
         reasons = []
         if report.commit != report.pinned_commit:
@@ -91,7 +93,7 @@ def _render(checkout: sdscripts.Checkout, action: str, report: sdscripts.PinRepo
             reasons.append(f"local changes in {len(report.local_changes)} file(s)")
         if report.missing_scripts:
             reasons.append("missing " + ", ".join(report.missing_scripts))
-        out(f"  [yellow]differs from the pin[/yellow]: {'; '.join(reasons)}. kohya-tuner will use it with a "
+        styled(f"  [yellow]differs from the pin[/yellow]: {escape('; '.join(reasons))}. kohya-tuner will use it with a "
             "warning; `run --strict-pin` refuses it.")
         for path in report.local_changes[:10]:
             out(f"    changed: {path}")
@@ -113,4 +115,4 @@ def _render(checkout: sdscripts.Checkout, action: str, report: sdscripts.PinRepo
             "then its requirements with the Python that will run training (`run --python`, default this one):")
         out(f"  cd {shlex.quote(str(checkout.path))} && {shlex.join(pip_cmd)}")
     else:
-        out("[green]requirements installed[/green]")
+        styled("[green]requirements installed[/green]")

@@ -1,18 +1,15 @@
-"""Helpers shared by the command modules: consoles, JSON output, user errors."""
+"""Helpers shared by the command modules: consoles, JSON output, warnings."""
 
 from __future__ import annotations
 
 import json
 import sys
-from functools import wraps
-from typing import Any, Callable
+from typing import Any
 
-import typer
 from rich.console import Console
 
-from kohya_tuner.errors import UserError
-
-# Tables and progress go to stdout; warnings and the one-paragraph errors to stderr.
+# Tables and progress go to stdout; warnings go to stderr. The consoles look up sys.stdout and
+# sys.stderr when they print, so a caller that redirects them (tests) sees the output.
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
@@ -23,24 +20,15 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def fail(message: str, hint: str | None = None) -> None:
-    raise UserError(message, hint)
-
-
 def warn(message: str) -> None:
-    err_console.print(f"[yellow]warning:[/yellow] {message}", soft_wrap=True)
+    """A warning on stderr; the message is printed as it is, never read as markup."""
+    from rich.text import Text
+
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", message), soft_wrap=True)
 
 
-def user_errors(fn: Callable) -> Callable:
-    """Turn a UserError raised anywhere below a command into one paragraph and exit 2."""
+def say(text: str, style: str | None = None) -> None:
+    """A plain line on stdout (user text inside is never read as markup)."""
+    from rich.text import Text
 
-    @wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UserError as exc:
-            err_console.print(f"[bold red]error:[/bold red] {exc.paragraph()}", soft_wrap=True, markup=True,
-                              highlight=False)
-            raise typer.Exit(2)
-
-    return wrapper
+    console.print(Text(text, style=style or ""), soft_wrap=True)

@@ -3,22 +3,30 @@ same flags the same way."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
+from kohya_tuner.cli.argtypes import gpu_size, steps_int
 
-Base = Annotated[Optional[str], typer.Option(
-    "--base", help="Base model file (or a Diffusers folder / hub id for SD 1.5 and SDXL).")]
-ClipL = Annotated[Optional[str], typer.Option("--clip-l", help="FLUX: CLIP-L text encoder file.")]
-T5xxl = Annotated[Optional[str], typer.Option("--t5xxl", help="FLUX: T5-XXL text encoder file.")]
-Ae = Annotated[Optional[str], typer.Option("--ae", help="FLUX: autoencoder file.")]
-Data = Annotated[Optional[Path], typer.Option("--data", help="Folder of training images with .txt captions.")]
-Name = Annotated[str, typer.Option("--name", help="Name of the LoRA file (output_name).")]
-Trigger = Annotated[Optional[str], typer.Option("--trigger", help="Trigger word, set as class_tokens.")]
-Steps = Annotated[Optional[int], typer.Option("--steps", help="Total optimizer steps (max_train_steps).")]
-Variant = Annotated[Optional[str], typer.Option("--variant", help="FLUX.1 variant: dev (default) or schnell.")]
-Preset = Annotated[Optional[Path], typer.Option(
-    "--preset", help="Your own preset TOML, applied after the built-in layers.")]
-Sets = Annotated[list[str], typer.Option(
-    "--set", help="key=value for any sd-scripts argument; repeatable; applied last.")]
+
+def add_gpu(parser: argparse.ArgumentParser, *, required: bool, default: str | None = None) -> None:
+    parser.add_argument("--gpu", "-g", type=gpu_size, required=required, default=default, metavar="GB|auto",
+                        help="GPU memory in GB (e.g. 12), or 'auto' to read it through NVML"
+                             + (f" (default: {default})" if default else "") + ".")
+
+
+def add_plan_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base", metavar="FILE",
+                        help="Base model file (or a Diffusers folder / hub id for SD 1.5 and SDXL).")
+    parser.add_argument("--clip-l", metavar="FILE", help="FLUX: CLIP-L text encoder file.")
+    parser.add_argument("--t5xxl", metavar="FILE", help="FLUX: T5-XXL text encoder file.")
+    parser.add_argument("--ae", metavar="FILE", help="FLUX: autoencoder file.")
+    parser.add_argument("--data", type=Path, metavar="DIR", help="Folder of training images with .txt captions.")
+    parser.add_argument("--name", default="lora", help="Name of the LoRA file (output_name; default: lora).")
+    parser.add_argument("--trigger", metavar="WORD", help="Trigger word, set as class_tokens.")
+    parser.add_argument("--steps", type=steps_int, metavar="N", help="Total optimizer steps (max_train_steps).")
+    parser.add_argument("--variant", metavar="NAME", help="FLUX.1 variant: dev (default) or schnell.")
+    parser.add_argument("--preset", type=Path, metavar="FILE",
+                        help="Your own preset TOML, applied after the built-in layers.")
+    parser.add_argument("--set", dest="sets", action="append", default=None, metavar="KEY=VALUE",
+                        help="Any sd-scripts argument; repeatable; applied last.")
