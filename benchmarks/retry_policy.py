@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kohya_tuner import ladder, memory, presets  # noqa: E402
 from kohya_tuner.families import get_family  # noqa: E402
-from kohya_tuner.journal import StateRecord  # noqa: E402
+from kohya_tuner.run.journal import StateRecord  # noqa: E402
 from kohya_tuner.memory.model import USABLE_FRACTION  # noqa: E402
-from kohya_tuner.supervisor import AttemptFacts, Retry, RunState, Stop, decide, effective_batch  # noqa: E402
+from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, decide, effective_batch  # noqa: E402
 
 MODELS = {"sd15": (6, 8, 12), "sdxl": (8, 12, 16, 24), "flux": (12, 16, 24)}
 JOBS = ("character", "style", "concept")

@@ -327,7 +327,7 @@ def test_emulate_vram_plans_for_the_smaller_card_and_caps_the_trainer(tmp_path, 
     log = (out / "attempt-1.log").read_text(encoding="utf-8")
     # The cap reached the trainer, and the sitecustomize came first on its PYTHONPATH.
     assert "emulated card: 6 GB" in log
-    assert str(REPO / "kohya_tuner" / "emulate" / "sitecustomize.py") in log
+    assert str(REPO / "kohya_tuner" / "run" / "emulate" / "sitecustomize.py") in log
     assert "6 GB" in (out / "config.toml").read_text(encoding="utf-8")  # the 6 GB preset class
     assert json.loads(res.stdout)["status"] == "success"
 
@@ -335,8 +335,10 @@ def test_emulate_vram_plans_for_the_smaller_card_and_caps_the_trainer(tmp_path, 
 def test_success_records_measured_peak_in_history(tmp_path, images, models):
     """The supervisor in-process, with a VRAM sampler standing in for NVML."""
     from kohya_tuner import history
-    from kohya_tuner.journal import Journal
-    from kohya_tuner.supervisor import RunSettings, Supervisor, continuation
+    from kohya_tuner.run.continuation import continuation
+    from kohya_tuner.run.journal import Journal
+    from kohya_tuner.run.loop import Supervisor
+    from kohya_tuner.run.settings import RunSettings
 
     out = tmp_path / "run"
     env = _env(tmp_path)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import html
 from typing import Any, Iterable, Sequence
 
-from kohya_tuner.journal import AttemptRecord
+from kohya_tuner.run.journal import AttemptRecord
+from kohya_tuner.run.policy import phase_words
 from kohya_tuner.config_io import show_value
 
 # Colour-blind-safe palette (Okabe–Ito), cycled per attempt.
@@ -128,8 +129,6 @@ class _Chart:
 
 
 def _oom_label(a: AttemptRecord) -> str:
-    from kohya_tuner.supervisor import phase_words
-
     where = phase_words(a.phase)
     figures = ""
     if a.oom:

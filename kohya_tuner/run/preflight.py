@@ -257,7 +257,7 @@ def gather(*, out_dir: Path, python: str, sd_scripts: str | Path | None, cpu: bo
     import psutil
 
     from kohya_tuner import gpu, sdscripts
-    from kohya_tuner.launcher import probe_modules
+    from kohya_tuner.run.launcher import probe_modules
 
     facts = Facts(python=python, own_pids=frozenset({os.getpid()}))
     if not cpu:

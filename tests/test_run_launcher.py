@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kohya_tuner import launcher
-from kohya_tuner.launcher import LaunchSpec, LineSplitter, build_argv, build_env, run_process
+from kohya_tuner.run import launcher
+from kohya_tuner.run.launcher import LaunchSpec, LineSplitter, build_argv, build_env, run_process
 
 PY = sys.executable
 

@@ -9,10 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from kohya_tuner.families import get_family
-from kohya_tuner.journal import Change, StateRecord
-from kohya_tuner.supervisor import (AttemptFacts, Progress, Retry, RunState, Stop, attempt_config, decide,
-                                    deficit_gib, ensure_resumable, keep_effective_batch, probe_config, ram_changes,
-                                    resume_unsafe)
+from kohya_tuner.run.journal import Change, StateRecord
+from kohya_tuner.run.policy import (AttemptFacts, Retry, RunState, Stop, decide, deficit_gib, keep_effective_batch,
+                                    ram_changes, resume_unsafe)
+from kohya_tuner.run.progress import Progress
+from kohya_tuner.run.settings import probe_config
+from kohya_tuner.run.states import attempt_config, ensure_resumable
 
 SD15 = get_family("sd15")
 FLUX = get_family("flux")
@@ -276,7 +278,7 @@ def test_progress_tracks_absolute_steps_across_a_resume():
 
 
 def _settings(tmp_path):
-    from kohya_tuner.supervisor import RunSettings
+    from kohya_tuner.run.settings import RunSettings
 
     return RunSettings(out_dir=tmp_path, family=SD15, script=tmp_path / "train_network.py", dataset_file=None,
                        plan_config=dict(PLAN, output_dir=str(tmp_path / "output"), save_state=True),
@@ -294,7 +296,7 @@ def _state_dir(tmp_path, step, mtime):
 
 
 def _record(tmp_path, outcome, states, **kw):
-    from kohya_tuner.journal import AttemptRecord
+    from kohya_tuner.run.journal import AttemptRecord
 
     cfg = tmp_path / "attempt-1.config.toml"
     cfg.write_text('[training]\ntrain_batch_size = 4\nnetwork_dim = 16\nmax_train_steps = 100\n'
@@ -306,14 +308,14 @@ def _record(tmp_path, outcome, states, **kw):
 
 
 def test_continue_without_attempts_starts_the_plan(tmp_path):
-    from kohya_tuner.supervisor import continuation
+    from kohya_tuner.run.continuation import continuation
 
     action = continuation([], _settings(tmp_path))
     assert isinstance(action, Retry) and action.resume_from is None and action.config["save_state"] is True
 
 
 def test_continue_after_interruption_resumes_newest_state_with_same_settings(tmp_path):
-    from kohya_tuner.supervisor import continuation
+    from kohya_tuner.run.continuation import continuation
 
     d = _state_dir(tmp_path, 30, 1_000_000)
     rec = _record(tmp_path, "interrupted", [StateRecord(str(d), 30, 1)])
@@ -323,7 +325,7 @@ def test_continue_after_interruption_resumes_newest_state_with_same_settings(tmp
 
 
 def test_continue_finds_a_state_the_journal_never_saw(tmp_path):
-    from kohya_tuner.supervisor import continuation
+    from kohya_tuner.run.continuation import continuation
 
     known = _state_dir(tmp_path, 10, 1_000_000)
     orphan = _state_dir(tmp_path, 40, 2_000_000)  # written after kohya-tuner itself was killed
@@ -333,7 +335,7 @@ def test_continue_finds_a_state_the_journal_never_saw(tmp_path):
 
 
 def test_continue_after_oom_makes_the_decision_the_loop_would_have(tmp_path):
-    from kohya_tuner.supervisor import continuation
+    from kohya_tuner.run.continuation import continuation
 
     d = _state_dir(tmp_path, 30, 1_000_000)
     rec = _record(tmp_path, "oom", [StateRecord(str(d), 30, 1)], phase="training",
@@ -345,7 +347,7 @@ def test_continue_after_oom_makes_the_decision_the_loop_would_have(tmp_path):
 
 
 def test_a_continued_run_keeps_a_dataset_file_a_move_wrote(tmp_path):
-    from kohya_tuner.supervisor import Supervisor
+    from kohya_tuner.run.loop import Supervisor
 
     (tmp_path / "attempt-2.dataset.toml").write_text('[[datasets]]\nbatch_size = 1\n[[datasets.subsets]]\n'
                                                      'image_dir = "a"\n', encoding="utf-8")

@@ -6,9 +6,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from kohya_tuner import report
+from kohya_tuner.run import report
 from kohya_tuner.errors import UserError
-from kohya_tuner.journal import (AttemptRecord, Change, Journal, StateRecord, newest_state, read_train_state,
+from kohya_tuner.run.journal import (AttemptRecord, Change, Journal, StateRecord, newest_state, read_train_state,
                                  summarize, thin)
 
 

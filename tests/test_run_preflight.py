@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kohya_tuner.families import get_family
 from kohya_tuner.gpu import GpuInfo, GpuProcess
-from kohya_tuner.preflight import Facts, apply, disk_need_gib, evaluate, host_ram_need_gib
+from kohya_tuner.run.preflight import Facts, apply, disk_need_gib, evaluate, host_ram_need_gib
 
 SD15 = get_family("sd15")
 FLUX = get_family("flux")

@@ -1,0 +1,412 @@
+"""The attempt loop of `kohya-tuner run`: launch, watch, decide, relaunch.
+
+`Supervisor` is the impure loop around `policy.decide()`: it writes attempt configs,
+starts the trainer through `launcher`, feeds its output to the log parser, samples VRAM,
+writes the journal and the report, and appends the measured peak to the history.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from kohya_tuner.run import journal as jr
+from kohya_tuner.run.journal import AttemptRecord, Journal, StateRecord
+from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, _get, decide
+from kohya_tuner.run.progress import Progress
+from kohya_tuner.run.settings import RunSettings, command_for, probe_config, read_config_file
+from kohya_tuner.run.states import attempt_config, lineage
+
+_KILLED = re.compile(r"(died with <Signals\.SIGKILL: 9>|exit status -9\b|exit status 137\b|Killed\s*$)")
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One thing that happened, for the live display and --json-events."""
+
+    kind: str  # attempt_start, progress, saved, milestone, oom, attempt_end, decision, finished, line
+    data: dict[str, Any]
+
+
+@dataclass
+class Outcome:
+    status: str  # success, failed, interrupted
+    reason: str
+    summary: dict[str, Any]
+    attempts: list[AttemptRecord]
+    exit_code: int
+
+
+class Supervisor:
+    """Runs attempts until success, a non-OOM failure, the ladder's floor or --max-attempts."""
+
+    def __init__(self, settings: RunSettings, *, on_event: Callable[[RunEvent], None] | None = None,
+                 events_file: Path | None = None, stop: threading.Event | None = None,
+                 base_env: Mapping[str, str] | None = None, sampler_factory: Callable[[int], Any] | None = None,
+                 next_step: Callable[..., Any] | None = None):
+        self.s = settings
+        self.journal = Journal(settings.out_dir)
+        self.on_event = on_event or (lambda e: None)
+        self.events_file = events_file
+        self.stop = stop or threading.Event()
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.sampler_factory = sampler_factory
+        self.next_step = next_step
+        self._events_fh = None
+        self.dataset = settings.dataset
+        self.dataset_file = settings.dataset_file
+        self._adopt_changed_dataset()
+
+    # -- events --
+
+    def emit(self, kind: str, /, **data: Any) -> None:
+        ev = RunEvent(kind, data)
+        if self._events_fh is not None:
+            import json
+
+            self._events_fh.write(json.dumps({"event": kind, "time": jr.now_iso(), **data}, ensure_ascii=False,
+                                             default=str) + "\n")
+            self._events_fh.flush()
+        self.on_event(ev)
+
+    # -- files --
+
+    def write_attempt_config(self, attempt: int, config: Mapping[str, Any], why: str) -> Path:
+        from kohya_tuner import config_io
+
+        path = self.journal.config_path(attempt)
+        header = (f"Attempt {attempt} of a kohya-tuner run ({self.s.family.script}).\n{why}\n"
+                  "Written by the supervisor; your own config files are never edited.")
+        text = config_io.dumps_config(dict(config), script=self.s.family.script, header=header)
+        config_io.write_new(path, text, force=True)
+        return path
+
+    # -- the loop --
+
+    def run(self, first: Retry, *, first_attempt: int = 1, probe_first: bool = False) -> Outcome:
+        """Run from `first` (the first attempt's settings) until a Stop."""
+        if self.events_file is not None:
+            self.events_file.parent.mkdir(parents=True, exist_ok=True)
+            self._events_fh = open(self.events_file, "a", encoding="utf-8")
+        try:
+            return self._loop(first, first_attempt, probe_first)
+        finally:
+            if self._events_fh is not None:
+                self._events_fh.close()
+                self._events_fh = None
+
+    def _loop(self, first: Retry, attempt: int, probing: bool) -> Outcome:
+        history = self.journal.attempts()
+        launched = 0
+        plan = replace(first, config=dict(first.config), changes=list(first.changes))
+        tried = {a.move for a in history if a.move}
+        stop: Stop | None = None
+        while True:
+            launched += 1
+            record, diagnosis, facts = self._attempt(attempt, plan, probing)
+            history.append(record)
+            if not probing and record.start_step == 0:
+                self._adopt_reported_total(record)
+            newest = self._newest_state(history)
+            stored = None
+            if newest is not None:
+                ts = jr.read_train_state(newest.path)
+                stored = int(ts["current_step"]) if ts and isinstance(ts.get("current_step"), int) else None
+            state = RunState(attempt=attempt, attempts_left=self.s.max_attempts - launched,
+                             total_steps=self.s.probe_steps if probing else self.s.total_steps,
+                             plan_config=self.s.plan_config, tried=frozenset(tried), newest_state=newest,
+                             stored_step=stored, probe=probing, policy=self.s.policy)
+            action = decide(diagnosis, plan.config, self.s.family, state, facts, dataset=self.dataset,
+                            next_step=self.next_step)
+            if isinstance(action, Stop):
+                stop = action
+                self.emit("decision", action="stop", status=action.status, reason=action.reason,
+                          advice=list(action.advice))
+                break
+            if probing and facts.exit_status == 0:
+                probing = False
+                action = Retry(config=dict(action.config), resume_from=None, changes=[], reason=action.reason,
+                               start_step=0, note="the full run starts from step 0 with the settings the probe proved")
+            elif action.move:
+                tried.add(action.move)
+            if "max_train_epochs" in action.config:
+                # Steps, not epochs, stay fixed across retries: a batch or resolution move
+                # changes how many steps an epoch has.
+                cfg = {k: v for k, v in action.config.items() if k != "max_train_epochs"}
+                cfg["max_train_steps"] = self.s.total_steps
+                action = replace(action, config=cfg)
+            self.emit("decision", action="retry", reason=action.reason, move=action.move,
+                      changes=[c.__dict__ for c in action.changes], resume_from=action.resume_from, note=action.note)
+            plan = action
+            attempt += 1
+        return self._finish(history, stop)
+
+    def _adopt_changed_dataset(self) -> None:
+        """A continued run keeps the dataset file a move wrote in an earlier attempt."""
+        found = []
+        for p in self.s.out_dir.glob("attempt-*.dataset.toml"):
+            m = re.match(r"attempt-(\d+)\.dataset\.toml$", p.name)
+            if m:
+                found.append((int(m.group(1)), p))
+        if not found:
+            return
+        from kohya_tuner import config_io
+
+        path = max(found)[1]
+        self.dataset = config_io.read_dataset(path)
+        self.dataset_file = path
+
+    def _adopt_reported_total(self, record: AttemptRecord) -> None:
+        """With max_train_epochs the trainer decides the step count; its report wins."""
+        reported = record.total_steps
+        if reported and reported != self.s.total_steps:
+            self.s.total_steps = int(reported)
+            cfg = {k: v for k, v in self.s.plan_config.items() if k != "max_train_epochs"}
+            cfg["max_train_steps"] = int(reported)
+            self.s.plan_config = cfg
+            self.journal.write_run(self.s.to_json())
+
+    def _newest_state(self, attempts: list[AttemptRecord]) -> StateRecord | None:
+        newest = jr.newest_state(lineage(attempts))
+        if newest is not None and newest.step >= self.s.total_steps:
+            return None
+        return newest
+
+    def _attempt(self, attempt: int, plan: Retry, probing: bool) -> tuple[AttemptRecord, Any, AttemptFacts]:
+        from kohya_tuner import logparse
+        from kohya_tuner.run import launcher
+
+        out = self.s.out_dir
+        total = self.s.probe_steps if probing else self.s.total_steps
+        config = probe_config(plan.config, total, out) if probing else plan.config
+        stored = None
+        if plan.resume_from:
+            ts = jr.read_train_state(plan.resume_from)
+            stored = ts.get("current_step") if ts else None
+        run_config = attempt_config(config, resume_from=plan.resume_from, resume_step=plan.start_step,
+                                    stored_step=stored)
+        cfg_path = self.write_attempt_config(attempt, run_config, plan.reason)
+        if plan.dataset is not None and plan.dataset != self.dataset:
+            from kohya_tuner import config_io
+
+            self.dataset = dict(plan.dataset)
+            self.dataset_file = self.s.out_dir / f"attempt-{attempt}.dataset.toml"
+            config_io.write_new(self.dataset_file, config_io.dumps_dataset(
+                self.dataset, header=f"Dataset config from attempt {attempt} on (a move changed it)."), force=True)
+        argv, env = command_for(self.s, cfg_path, run_config, self.base_env, dataset_file=self.dataset_file)
+        log_path = self.journal.log_path(attempt)
+        if log_path.exists():
+            log_path.unlink()  # a stale log of an attempt that never got journaled
+        record = AttemptRecord(attempt=attempt, started=jr.now_iso(), config_file=str(cfg_path),
+                               log_file=str(log_path), reason=plan.reason, changes=list(plan.changes),
+                               move=plan.move, resume_from=plan.resume_from, probe=probing,
+                               start_step=plan.start_step, end_step=plan.start_step, total_steps=total,
+                               note=plan.note)
+        self.emit("attempt_start", attempt=attempt, reason=plan.reason, note=plan.note, probe=probing,
+                  changes=[c.__dict__ for c in plan.changes], resume_from=plan.resume_from,
+                  start_step=plan.start_step, total_steps=total, command=launcher.format_command(argv),
+                  config_file=str(cfg_path), log_file=str(log_path))
+        progress = Progress(start_step=plan.start_step, total_steps=total, attempt=attempt)
+        # One parser per pipe: a traceback (stderr) stays contiguous even when a stdout
+        # line such as an epoch header lands between two of its lines.
+        parsers = {"stdout": logparse.LogParser(), "stderr": logparse.LogParser()}
+        events: list[Any] = []
+        killed = {"seen": False}
+        sampler = self._sampler()
+
+        def handle(ev: Any) -> None:
+            events.append(ev)
+            kind = type(ev).__name__
+            if kind == "Progress":
+                progress.on_progress(ev.step, getattr(ev, "total", None), getattr(ev, "loss", None),
+                                     getattr(ev, "rate", None))
+                self.emit("progress", attempt=attempt, step=progress.step, total=total, loss=progress.loss,
+                          rate=progress.rate, eta_s=progress.eta_s, vram_gib=_now(sampler),
+                          peak_gib=_peak(sampler))
+            elif kind == "Saved":
+                rec = progress.on_saved(ev.what, str(ev.path))
+                self.emit("saved", attempt=attempt, what=ev.what, path=str(ev.path),
+                          step=rec.step if rec else progress.step)
+            elif kind == "Oom":
+                self.emit("oom", attempt=attempt, step=progress.step, figures=_as_dict(ev.figures))
+            elif kind in _PASSED_ON:
+                data = _as_dict(ev)
+                if kind == "TotalSteps":
+                    progress.reported_total = data.get("total")
+                if kind == "Failure":
+                    data["error_kind"] = data.pop("kind", None)
+                self.emit(_PASSED_ON[kind], attempt=attempt, **data)
+
+        def on_line(stream: str, line: str) -> None:
+            if _KILLED.search(line):
+                killed["seen"] = True
+            for ev in parsers.get(stream, parsers["stdout"]).feed(line + "\n"):
+                handle(ev)
+
+        def tick() -> None:
+            if sampler is not None and sampler.samples:
+                self.emit("vram", attempt=attempt, vram_gib=_now(sampler), peak_gib=_peak(sampler))
+
+        if sampler is not None:
+            sampler.start()
+        try:
+            result = launcher.run_process(argv, env, on_line=on_line, log_path=log_path,
+                                          hang_timeout_s=self.s.hang_minutes * 60, stop=self.stop, tick=tick,
+                                          tick_s=1.0)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+        for p in parsers.values():
+            for ev in p.finish():
+                handle(ev)
+        exit_status = result.exit_status
+        diagnosis = logparse.diagnose(events, exit_status=exit_status, family=self.s.family.name)
+        final = progress.final_model
+        if final is None:
+            guess = Path(config.get("output_dir") or ".") / (
+                f"{config.get('output_name') or 'last'}.{config.get('save_model_as') or 'safetensors'}")
+            final = str(guess)
+        final_exists = Path(final).is_file()
+        facts = AttemptFacts(exit_status=exit_status, end_step=progress.step, hung=result.hung,
+                             interrupted=result.interrupted, killed=killed["seen"] or exit_status in (137, -9),
+                             final_model=final if final_exists and exit_status == 0 else None,
+                             hang_minutes=self.s.hang_minutes)
+        if progress.reported_total and not probing and not plan.resume_from:
+            record.total_steps = int(progress.reported_total)
+        record.duration_s = round(result.duration_s, 2)
+        record.exit_status = exit_status
+        record.end_step = progress.step
+        record.states = progress.states
+        record.loss = jr.thin(progress.losses)
+        if sampler is not None:
+            record.vram = jr.thin([[round(t, 2), round(v, 3)] for t, v in sampler.samples])
+            record.peak_vram_gib = round(sampler.peak_gib, 3) if sampler.peak_gib is not None else None
+        outcome = _get(diagnosis, "outcome") or "incomplete"
+        if result.interrupted:
+            outcome = "interrupted"
+        elif result.hung:
+            outcome = "hang"
+        elif facts.killed and outcome != "oom":
+            outcome = "ram"
+        elif exit_status == 0 and facts.final_model:
+            outcome = "success"
+        elif exit_status == 0:
+            outcome = "incomplete"
+        record.outcome = outcome
+        record.phase = _get(diagnosis, "phase")
+        record.oom = _as_dict(_get(diagnosis, "oom")) or None
+        record.error = _as_dict(_get(diagnosis, "error")) or None
+        record.advice = list(_get(diagnosis, "advice") or [])
+        record.final_model = facts.final_model
+        self.journal.append(record)
+        self.emit("attempt_end", attempt=attempt, outcome=outcome, phase=record.phase, exit_status=exit_status,
+                  steps=f"{record.start_step}->{record.end_step}", peak_gib=record.peak_vram_gib,
+                  duration_s=record.duration_s, error=record.error, oom=record.oom)
+        return record, diagnosis, facts
+
+    def _sampler(self):
+        if self.sampler_factory is not None:
+            return self.sampler_factory(self.s.gpu_index)
+        if self.s.cpu:
+            return None
+        from kohya_tuner.gpu import VramSampler, list_gpus
+
+        if not list_gpus():
+            return None
+        return VramSampler(index=self.s.gpu_ids[0] if self.s.gpu_ids else self.s.gpu_index, interval=1.0)
+
+    def _finish(self, attempts: list[AttemptRecord], stop: Stop | None) -> Outcome:
+        from kohya_tuner.run import report
+
+        stop = stop or Stop("stopped")
+        last = attempts[-1] if attempts else None
+        final_config = None
+        if last is not None:
+            final_config = read_config_file(last.config_file)
+        lora = last.final_model if last is not None and stop.status == "success" else None
+        cont = (f"kohya-tuner run --continue {_quote(self.s.out_dir)}"
+                if stop.status != "success" and stop.can_continue else None)
+        history_note = None
+        if stop.status == "success" and last is not None:
+            history_note = self._append_history(last, final_config or {})
+        summary = jr.summarize([a for a in attempts], status=stop.status, reason=stop.reason,
+                               total_steps=self.s.total_steps, final_config=final_config,
+                               plan_config=self.s.plan_config, lora_path=lora, gpu=self.s.gpu,
+                               continue_command=cont, history_note=history_note)
+        summary["advice"] = list(stop.advice)
+        summary["predicted_gib"] = self.s.predicted_gib
+        summary["report"] = str(self.journal.report_path)
+        self.journal.write_summary(summary)
+        self.journal.write_report(report.render(summary, attempts, title=f"kohya-tuner run: {self.s.out_dir.name}"))
+        code = {"success": 0, "interrupted": 130}.get(stop.status, 1)
+        self.emit("finished", **{k: summary[k] for k in ("status", "reason", "lora", "attempts", "failed_attempts",
+                                                         "time_lost_s", "steps_lost", "peak_vram_gib",
+                                                         "continue_command", "report")})
+        return Outcome(status=stop.status, reason=stop.reason, summary=summary, attempts=attempts, exit_code=code)
+
+    def _append_history(self, last: AttemptRecord, config: dict[str, Any]) -> str | None:
+        gpu = self.s.gpu or {}
+        if last.peak_vram_gib is None or not gpu.get("name"):
+            return "not recorded: no VRAM measurement (NVML unavailable)"
+        if self.s.emulate_vram_gb is not None:
+            return "not recorded: the card was emulated (--emulate-vram)"
+        if self.s.predicted_gib is None:
+            return "not recorded: there was no prediction to compare with"
+        from kohya_tuner import history, memory
+
+        # The prediction for the settings that actually ran (after any downgrades), made
+        # without the history correction, so the history never corrects itself.
+        predicted = memory.estimate(config, self.s.family, dataset=self.s.dataset,
+                                    gpus=max(1, self.s.num_processes)).peak_gib
+        entry = {
+            "gpu_name": gpu.get("name"), "gpu_total_gib": gpu.get("total_gib"), "model": self.s.family.name,
+            "fingerprint": history.fingerprint(config, self.s.family, self.s.dataset),
+            "predicted_gib": round(predicted, 3), "measured_peak_gib": last.peak_vram_gib,
+        }
+        history.append(entry)
+        return f"measured peak {last.peak_vram_gib:.2f} GiB recorded for {gpu.get('name')}"
+
+
+# Parser events passed on to the display and --json-events, by the names they go out as.
+# The trainer's `model saved.` is "model_saved": "finished" is the whole run's last event.
+_PASSED_ON = {"Milestone": "milestone", "Resumed": "resumed", "Failure": "failure", "TotalSteps": "total_steps",
+              "EpochStart": "epoch", "Finished": "model_saved", "Exited": "exited"}
+
+
+
+def _quote(path: Path) -> str:
+    from kohya_tuner.run.launcher import format_command
+
+    return format_command([str(path)])
+
+
+def _now(sampler) -> float | None:
+    return getattr(sampler, "now_gib", None) if sampler is not None else None
+
+
+def _peak(sampler) -> float | None:
+    return getattr(sampler, "peak_gib", None) if sampler is not None else None
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    if hasattr(obj, "to_json"):
+        try:
+            return dict(obj.to_json())
+        except Exception:
+            pass
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump()
+    if hasattr(obj, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(obj)
+    return {"value": str(obj)}
+

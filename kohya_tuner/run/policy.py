@@ -1,0 +1,357 @@
+"""What to do after an attempt: the pure `decide()` and its helpers.
+
+From the diagnosis of one attempt, its config and what the run knows so far, `decide()`
+returns `Retry(config, resume_from, changes, reason)` or `Stop(reason)`. Only an
+out-of-memory failure (GPU or host RAM) is retried; anything else stops with its
+diagnosis, because retrying a wrong path or a broken install with less memory only
+wastes the user's time. Nothing here touches files or processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from kohya_tuner.families import Family
+from kohya_tuner.run.journal import Change, StateRecord
+
+# Settings a state directory pins (loading fails or silently disagrees if they change):
+# the network's shape and parameter groups, the optimizer's state format, the fp16 scaler.
+RESUME_PINNED = frozenset({
+    "network_module", "network_dim", "network_alpha", "network_args", "network_train_unet_only",
+    "network_train_text_encoder_only", "optimizer_type", "use_8bit_adam", "use_lion_optimizer", "dim_from_weights",
+    "conv_dim", "conv_alpha", "loraplus_lr_ratio", "loraplus_unet_lr_ratio", "loraplus_text_encoder_lr_ratio",
+})
+# Keys that only decide when and how sample images are made.
+SAMPLING_KEYS = ("sample_every_n_steps", "sample_every_n_epochs", "sample_at_first")
+# Keys the supervisor owns on every attempt.
+BOOKKEEPING = ("resume", "skip_until_initial_step", "initial_step")
+
+DEFAULT_MAX_ATTEMPTS = 6
+DEFAULT_HANG_MINUTES = 30.0
+
+
+
+# ---- values -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Retry:
+    config: dict[str, Any]
+    resume_from: str | None
+    changes: list[Change]
+    reason: str
+    move: str | None = None
+    start_step: int = 0
+    # Why it restarts from step 0 although states exist, or why it resumes.
+    note: str | None = None
+    # The dataset config when a move changed it (None: unchanged).
+    dataset: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str
+    status: str = "failed"  # success, failed, interrupted
+    advice: tuple[str, ...] = ()
+    # False when continuing would only stop again (the ladder's floor).
+    can_continue: bool = True
+
+
+@dataclass
+class AttemptFacts:
+    """What the loop observed about one attempt, beside the log diagnosis."""
+
+    exit_status: int | None
+    end_step: int = 0
+    hung: bool = False
+    interrupted: bool = False
+    killed: bool = False  # SIGKILL without traceback: the kernel's OOM killer (host RAM)
+    final_model: str | None = None
+    hang_minutes: float | None = None
+
+
+@dataclass
+class RunState:
+    """What `decide` may know about the run beyond the last attempt (all plain data)."""
+
+    attempt: int  # number of the attempt just finished
+    attempts_left: int  # how many more may be launched
+    total_steps: int
+    plan_config: dict[str, Any]
+    tried: frozenset[str] = frozenset()
+    newest_state: StateRecord | None = None
+    stored_step: int | None = None  # current_step in that state's train_state.json
+    probe: bool = False
+    policy: str = "default"
+
+
+# ---- pure helpers ---------------------------------------------------------------------------
+
+
+def diff_configs(old: Mapping[str, Any], new: Mapping[str, Any], ignore=BOOKKEEPING) -> list[Change]:
+    keys = sorted(set(old) | set(new))
+    return [Change(k, old.get(k), new.get(k)) for k in keys if k not in ignore and old.get(k) != new.get(k)]
+
+
+def apply_changes(config: Mapping[str, Any], changes) -> dict[str, Any]:
+    out = dict(config)
+    for key, _old, new in changes:
+        if new is None:
+            out.pop(key, None)
+        else:
+            out[key] = new
+    return out
+
+
+def effective_batch(config: Mapping[str, Any]) -> int:
+    return int(config.get("train_batch_size") or 1) * int(config.get("gradient_accumulation_steps") or 1)
+
+
+def keep_effective_batch(config: dict[str, Any], target: int) -> tuple[dict[str, Any], str | None]:
+    """Raise gradient accumulation after a batch cut so each optimizer step still sees
+    `target` images: the plan's step count and learning rate stay meaningful."""
+    batch = int(config.get("train_batch_size") or 1)
+    if effective_batch(config) == target:
+        return config, None
+    if target % batch:
+        return config, (f"effective batch {target} is not a multiple of batch {batch}; "
+                        f"it is {effective_batch(config)} now")
+    if config.get("fused_backward_pass"):
+        return config, "fused_backward_pass needs gradient accumulation 1; the effective batch shrinks"
+    out = dict(config)
+    accum = target // batch
+    if accum == 1:
+        out.pop("gradient_accumulation_steps", None)
+    else:
+        out["gradient_accumulation_steps"] = accum
+    return out, None
+
+
+def resume_unsafe(changes) -> list[str]:
+    """Changed keys a saved state cannot follow."""
+    bad = []
+    for c in changes:
+        key, old, new = (c.key, c.old, c.new) if isinstance(c, Change) else c
+        if key in RESUME_PINNED:
+            bad.append(key)
+        elif key == "mixed_precision" and new == "fp16" and old != "fp16":
+            bad.append(key)  # the state has no fp16 grad-scaler to load
+    return bad
+
+
+def sampling_changes(config: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """Sampling off for the rest of the run; nothing else changes."""
+    return [(k, config.get(k), None) for k in SAMPLING_KEYS if config.get(k) is not None]
+
+
+def ram_changes(config: Mapping[str, Any], family: Family, tried: frozenset[str]) -> tuple[str, list, str] | None:
+    """The next host-RAM move: (name, changes, why), cheapest first."""
+    workers = config.get("max_data_loader_n_workers")
+    if "ram_workers" not in tried and (workers is None or workers > 0):
+        return ("ram_workers", [("max_data_loader_n_workers", workers, 0),
+                                ("persistent_data_loader_workers", config.get("persistent_data_loader_workers"), None)],
+                "each data-loader worker is a copy of the Python process; load in the main process instead")
+    if "ram_disk_caches" not in tried:
+        ch = []
+        if config.get("cache_latents") and not config.get("cache_latents_to_disk"):
+            ch.append(("cache_latents_to_disk", config.get("cache_latents_to_disk"), True))
+        if family.has_te_cache and config.get("cache_text_encoder_outputs") and not config.get(
+                "cache_text_encoder_outputs_to_disk"):
+            ch.append(("cache_text_encoder_outputs_to_disk", None, True))
+        if ch:
+            return ("ram_disk_caches", ch, "caches on disk instead of in RAM")
+    if "ram_lowram" not in tried and not config.get("lowram"):
+        return ("ram_lowram", [("lowram", config.get("lowram"), True)],
+                "load the models straight onto the GPU instead of staging them in RAM")
+    return None
+
+
+def deficit_gib(oom: Any) -> float | None:
+    """How much more the failed allocation needed than the card had free."""
+    if oom is None:
+        return None
+    tried = _get(oom, "tried_gib")
+    free = _get(oom, "free_gib")
+    if tried is None:
+        return None
+    return max(0.0, float(tried) - float(free or 0.0))
+
+
+def _get(obj: Any, name: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _step_changes(step: Any) -> list[tuple[str, Any, Any]]:
+    return [tuple(c) if not isinstance(c, Change) else (c.key, c.old, c.new) for c in _get(step, "changes") or []]
+
+
+def _is_sampling(phase: str | None) -> bool:
+    return bool(phase) and "sampl" in str(phase).lower()
+
+
+_PHASE_WORDS = {
+    "model_load": "loading the model", "cache_latents": "caching latents",
+    "cache_text_encoder": "caching text-encoder outputs", "first_step": "the first step", "training": "training",
+    "sampling": "sampling", "saving": "saving",
+}
+
+
+def phase_words(phase: str | None) -> str:
+    """" while loading the model" and the like; empty when the phase is unknown."""
+    if not phase or phase == "unknown":
+        return ""
+    words = _PHASE_WORDS.get(str(phase), str(phase).replace("_", " "))
+    return f" during {words}" if phase == "first_step" else f" while {words}"
+
+
+def _when(step: int) -> str:
+    return f"after step {step}" if step else "before the first step"
+
+
+def ladder_phase(phase: str | None) -> str:
+    """The ladder knows the phases of a run; the log reader also says "first_step" (the
+    first optimizer step, which is training) and "unknown"."""
+    if not phase or phase in ("first_step", "unknown"):
+        return "training"
+    return str(phase)
+
+
+def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: RunState, facts: AttemptFacts, *,
+           dataset: Mapping[str, Any] | None = None, next_step: Callable[..., Any] | None = None) -> Retry | Stop:
+    """What to do after an attempt ended. Pure: everything it needs comes in as values.
+
+    `next_step` is the memory ladder's `next_step` (injectable for tests)."""
+    outcome = _get(diagnosis, "outcome")
+    phase = _get(diagnosis, "phase")
+    error_kind = _get(_get(diagnosis, "error"), "kind")
+    if facts.interrupted:
+        return Stop("interrupted; the saved states are kept", status="interrupted")
+    if facts.exit_status == 0 and facts.final_model and Path(facts.final_model).name:
+        if state.probe:
+            return Retry(config=dict(config), resume_from=None, changes=[],
+                         reason=f"the {state.total_steps}-step probe fit; starting the full run", move=None,
+                         start_step=0)
+        return Stop("training finished", status="success")
+    if facts.exit_status == 0:
+        error = _get(diagnosis, "error") or {}
+        why = _get(error, "message") or "no final model file was written"
+        return Stop(f"the trainer exited normally but wrote no final model: {why}",
+                    advice=tuple(_get(diagnosis, "advice") or ()))
+    if facts.hung:
+        return Stop(f"the trainer printed nothing for {facts.hang_minutes or DEFAULT_HANG_MINUTES:g} minutes "
+                    f"(hang at step {facts.end_step}); it was stopped",
+                    advice=("A stuck data loader or a deadlocked multi-GPU setup are the usual causes; "
+                            "try --set max_data_loader_n_workers=0, then --continue.",))
+    ram = facts.killed or outcome == "ram" or error_kind in ("cpu_oom", "killed")
+    if outcome != "oom" and not ram:
+        error = _get(diagnosis, "error") or {}
+        kind = _get(error, "kind") or "error"
+        message = _get(error, "message") or f"exit status {facts.exit_status}"
+        return Stop(f"the trainer failed with a {kind} error, not out of memory: {message}; "
+                    "this is not retried", advice=tuple(_get(diagnosis, "advice") or ()))
+    if state.attempts_left <= 0:
+        what = "host RAM ran out" if ram else "out of memory"
+        return Stop(f"{what} again and no attempts are left (--max-attempts); every attempt is in the report")
+
+    resumable = state.newest_state is not None and not state.probe
+    target_batch = effective_batch(state.plan_config)
+
+    if ram:
+        move = ram_changes(config, family, state.tried)
+        if move is None:
+            return Stop("host RAM ran out (the process was killed with signal 9) and no RAM-saving setting is left",
+                        advice=("Close other programs, add swap, or train on a machine with more RAM.",))
+        name, changes, why = move
+        return _retry(config, changes, name, f"host RAM ran out {_when(facts.end_step)}: {why}", state,
+                      resume_ok=True, target_batch=target_batch)
+
+    if _is_sampling(phase):
+        changes = sampling_changes(config)
+        if changes and "sample_less" not in state.tried:
+            return _retry(config, changes, "sample_less",
+                          "out of memory while generating sample images: sampling is off for the rest of the run "
+                          "(training itself fit); make previews after training", state, resume_ok=True,
+                          target_batch=target_batch)
+    if next_step is None:
+        from kohya_tuner import ladder
+
+        next_step = ladder.next_step
+    need = deficit_gib(_get(diagnosis, "oom"))
+    where = phase_words(phase)
+    lphase = ladder_phase(phase)
+    step = None
+    if resumable:
+        step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
+                         dataset=dataset, tried=set(state.tried), require_resume_safe=True)
+        if step is not None and resume_unsafe(_step_changes(step)):
+            step = None
+    if step is None:
+        step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
+                         dataset=dataset, tried=set(state.tried), require_resume_safe=False)
+    if step is None:
+        return Stop(f"out of memory{where} {_when(facts.end_step)}, and the memory ladder has no cheaper setting "
+                    "left for this model (its floor is reached)",
+                    advice=("A smaller model family, a card with more memory, or --set with settings outside the "
+                            "ladder (e.g. a lower resolution) are what is left.",), can_continue=False)
+    changes = _step_changes(step)
+    figures = f", {need:.2f} GiB short" if need else ""
+    saved = _get(step, "saved_gib")
+    what = str(_get(step, "move")).replace("+", " + ")
+    gain = f", which saves about {saved:.2f} GiB by the estimate" if isinstance(saved, (int, float)) and saved > 0 else ""
+    reason = f"out of memory{where} {_when(facts.end_step)}{figures}: {what}{gain}"
+    safe = bool(_get(step, "resume_safe")) and not resume_unsafe(changes)
+    return _retry(config, changes, str(_get(step, "move")), reason, state, resume_ok=safe,
+                  target_batch=target_batch, dataset=dataset)
+
+
+def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: RunState, *, resume_ok: bool,
+           target_batch: int, dataset: Mapping[str, Any] | None = None) -> Retry:
+    ds_changes = [c for c in changes if str(c[0]).startswith("dataset:")]
+    changes = [c for c in changes if not str(c[0]).startswith("dataset:")]
+    new_dataset = None
+    if ds_changes and dataset is not None:
+        from kohya_tuner.ladder import apply_step
+
+        _, new_dataset = apply_step({}, _Changes(ds_changes), dict(dataset))
+    new = apply_changes(config, changes)
+    note = None
+    if "train_batch_size" in {c[0] for c in changes} and "gradient_accumulation_steps" not in {c[0] for c in changes}:
+        new, why = keep_effective_batch(new, target_batch)
+        note = why
+    new = {k: v for k, v in new.items() if k not in BOOKKEEPING}
+    all_changes = diff_configs(config, new)
+    resume_from = None
+    start = 0
+    if state.probe:
+        pass
+    elif state.newest_state is None:
+        note = _join(note, "no saved state yet, so it starts from step 0")
+    elif not resume_ok or resume_unsafe(all_changes):
+        keys = ", ".join(resume_unsafe(all_changes)) or "a setting the saved state depends on"
+        note = _join(note, f"restarts from step 0: {keys} changed, which a saved state cannot follow "
+                           f"(the state at step {state.newest_state.step} is kept but not used)")
+    else:
+        resume_from = state.newest_state.path
+        start = state.newest_state.step
+        note = _join(note, f"resumes from the state at step {start}")
+    all_changes += [Change(str(k), old, v) for k, old, v in ds_changes]
+    return Retry(config=new, resume_from=resume_from, changes=all_changes, reason=reason, move=move,
+                 start_step=start, note=note, dataset=new_dataset)
+
+
+@dataclass(frozen=True)
+class _Changes:
+    changes: list
+
+
+def _join(a: str | None, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+# ---- progress bookkeeping (pure, fed with parser events) -------------------------------------
