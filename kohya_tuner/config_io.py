@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import tomli_w
 
 from kohya_tuner import schema
 from kohya_tuner.errors import UserError
+from kohya_tuner.fileio import atomic_write, write_new  # noqa: F401  (the writers live in fileio)
 from kohya_tuner.families import FAMILIES, Family, family_for_script, get_family
 
 
@@ -539,48 +539,3 @@ def check_roundtrip(text: str, config: dict[str, Any]) -> None:
     if back != want:
         diff = sorted(k for k in set(back) | set(want) if back.get(k) != want.get(k))
         raise AssertionError(f"config TOML does not read back unchanged through toml 0.10.2: {diff}")
-
-
-def write_new(path: str | os.PathLike, text: str, force: bool = False) -> Path | None:
-    """Write `text` to `path` atomically. An existing file is the user's: refuse unless
-    `force`, and even then keep it as `<name>.bak` (returned). Identical content is left
-    alone."""
-    p = Path(path)
-    backup = None
-    if p.exists():
-        if p.is_dir():
-            raise UserError(f"{p} is a directory; cannot write a file there.")
-        try:
-            if p.read_text(encoding="utf-8") == text:
-                return None
-        except (OSError, UnicodeDecodeError):
-            pass
-        if not force:
-            raise UserError(f"{p} already exists; kohya-tuner never overwrites your files.",
-                            "Choose another --out, or pass --force (the old file is kept as .bak).")
-        backup = p.with_name(p.name + ".bak")
-        n = 1
-        while backup.exists():
-            backup = p.with_name(f"{p.name}.bak{n}")
-            n += 1
-        os.replace(p, backup)
-    try:
-        atomic_write(p, text)
-    except OSError as exc:
-        raise UserError(f"Cannot write {p}: {exc.strerror or exc}.") from None
-    return backup
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write through a temporary file and a rename, so an interrupted write never
-    leaves a half-written file under the real name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kohya_tuner import config_io
+from kohya_tuner import config_io, fileio
 from kohya_tuner.presets import Plan
 from kohya_tuner.shellquote import cmd_percent, cmd_quote, cmd_set, comment_text, sh_quote
 
@@ -94,20 +94,54 @@ def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str |
     return PlanFiles(texts)
 
 
-def write(files: PlanFiles, out_dir: Path, force: bool = False) -> dict[str, Path]:
-    """Write every file or none: existing files are checked before anything is written."""
+class Written(dict):
+    """file name -> path written, plus `backups`: path -> where its old content went."""
+
+    backups: dict[Path, Path]
+
+
+def write(files: PlanFiles, out_dir: Path, force: bool = False) -> Written:
+    """Write every file or none: existing files are checked before anything is written,
+    and when one write fails (disk full, read-only) the ones already written are put
+    back as they were."""
+    from kohya_tuner.errors import UserError
+
     out_dir = Path(out_dir)
     paths = files.paths(out_dir)
     if not force:
         clash = [p for name, p in paths.items() if p.exists() and p.read_bytes() != files.texts[name].encode()]
         if clash:
-            from kohya_tuner.errors import UserError
-
             names = ", ".join(str(p) for p in clash)
             raise UserError(f"{names} already exist{'s' if len(clash) == 1 else ''}; kohya-tuner never overwrites "
                             "your files.", "Choose another --out, or pass --force (old files are kept as .bak).")
+    done: list[tuple[Path, Path | None, bool]] = []  # path, its backup, whether it existed
+    written = Written(paths)
+    written.backups = {}
     for name, path in paths.items():
-        config_io.write_new(path, files.texts[name], force=force)
-        if name.endswith(".sh"):
-            path.chmod(path.stat().st_mode | 0o111)
-    return paths
+        existed = path.exists()
+        try:
+            backup = fileio.write_new(path, files.texts[name], force=force, executable=name.endswith(".sh"))
+        except UserError as exc:
+            undone = _undo(done)
+            raise UserError(exc.message + (f" The files written before it were put back: {undone}." if undone
+                                           else ""), exc.hint) from None
+        done.append((path, backup, existed))
+        if backup is not None:
+            written.backups[path] = backup
+    return written
+
+
+def _undo(done: list[tuple[Path, Path | None, bool]]) -> str:
+    names = []
+    for path, backup, existed in reversed(done):
+        try:
+            if backup is not None:
+                os.replace(backup, path)
+            elif not existed:
+                path.unlink()
+            else:
+                continue  # it already held this content; nothing was changed
+            names.append(path.name)
+        except OSError:
+            pass
+    return ", ".join(reversed(names))

@@ -1,0 +1,128 @@
+"""The one file writer for configs, plan files and the run journal.
+
+Three promises: a reader never sees a half-written file under the real name (write a
+temporary file beside it, fsync, rename); a file the user already has is never lost —
+with `force` it is kept as `<name>.bak`, and a write that fails (disk full, I/O error,
+read-only folder) leaves the original in place; and files get the permissions any
+other program would give them under the user's umask (mkstemp's 0600 would hide
+configs from a second training user or a container).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from kohya_tuner.errors import UserError
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    # Reading the umask means setting it; this is the only portable way.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(executable: bool = False) -> int:
+    return (0o777 if executable else 0o666) & ~_umask()
+
+
+def atomic_write(path: str | os.PathLike, text: str, *, mode: int | None = None, executable: bool = False) -> None:
+    """Write `text` through a temporary file and a rename, so an interrupted or failed
+    write never leaves a half-written file under the real name. Raises OSError."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, default_mode(executable) if mode is None else mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def free_backup_name(path: Path) -> Path:
+    backup = path.with_name(path.name + ".bak")
+    n = 1
+    while os.path.lexists(backup):
+        backup = path.with_name(f"{path.name}.bak{n}")
+        n += 1
+    return backup
+
+
+def _keep_as_backup(path: Path, backup: Path) -> None:
+    """Make `backup` hold the original while `path` still does, so no moment exists
+    without the user's file under one of the two names."""
+    try:
+        os.link(path, backup)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            raise
+        shutil.copy2(path, backup)  # a filesystem without hard links
+
+
+def why(exc: OSError) -> str:
+    if exc.errno == errno.EROFS:
+        return "the folder is on a read-only filesystem"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied (the folder is read-only for you)"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    return (exc.strerror or str(exc)).rstrip(".")
+
+
+def write_new(path: str | os.PathLike, text: str, force: bool = False, *, executable: bool = False) -> Path | None:
+    """Write `text` to `path` atomically. An existing file is the user's: refuse unless
+    `force`, and even then keep it as `<name>.bak` (the path is returned). Identical
+    content is left alone. On any failure the original is where it was and a UserError
+    says so."""
+    p = Path(path)
+    backup = None
+    if p.is_dir():
+        raise UserError(f"{p} is a directory; cannot write a file there.")
+    if os.path.lexists(p):
+        try:
+            if p.read_text(encoding="utf-8") == text:
+                return None
+        except (OSError, UnicodeDecodeError):
+            pass
+        if not force:
+            raise UserError(f"{p} already exists; kohya-tuner never overwrites your files.",
+                            "Choose another --out, or pass --force (the old file is kept as .bak).")
+        backup = free_backup_name(p)
+        try:
+            _keep_as_backup(p, backup)
+        except OSError as exc:
+            raise UserError(f"Cannot keep a backup of {p} as {backup.name} ({why(exc)}); {p} is unchanged.") from None
+    try:
+        atomic_write(p, text, executable=executable)
+    except OSError as exc:
+        kept = ""
+        if backup is not None:
+            try:
+                os.unlink(backup)  # the original never left `p`; the backup is a second name for it
+            except OSError:
+                kept = f" (a copy is also at {backup})"
+            return_note = f"{p} is unchanged{kept}."
+        else:
+            return_note = "nothing was written."
+        raise UserError(f"Cannot write {p}: {why(exc)}; {return_note}") from None
+    return backup
