@@ -188,5 +188,10 @@ def run(args: argparse.Namespace) -> int:
     say("Wrote:")
     for p in written.values():
         say(f"  {p}")
-    console.print(Text.assemble("Train with: ", (f"sh {written['launch.sh']}", "bold"), " (or launch.bat on Windows)"))
+    for p, b in getattr(written, "backups", {}).items():
+        say(f"  (the old {p.name} is kept as {b})")
+    from kohya_tuner.shellquote import sh_quote
+
+    console.print(Text.assemble("Train with: ", (f"sh {sh_quote(str(written['launch.sh']))}", "bold"),
+                                " (or launch.bat on Windows)"))
     return 0

@@ -112,3 +112,25 @@ def test_plan_write_reports_its_backups(tmp_path):
     written = planfiles.write(planfiles.render(plan, {"datasets": []}, tmp_path), tmp_path, force=True)
     assert written.backups == {tmp_path / "launch.sh": tmp_path / "launch.sh.bak"}
     assert (tmp_path / "launch.sh.bak").read_text() == "echo mine\n"
+
+
+def test_config_force_on_the_command_line_names_the_backup(tmp_path):
+    from tests.clihelp import invoke
+
+    (tmp_path / "launch.sh").write_text("echo mine\n")
+    res = invoke("config", "--model", "sd15", "--job", "character", "--gpu", "8", "--out", tmp_path, "--force")
+    assert res.exit_code == 0, res.output
+    assert f"the old launch.sh is kept as {tmp_path / 'launch.sh.bak'}" in res.output.replace("\n", " ")
+
+
+def test_config_into_a_read_only_folder_exits_2_and_changes_nothing(tmp_path, make_readonly):
+    from tests.clihelp import invoke
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    (folder / "config.toml").write_text("mine = true\n")
+    make_readonly(folder)
+    res = invoke("config", "--model", "sd15", "--job", "character", "--gpu", "8", "--out", folder, "--force")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "read-only" in res.output
+    assert _listing(folder) == {"config.toml": b"mine = true\n"}
