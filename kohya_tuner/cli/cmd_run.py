@@ -360,12 +360,16 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     plan_gb = int(emulate_vram) if emulate_vram is not None else choice.gb
     python = python or sys.executable
 
-    # The images first: a broken dataset is the cheapest thing to find out about.
-    report = dataset_mod.check(data, job, family, trigger)
+    # The images first: a broken dataset is the cheapest thing to find out about. A fresh
+    # `dataset prep` copy is what training reads (build_dataset picks it the same way), so it
+    # is what gets checked.
+    prepared = dataset_mod.find_prepared(data)
+    checked = Path(prepared) if prepared is not None else data
+    report = dataset_mod.check(checked, job, family, trigger)
     errors = [f for f in report.findings if f.severity == "fail"]
     if errors:
         listed = "; ".join(f.message.rstrip(".") + (f" ({f.fix.rstrip('.')})" if f.fix else "") for f in errors[:5])
-        raise UserError(f"The dataset in {data} cannot be trained on: {listed}.",
+        raise UserError(f"The dataset in {checked} cannot be trained on: {listed}.",
                         "`kohya-tuner dataset check` lists every problem; `kohya-tuner dataset prep` makes a fixed copy.")
     images = len(report.trainable)
 
@@ -453,7 +457,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         "predicted_peak_gib": round(est.peak_gib, 3), "predicted_phase": est.peak_phase,
         "history_correction": est.correction, "fit": fit_lines, "files": {k: str(v) for k, v in written.items()},
         "checks": [c.__dict__ for c in checks.checks], "command": argv, "environment": env_added,
-        "attempt_config": str(cfg_path),
+        "attempt_config": str(cfg_path), "data": str(checked), "notes": list(plan.notes),
     }
     if not as_json:
         console.print(f"[bold]{family.label}[/bold] LoRA, job [bold]{job}[/bold], "
@@ -461,6 +465,8 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
                       + (f", emulating a {emulate_vram:g} GB card" if emulate_vram is not None else "")
                       + f" → preset class {plan.gpu_class} GB")
         console.print(render_plan_table(plan, "plan"))
+        for note in plan.notes:
+            console.print(f"  {note}", markup=False, soft_wrap=True)
         for line in fit_lines:
             console.print(f"  fit: {line}")
         console.print(f"  estimate: peak {est.peak_gib:.2f} GiB{phase_words(est.peak_phase)}, "
