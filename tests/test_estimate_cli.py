@@ -27,9 +27,9 @@ def test_estimate_json_on_every_real_config(name):
     res = invoke("estimate", path, "--json")
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
-    for key in ("model", "peak_gib", "peak_phase", "components_gib", "phases_gib", "fits", "assumptions"):
+    for key in ("model", "peak_gib", "peak_phase", "components_gib", "phases_gib", "fits_cards", "assumptions"):
         assert key in data
-    assert set(data["fits"]) == {"6", "8", "10", "12", "16", "20", "24", "32", "48", "80"}
+    assert set(data["fits_cards"]) == {"6", "8", "10", "12", "16", "20", "24", "32", "48", "80"}
     assert data["peak_gib"] == max(data["phases_gib"].values())
     assert data["peak_phase"] in data["phases_gib"]
 

@@ -313,10 +313,10 @@ def test_peak_is_the_largest_phase_and_components_sum_to_it():
 
 def test_to_json_contract():
     j = estimate(flux_cfg(), FLUX).to_json()
-    for key in ("model", "peak_gib", "peak_phase", "components_gib", "phases_gib", "fits", "assumptions"):
+    for key in ("model", "peak_gib", "peak_phase", "components_gib", "phases_gib", "fits_cards", "assumptions"):
         assert key in j
-    assert list(j["fits"]) == [str(g) for g in GPU_SIZES]
-    answers = list(j["fits"].values())
+    assert list(j["fits_cards"]) == [str(g) for g in GPU_SIZES]
+    answers = list(j["fits_cards"].values())
     assert answers == sorted(answers)  # once it fits a size it fits every larger one
     assert j["model"] == "flux"
 

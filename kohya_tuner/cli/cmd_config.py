@@ -100,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from kohya_tuner import planfiles, planning, presets, schema, sdscripts
-    from kohya_tuner.cli.common import console, print_json, say, warn
+    from kohya_tuner.cli.cmd_fit import step_json
+    from kohya_tuner.cli.common import console, gpu_json, print_json, say, warn
     from kohya_tuner.config_io import show_value
     from kohya_tuner.errors import UserError
     from kohya_tuner.families import get_family
@@ -151,11 +152,13 @@ def run(args: argparse.Namespace) -> int:
     share = est.peak_gib / fitted.budget_gib if fitted.budget_gib > 0 else float("inf")
     if args.json:
         print_json(plan_to_json(plan, dataset, written, {
-            "gpu": choice.describe(), "warnings": warnings, "cautions": cautions,
+            "gpu": gpu_json(choice.gb, choice.info.name if choice.info else None, choice.others_gib,
+                            fitted.budget_gib, fitted.fits, choice.describe()),
+            "warnings": warnings, "cautions": cautions,
             "budget_gib": round(fitted.budget_gib, 3), "share_of_budget": round(share, 4),
             "estimate": est.to_json(), "fits": fitted.fits,
-            "fit": [s.model_dump() for s in fitted.fit.steps] if fitted.fit else None,
-            "fit_message": fitted.fit.message if fitted.fit else None, "assumptions": assumptions}))
+            "steps": [step_json(s) for s in fitted.fit.steps] if fitted.fit else [],
+            "message": fitted.fit.message if fitted.fit else None, "assumptions": assumptions}))
         return 0
     console.print(f"[bold]{escape(family.label)}[/bold] LoRA, job [bold]{escape(args.job)}[/bold], GPU "
                   f"{escape(choice.describe())} → preset class {plan.gpu_class} GB")

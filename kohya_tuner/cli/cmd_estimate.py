@@ -133,7 +133,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kohya_tuner import history
-    from kohya_tuner.cli.common import print_json, warn
+    from kohya_tuner.cli.common import gpu_json, print_json, warn
     from kohya_tuner.memory import budget_gib, estimate
 
     loaded, family, ds, notes = load_inputs(args.config, args.model, args.dataset)
@@ -146,8 +146,7 @@ def run(args: argparse.Namespace) -> int:
         out["input"] = {"path": str(args.config), "format": loaded.fmt, "script": loaded.script, "notes": notes}
         if choice is not None:
             b = budget_gib(choice.gb, other_processes_gib=others)
-            out["gpu"] = {"gb": choice.gb, "name": gpu_name, "others_gib": round(others, 3),
-                          "budget_gib": round(b, 3), "fits": est.peak_gib <= b}
+            out["gpu"] = gpu_json(choice.gb, gpu_name, others, b, est.peak_gib <= b, choice.describe())
         print_json(out)
         return 0
     for n in notes:

@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from kohya_tuner import config_io, history, ladder
     from kohya_tuner.cli.cmd_estimate import load_inputs, resolve_gpu
-    from kohya_tuner.cli.common import console, print_json, say, warn
+    from kohya_tuner.cli.common import console, gpu_json, print_json, say, warn
     from kohya_tuner.config_io import show_value
     from kohya_tuner.errors import UserError
     from kohya_tuner.memory import budget_gib
@@ -150,10 +150,12 @@ def run(args: argparse.Namespace) -> int:
             "steps": [step_json(s) for s in result.steps],
             "resume_safe": result.resume_safe,
             "hints": result.hints,
-            "history_correction": corrected,
+            "gpu": gpu_json(choice.gb, gpu_name, others, budget, result.fits, choice.describe()),
+            "history_notes": corrected,
             "out": str(written) if written else None,
             "dataset_out": str(dataset_written) if dataset_written else None,
-            "input_notes": notes,
+            "input": {"path": str(config), "format": loaded.fmt, "script": loaded.script, "notes": notes},
+            "assumptions": list(result.after.assumptions),
         })
     else:
         for n in notes:

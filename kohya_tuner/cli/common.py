@@ -20,6 +20,14 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+def gpu_json(gb: int | None, name: str | None, others_gib: float, budget_gib: float | None,
+             fits: bool | None, described: str | None = None) -> dict[str, Any]:
+    """The `gpu` object every command's JSON shares (docs/json.md)."""
+    return {"gb": gb, "name": name, "others_gib": round(others_gib, 3),
+            "budget_gib": None if budget_gib is None else round(budget_gib, 3), "fits": fits,
+            "described": described}
+
+
 def warn(message: str) -> None:
     """A warning on stderr; the message is printed as it is, never read as markup."""
     from rich.text import Text

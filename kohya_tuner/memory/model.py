@@ -114,7 +114,7 @@ class Estimate(BaseModel):
             "peak_phase": self.peak_phase,
             "components_gib": {k: round(v, 3) for k, v in self.components_gib.items()},
             "phases_gib": {k: round(v, 3) for k, v in self.phases_gib.items()},
-            "fits": self.fits_table(),
+            "fits_cards": self.fits_table(),
             "assumptions": list(self.assumptions),
             "component_notes": dict(self.component_notes),
             "lora_params": self.lora_params,
