@@ -15,11 +15,16 @@ from typing import Any
 from kohya_tuner.cli import plan_options
 from kohya_tuner.cli.argtypes import finite_float, int_range, positive_int
 from kohya_tuner.cli.common import console, err_console, print_json, warn
-from kohya_tuner.config_io import show_value
 from kohya_tuner.errors import UserError
 
 DESCRIPTION = ("Train a LoRA with sd-scripts, watch it live, and recover from CUDA out-of-memory by downgrading "
                "settings and resuming from the last saved state.")
+
+
+def show_value(value):
+    from kohya_tuner.config_io import show_value as show
+
+    return show(value)
 
 
 def phase_words(phase):
