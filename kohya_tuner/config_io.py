@@ -35,6 +35,9 @@ class LoadedConfig:
     fmt: str  # "toml" | "kohya_gui_json" | "command_line"
     dataset_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    # What the reader had to guess (the model family a file does not state): these belong in the
+    # estimate's Assumed list (JSON "assumptions"), not among the reading notes.
+    assumptions: list[str] = field(default_factory=list)
 
 
 # ---- reading -----------------------------------------------------------------------
@@ -81,7 +84,10 @@ def flatten(doc: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def _guess_family(config: dict[str, Any], script: str | None, model: str | None) -> Family | None:
+def _guess_family(config: dict[str, Any], script: str | None, model: str | None,
+                  weak: list[str] | None = None) -> Family | None:
+    """The family a config trains. Evidence only a model's name gives is weak: it is recorded
+    in `weak` (when given) so the caller can list the guess as an assumption."""
     if model:
         return get_family(model)
     if script:
@@ -95,8 +101,12 @@ def _guess_family(config: dict[str, Any], script: str | None, model: str | None)
     if "flux" in name:
         return FAMILIES["flux"]
     if "xl" in name or config.get("sdxl") or "cache_text_encoder_outputs" in config:
+        if weak is not None and not (config.get("sdxl") or "cache_text_encoder_outputs" in config):
+            weak.append("the model file's name contains 'xl'")
         return FAMILIES["sdxl"]
     if name or nm == "networks.lora":
+        if weak is not None:
+            weak.append("nothing in it names SDXL or FLUX")
         return FAMILIES["sd15"]
     return None
 
@@ -327,13 +337,21 @@ def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
         extra_cfg = parse_command_line(f"{script} {extra}", model=fam.name if fam else None)
         config.update(extra_cfg.config)
         notes.extend(extra_cfg.notes)
+    assumptions: list[str] = []
     if fam is None:
-        fam = _guess_family(config, None, None)
+        weak: list[str] = []
+        fam = _guess_family(config, None, None, weak)
+        unsaid = ("the kohya_ss file does not say which model it trains (no sdxl / flux1_checkbox field"
+                  + ("; the file is cut short" if salvaged else "") + ")")
         if fam is None:
             fam = FAMILIES["sd15"]
-            notes.append("model family not stated in the GUI file; assumed SD 1.5 (use --model to say otherwise)")
+            assumptions.append(f"model family SD 1.5: {unsaid}; SD 1.5 is kohya_ss' default. Give --model sdxl "
+                               "or --model flux if it trains another model")
+        elif weak:
+            assumptions.append(f"model family {fam.label}: {unsaid}; guessed because {weak[0]}. Give --model "
+                               "to say otherwise")
         script = fam.script
-    return LoadedConfig(config, fam, script, "kohya_gui_json", config.get("dataset_config"), notes)
+    return LoadedConfig(config, fam, script, "kohya_gui_json", config.get("dataset_config"), notes, assumptions)
 
 
 def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConfig:
@@ -358,8 +376,12 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
     config = flatten(doc)
     nested = [k for k, v in config.items() if isinstance(v, dict)]
     notes = [f"{k} is a nested table; sd-scripts ignores its contents" for k in nested]
-    fam = _guess_family(config, None, model)
-    return LoadedConfig(config, fam, fam.script if fam else None, "toml", config.get("dataset_config"), notes)
+    weak: list[str] = []
+    fam = _guess_family(config, None, model, weak)
+    assumptions = [f"model family {fam.label}: the config does not name its script; guessed because {weak[0]}. "
+                   "Give --model to say otherwise"] if fam is not None and weak else []
+    return LoadedConfig(config, fam, fam.script if fam else None, "toml", config.get("dataset_config"), notes,
+                        assumptions)
 
 
 def read_dataset(path: str | os.PathLike) -> dict[str, Any]:

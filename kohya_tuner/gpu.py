@@ -213,27 +213,100 @@ MIN_GPU_GB = 4
 MAX_GPU_GB = 1024
 
 
+# GPU architectures by the lowest compute capability NVML reports for them. bf16 tensor
+# cores arrived with Ampere (8.0); older cards run bf16 emulated, many times slower than fp16.
+ARCHITECTURES: dict[str, tuple[int, int]] = {
+    "maxwell": (5, 0),
+    "pascal": (6, 0),
+    "volta": (7, 0),
+    "turing": (7, 5),
+    "ampere": (8, 0),
+    "ada": (8, 9),
+    "hopper": (9, 0),
+    "blackwell": (10, 0),
+}
+BF16_FROM = (8, 0)
+
+# Cards without fast bf16 sold with each memory size (GB, the largest size not above the card's):
+# facts about the hardware, so that `--gpu N` alone can say which cards it may mean.
+NO_BF16_CARDS: dict[int, tuple[str, ...]] = {
+    4: ("GTX 1050 Ti", "GTX 1650"),
+    6: ("GTX 1060 6GB", "GTX 1660", "RTX 2060"),
+    8: ("GTX 1070", "GTX 1080", "RTX 2070", "RTX 2080"),
+    10: ("GTX 1080 Ti", "RTX 2080 Ti"),
+    12: ("RTX 2060 12GB", "TITAN Xp", "TITAN V"),
+    16: ("Tesla T4", "Tesla V100 16GB", "Tesla P100", "Quadro RTX 5000"),
+    20: (),
+    24: ("TITAN RTX", "Quadro RTX 6000", "Tesla P40"),
+    32: ("Tesla V100 32GB", "Quadro GV100"),
+    48: ("Quadro RTX 8000",),
+    80: (),
+}
+
+
+def arch_for_capability(cc: tuple[int, int]) -> str | None:
+    """The architecture of a compute capability: the newest whose first capability is not above it."""
+    known = [name for name, first in ARCHITECTURES.items() if first <= tuple(cc)]
+    return max(known, key=lambda n: ARCHITECTURES[n]) if known and tuple(cc) > (0, 0) else None
+
+
+def parse_arch(text: str) -> str:
+    key = str(text).strip().lower().replace(" ", "")
+    key = {"lovelace": "ada", "adalovelace": "ada", "rtx40": "ada", "rtx30": "ampere", "rtx20": "turing",
+           "gtx16": "turing", "gtx10": "pascal", "rtx50": "blackwell"}.get(key, key)
+    if key in ARCHITECTURES:
+        return key
+    raise UserError(f"--gpu-arch {text!r} is not a GPU architecture kohya-tuner knows.",
+                    f"Choose one of: {', '.join(ARCHITECTURES)} (GTX 10xx is pascal, RTX 20xx and GTX 16xx turing, "
+                    "RTX 30xx ampere, RTX 40xx ada, RTX 50xx blackwell).")
+
+
+def arch_has_bf16(arch: str) -> bool:
+    return ARCHITECTURES[arch] >= BF16_FROM
+
+
+def cards_without_bf16(gb: float) -> tuple[str, ...]:
+    """Cards of about `gb` GB that have no fast bf16 (empty when every such card has it)."""
+    sizes = [s for s in NO_BF16_CARDS if s <= gb]
+    return NO_BF16_CARDS[max(sizes)] if sizes else NO_BF16_CARDS[min(NO_BF16_CARDS)]
+
+
 @dataclass(frozen=True)
 class GpuChoice:
-    """What `--gpu` resolved to: a size in GB and, with `auto`, the card behind it."""
+    """What `--gpu` resolved to: a size in GB and, with `auto`, the card behind it; `arch`
+    from NVML or from `--gpu-arch` (which wins: the user may plan for another machine)."""
 
     gb: int
     info: GpuInfo | None = None
+    arch_given: str | None = None
 
     @property
     def others_gib(self) -> float:
         return self.info.others_gib() if self.info else 0.0
 
     @property
+    def arch(self) -> str | None:
+        if self.arch_given:
+            return self.arch_given
+        return arch_for_capability(self.info.compute_capability) if self.info else None
+
+    @property
     def bf16(self) -> bool | None:
+        """True / False when the architecture is known, None when only a size was given."""
+        if self.arch_given:
+            return arch_has_bf16(self.arch_given)
         return self.info.bf16 if self.info else None
 
     def describe(self) -> str:
         if self.info is None:
-            return f"{self.gb} GB (given)"
+            arch = f", {self.arch_given} ({'bf16' if self.bf16 else 'no bf16'})" if self.arch_given else ""
+            return f"{self.gb} GB (given){arch}"
         i = self.info
-        return (f"{i.name}: {i.total_gib:.1f} GiB, {i.free_gib:.1f} GiB free, compute {i.compute_capability[0]}."
+        text = (f"{i.name}: {i.total_gib:.1f} GiB, {i.free_gib:.1f} GiB free, compute {i.compute_capability[0]}."
                 f"{i.compute_capability[1]} ({'bf16' if i.bf16 else 'no bf16'})")
+        if self.arch_given:
+            text += f"; planned as {self.arch_given} ({'bf16' if self.bf16 else 'no bf16'}, --gpu-arch)"
+        return text
 
 
 def parse_gb(text: str) -> int:
@@ -254,9 +327,10 @@ def parse_gb(text: str) -> int:
     return gb
 
 
-def choose(text: str, index: int = 0) -> GpuChoice:
-    """Resolve `--gpu auto` (through NVML) or `--gpu N`."""
+def choose(text: str, index: int = 0, arch: str | None = None) -> GpuChoice:
+    """Resolve `--gpu auto` (through NVML) or `--gpu N`, with `--gpu-arch` when given."""
+    given = parse_arch(arch) if arch else None
     if str(text).strip().lower() == "auto":
         info = detect(index)
-        return GpuChoice(gb=max(MIN_GPU_GB, info.total_gb_class), info=info)
-    return GpuChoice(gb=parse_gb(text))
+        return GpuChoice(gb=max(MIN_GPU_GB, info.total_gb_class), info=info, arch_given=given)
+    return GpuChoice(gb=parse_gb(text), arch_given=given)

@@ -83,12 +83,38 @@ class Relax:
 
 
 @dataclass(frozen=True)
+class FileSwap:
+    """A file the user can swap and the fit cannot (it never rewrites a path the user gave)."""
+
+    name: str
+    key: str
+    value: str
+    label: str
+    note: str = ""
+    families: tuple[str, ...] = ()
+    phases: tuple[str, ...] = ()
+    # A current value containing one of these already is the cheaper file.
+    unless_contains: tuple[str, ...] = ()
+
+    def applies(self, config: dict[str, Any], family: Family, phase: str) -> bool:
+        if self.families and family.name not in self.families:
+            return False
+        if self.phases and phase not in self.phases:
+            return False
+        current = str(config.get(self.key) or "").lower()
+        return not any(m in current for m in self.unless_contains)
+
+
+@dataclass(frozen=True)
 class Ladder:
     moves: tuple[Move, ...]
     relaxes: tuple[Relax, ...]
     rank_floor: int
     tune_low: float
     tune_high: float
+    file_swaps: tuple[FileSwap, ...] = ()
+    caution_share: float = 0.95
+    small_card_gb: float = 6.0
 
     def move(self, name: str) -> Move:
         for m in self.moves:
@@ -135,8 +161,15 @@ def parse_ladder(doc: dict[str, Any], where: str = "ladder") -> Ladder:
                     for r in doc.get("relax") or [])
     floors = doc.get("floors") or {}
     tune = doc.get("tune") or {}
+    swaps = tuple(FileSwap(name=f["name"], key=f["key"], value=str(f["value"]), label=f.get("label", f["name"]),
+                           note=f.get("note", ""), families=tuple(f.get("families") or ()),
+                           phases=tuple(f.get("phases") or ()),
+                           unless_contains=tuple(str(m).lower() for m in f.get("unless_contains") or ()))
+                  for f in doc.get("file_swap") or [])
+    caution = doc.get("caution") or {}
     return Ladder(tuple(moves), relaxes, int(floors.get("network_dim", 4)), float(tune.get("target_low", 0.75)),
-                  float(tune.get("target_high", 0.92)))
+                  float(tune.get("target_high", 0.92)), swaps, float(caution.get("budget_share", 0.95)),
+                  float(caution.get("small_card_gb", 6)))
 
 
 @lru_cache(maxsize=None)
@@ -179,6 +212,10 @@ class FitResult(BaseModel):
     hints: list[str] = Field(default_factory=list)
     # Every move in the order the policy took it, including those the final pruning dropped.
     applied_order: list[str] = Field(default_factory=list)
+    # What to know before training a config that fits (a nearly full card, a card below the presets).
+    cautions: list[str] = Field(default_factory=list)
+    # A file swap that makes a config fit that no setting can: {key, value, label, peak_gib}.
+    offer: dict[str, Any] | None = None
 
     @property
     def resume_safe(self) -> bool:
@@ -554,9 +591,26 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
     else:
         msg = (f"cannot fit in {where}; the smallest config needs {current.peak_gib:.2f} GiB "
                f"({PHASE_WORDS.get(current.peak_phase, current.peak_phase)}) against a budget of {budget_gib:.2f} GiB")
+    hints = _hints(cfg, family, current, fits, ctx.ladder)
+    offer = None
+    if not fits:
+        # A file the user can swap comes before any setting: when it is what sets the peak, no
+        # smaller rank or resolution helps.
+        for swap in ctx.ladder.file_swaps:
+            if not swap.applies(config, family, current.peak_phase):
+                continue
+            alt = fit({**config, swap.key: swap.value}, family, budget_gib, policy=policy, dataset=dataset,
+                      history=history, gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16, ladder=ctx.ladder)
+            if alt.fits:
+                offer = {"key": swap.key, "value": swap.value, "label": swap.label,
+                         "peak_gib": round(alt.after.peak_gib, 3)}
+                msg += (f" with the {swap.key} file given; {swap.label} ({swap.value}) makes it fit: "
+                        f"{alt.after.peak_gib:.2f} GiB")
+                break
     return FitResult(config=cfg, dataset=ds, steps=steps, before=before, after=current, fits=fits,
-                     budget_gib=budget_gib, message=msg, policy=policy, hints=_hints(cfg, family, current, fits),
-                     applied_order=order)
+                     budget_gib=budget_gib, message=msg, policy=policy, hints=hints,
+                     applied_order=order, offer=offer,
+                     cautions=cautions(current.peak_gib, budget_gib, gpu_gb, ctx.ladder) if fits else [])
 
 
 PHASE_WORDS = {
@@ -569,14 +623,29 @@ PHASE_WORDS = {
 }
 
 
-def _hints(cfg: dict[str, Any], family: Family, e: Estimate, fits: bool) -> list[str]:
+def cautions(peak_gib: float, budget_gib: float, gpu_gb: float | None, ladder: Ladder | None = None) -> list[str]:
+    """What a user should hear about a config that fits: a card filled to the brim, or a card
+    below the smallest preset class (its plan is a larger card's preset cut down)."""
+    lad = ladder or load_ladder()
+    out = []
+    share = peak_gib / budget_gib if budget_gib > 0 else float("inf")
+    if share > lad.caution_share:
+        out.append(f"The estimate fills {share:.0%} of the budget ({peak_gib:.2f} of {budget_gib:.2f} GiB): "
+                   "almost no room for a larger bucket, the desktop or the estimate's own error. Close other "
+                   "programs that use the GPU; `kohya-tuner run` takes the next cheapest change if it runs out.")
+    if gpu_gb is not None and gpu_gb < lad.small_card_gb:
+        out.append(f"A {gpu_gb:g} GB card is below the smallest preset class ({lad.small_card_gb:g} GB): the plan is "
+                   f"the {lad.small_card_gb:g} GB preset cut to a {budget_gib:.2f} GiB budget, so expect slow "
+                   "training and little headroom.")
+    return out
+
+
+def _hints(cfg: dict[str, Any], family: Family, e: Estimate, fits: bool, ladder: Ladder | None = None) -> list[str]:
     """What no config key can change but the user can: files, other programs."""
     out = []
-    if family.name == "flux" and e.peak_phase in ("cache_text_encoder", "model_load"):
-        t5 = str(cfg.get("t5xxl") or "").lower()
-        if "fp8" not in t5 and "e4m3" not in t5:
-            out.append("T5-XXL sets this peak: with fp8_base and an fp8 T5-XXL file (t5xxl_fp8_e4m3fn.safetensors, "
-                       "not the 'scaled' one) it takes 4.4 GiB instead of 8.9 GiB")
+    for swap in (ladder or load_ladder()).file_swaps:
+        if swap.applies(cfg, family, e.peak_phase) and swap.note:
+            out.append(swap.note)
     if not fits:
         out.append("close other programs that use the GPU (a desktop, a browser) or train on a larger card")
     return out
@@ -752,7 +821,8 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
         msg += "; the card has room to spare"
     return FitResult(config=cfg, dataset=ds, steps=steps, before=result.before, after=current, fits=True,
                      budget_gib=budget_gib, message=msg, policy="default", hints=result.hints,
-                     applied_order=result.applied_order + [st.move for st in steps[len(result.steps):]])
+                     applied_order=result.applied_order + [st.move for st in steps[len(result.steps):]],
+                     cautions=cautions(current.peak_gib, budget_gib, gpu_gb, lad))
 
 
 # ---- next_step: one move after a real OOM ------------------------------------------------
@@ -833,5 +903,5 @@ def apply_step(config: dict[str, Any], step: Step, dataset: dict[str, Any] | Non
     return cfg, ds
 
 
-__all__ = ["Move", "Step", "FitResult", "Ladder", "load_ladder", "parse_ladder", "fit", "tune", "next_step",
-           "apply_step", "facts", "POLICIES"]
+__all__ = ["Move", "Step", "FitResult", "Ladder", "FileSwap", "load_ladder", "parse_ladder", "fit", "tune",
+           "next_step", "apply_step", "facts", "cautions", "POLICIES"]

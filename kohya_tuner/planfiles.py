@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kohya_tuner import config_io, fileio
-from kohya_tuner.presets import Plan
+from kohya_tuner.presets import SAMPLE_PROMPTS_NAME, Plan, sample_prompts_text
 from kohya_tuner.shellquote import cmd_percent, cmd_quote, cmd_set, comment_text, sh_quote
 
 CONFIG_NAME = "config.toml"
@@ -91,6 +91,9 @@ def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str |
         "launch.sh": _sh_script(plan, sd, config_path, dataset_path),
         "launch.bat": _bat_script(plan, sd, config_path, dataset_path),
     }
+    prompts = sample_prompts_text(plan, dataset)
+    if prompts is not None:
+        texts[SAMPLE_PROMPTS_NAME] = prompts
     return PlanFiles(texts)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from kohya_tuner import history, ladder, memory
 from kohya_tuner.errors import UserError
-from kohya_tuner.presets import Plan
+from kohya_tuner.presets import SAMPLE_PROMPTS_NAME, Plan, precision_caution
 
 
 @dataclass
@@ -25,10 +25,26 @@ class FittedPlan:
     notes: list[str] = field(default_factory=list)
     # Inputs the fit had to assume because the user has not given them yet.
     assumed: dict[str, Any] = field(default_factory=dict)
+    # What to know before training: the plan's own (precision chosen without knowing the card)
+    # and the fit's (a card filled to the brim, a card below the presets). JSON key "cautions".
+    cautions: list[str] = field(default_factory=list)
+    # Plan-level assumptions in words (JSON key "assumptions"), e.g. the file the fit planned for.
+    assumptions: list[str] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
         return self.estimate.peak_gib <= self.budget_gib
+
+    @property
+    def refusal_hint(self) -> str:
+        """What to try when the plan does not fit: a file to swap first when one would make it
+        fit (no setting can), else the settings."""
+        offer = self.fit.offer if self.fit is not None else None
+        if offer:
+            flag = "--" + str(offer["key"]).replace("_", "-")
+            return (f"Use {offer['label']} ({offer['value']}) with {flag}: then the plan fits "
+                    f"({offer['peak_gib']:.2f} GiB of {self.budget_gib:.2f}).")
+        return "Try a smaller --set network_dim or resolution, or --no-fit to write the preset anyway."
 
 
 # sd-scripts' docs recommend this T5-XXL file below 10 GB; with fp8_base sd-scripts keeps
@@ -55,12 +71,14 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
                                gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16 is not False)
 
         result = tune({})
-        if not result.fits and plan.family.name == "flux" and "t5xxl" not in plan.config:
-            fp8 = tune({"t5xxl": FP8_T5_FILE})
-            if fp8.fits:
-                result, assumed = fp8, {"t5xxl": FP8_T5_FILE}
-                notes.append(f"A 16-bit T5-XXL file does not fit {gpu_gb:g} GB while captions are encoded: "
-                             f"use the fp8 file ({FP8_T5_FILE}) with --t5xxl.")
+        offer = result.offer
+        if not result.fits and offer and offer["key"] not in plan.config:
+            # No file given yet: plan for the one the card needs and say so.
+            swapped = tune({offer["key"]: offer["value"]})
+            if swapped.fits:
+                result, assumed = swapped, {offer["key"]: offer["value"]}
+                notes.append(f"A 16-bit {offer['key']} file does not fit {gpu_gb:g} GB: use {offer['label']} "
+                             f"({offer['value']}) with --{offer['key'].replace('_', '-')}.")
         for step in result.steps:
             for key, _old, new in step.changes:
                 if not str(key).startswith("dataset:"):
@@ -71,8 +89,11 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
         notes.extend(result.hints)
     est = memory.estimate({**plan.config, **assumed}, plan.family, dataset=dataset, gpus=gpus, history=hist,
                           gpu_name=gpu_name)
+    cautions = list(plan.cautions) + [c for c in [precision_caution(plan)] if c]
+    if est.peak_gib <= budget:
+        cautions += ladder.cautions(est.peak_gib, budget, gpu_gb)
     return FittedPlan(plan=plan, dataset=dataset, estimate=est, budget_gib=budget, fit=result, notes=notes,
-                      assumed=assumed)
+                      assumed=assumed, cautions=cautions)
 
 
 def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps) -> tuple[dict[str, Any], list[str]]:
@@ -90,6 +111,8 @@ def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps) -> tuple[
     if extra:
         raise UserError(f"{family.label} does not use {', '.join('--' + k.replace('_', '-') for k in extra)}.")
     inputs["output_dir"] = str((Path(out) / "output").absolute())
+    # The prompt file config writes beside config.toml; sampling happens only where the job sets a cadence.
+    inputs["sample_prompts"] = str((Path(out) / SAMPLE_PROMPTS_NAME).absolute())
     inputs["output_name"] = name
     if steps is not None:
         if steps < 1:

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 from kohya_tuner import schema
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import Family, get_family
-from kohya_tuner.gpu import MIN_GPU_GB
+from kohya_tuner.gpu import MIN_GPU_GB, cards_without_bf16
 from kohya_tuner.resources import presets_dir
 
 if sys.version_info >= (3, 11):
@@ -25,6 +25,8 @@ else:  # pragma: no cover
 
 JOBS = ("character", "style", "concept")
 GPU_CLASSES = (6, 8, 10, 12, 16, 20, 24, 32, 48, 80)
+# The prompt file `config` writes beside config.toml when the job samples during training.
+SAMPLE_PROMPTS_NAME = "sample_prompts.txt"
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,10 @@ class Plan:
     config: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Source] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # What the user should know before training (printed and in JSON as "cautions").
+    cautions: list[str] = field(default_factory=list)
+    # The job's sample prompts ({trigger} marks the trigger word), written as SAMPLE_PROMPTS_NAME.
+    sample_prompts: list[str] = field(default_factory=list)
 
     def set(self, key: str, value: Any, layer: str, why: str = "") -> None:
         if value is None:
@@ -96,6 +102,44 @@ def load_layers(family: Family, job: str, gpu_class: int) -> list[tuple[str, dic
         layers.append((f"job:{job}:{family.name}", *_layer(job_doc[family.name])))
     layers.append((f"gpu:{gpu_class}GB", *_layer(gpu_doc.get(str(gpu_class), {}))))
     return layers
+
+
+def _job_doc(job: str) -> dict[str, Any]:
+    return _load_toml(presets_dir() / "jobs" / f"{job}.toml", "Preset")
+
+
+def _precision(plan: Plan, bf16: bool | None) -> None:
+    """fp16 where the card has no fast bf16, or where only a size was given and cards of that
+    size without it exist: fp16 takes the same memory and runs as fast on newer cards, while
+    bf16 on a GTX 10xx / RTX 20xx is emulated and many times slower."""
+    if plan.config.get("mixed_precision") != "bf16" or bf16 is True:
+        return
+    if bf16 is False:
+        layer, why = "gpu:detected", "This GPU has no bf16 support (compute capability below 8.0); fp16 instead."
+    else:
+        cards = cards_without_bf16(plan.gpu_gb)
+        if not cards:
+            return
+        named = ", ".join(cards[:3])
+        layer = "gpu:unknown"
+        why = (f"--gpu {plan.gpu_gb} does not say which card, and {plan.gpu_gb} GB cards such as {named} have no "
+               "fast bf16; fp16 trains on every card in the same memory.")
+    plan.set("mixed_precision", "fp16", layer, why)
+    if plan.family.name in ("sd15", "sdxl"):
+        plan.set("no_half_vae", True, layer, "The VAE overflows in fp16 and produces black latents.")
+    if plan.config.get("save_precision") == "bf16":
+        plan.set("save_precision", "fp16", layer, "Matches fp16 training.")
+
+
+def precision_caution(plan: Plan) -> str | None:
+    """The caution for a plan whose precision was chosen without knowing the card (none once
+    a later layer, such as --set or --cpu, decided it)."""
+    src = plan.provenance.get("mixed_precision")
+    if src is None or src.layer != "gpu:unknown" or plan.config.get("mixed_precision") != "fp16":
+        return None
+    named = ", ".join(cards_without_bf16(plan.gpu_gb)[:3])
+    return (f"Trains in fp16: --gpu {plan.gpu_gb} does not name the card, and {named} have no fast bf16. On an "
+            "RTX 30xx or newer add --gpu-arch ampere (or ada, hopper, blackwell) for bf16, or use --gpu auto.")
 
 
 def parse_set(item: str) -> tuple[str, Any]:
@@ -181,13 +225,8 @@ def compose(
     if variant == "schnell":
         plan.set("guidance_scale", 0.0, "variant:schnell", "schnell is guidance-distilled; train without guidance.")
         plan.set("t5xxl_max_token_length", 256, "variant:schnell", "FLUX.1 schnell uses 256 T5 tokens.")
-    if bf16 is False and plan.config.get("mixed_precision") == "bf16":
-        plan.set("mixed_precision", "fp16", "gpu:detected",
-                 "This GPU has no bf16 support (compute capability below 8.0); fp16 instead.")
-        if family.name in ("sd15", "sdxl"):
-            plan.set("no_half_vae", True, "gpu:detected", "The VAE overflows in fp16.")
-        if plan.config.get("save_precision") == "bf16":
-            plan.set("save_precision", "fp16", "gpu:detected", "Matches fp16 training.")
+    _precision(plan, bf16)
+    plan.sample_prompts = [str(p) for p in (_job_doc(job).get("sample") or {}).get("prompts", [])]
 
     for key, value in (inputs or {}).items():
         plan.set(key, value, "input", "From your command line.")
@@ -212,11 +251,53 @@ def compose(
                  f"A LoRA and a resumable state every {cadence} steps (about ten per run).")
         plan.set("save_last_n_steps_state", cadence * 2, "plan",
                  "Keep only the last two states: each holds the optimizer and costs disk.")
+    if plan.provenance.get("sample_every_n_steps") and plan.provenance["sample_every_n_steps"].layer.startswith(
+            ("model:", "job:", "gpu:")):
+        cadence = int(plan.config["save_every_n_steps"])
+        plan.set("sample_every_n_steps", cadence, "plan",
+                 f"Sample images every {cadence} steps, with each saved LoRA, to see when it starts to overfit.")
     plan.config.setdefault("save_state", True)
     warmup = plan.config.get("lr_warmup_steps")
     if isinstance(warmup, int) and warmup >= steps:
         plan.set("lr_warmup_steps", max(0, steps // 10), "plan", "Warmup shortened to a tenth of the run.")
     return plan
+
+
+def _trigger_of(dataset: dict[str, Any] | None) -> str:
+    for ds in (dataset or {}).get("datasets") or []:
+        for sub in ds.get("subsets") or []:
+            if isinstance(sub, dict) and sub.get("class_tokens"):
+                return str(sub["class_tokens"])
+    return ""
+
+
+def sample_prompts_text(plan: Plan, dataset: dict[str, Any] | None) -> str | None:
+    """The prompt file for `sample_prompts`, when the plan points it at SAMPLE_PROMPTS_NAME.
+
+    Images are drawn at the training resolution because that is what the estimator counts for
+    the sampling phase; the U-Nets sample with classifier-free guidance (a batch of two), FLUX.1
+    with its distilled guidance only, as sd-scripts does by default."""
+    path = plan.config.get("sample_prompts")
+    src = plan.provenance.get("sample_prompts")
+    if not plan.sample_prompts or not path or Path(str(path)).name != SAMPLE_PROMPTS_NAME or (
+            src is not None and src.layer != "input"):
+        return None
+    from kohya_tuner.memory.setup import _res_pair
+
+    w, h = _res_pair(plan.config.get("resolution")) or (plan.family.native_resolution,) * 2
+    trigger = _trigger_of(dataset)
+    seed = int(plan.config.get("seed") or 42)
+    if plan.family.name == "flux":
+        steps = 4 if plan.variant == "schnell" else 20
+        opts = f"--w {w} --h {h} --s {steps} --d {seed}"
+    else:
+        opts = f"--n lowres, blurry, watermark --w {w} --h {h} --s 28 --l 7 --d {seed}"
+    lines = [f"# Sample prompts for sd-scripts (one per line; --w/--h size, --s steps, --d seed"
+             + ("" if plan.family.name == "flux" else ", --n negative prompt, --l guidance scale") + ")."]
+    for template in plan.sample_prompts:
+        prompt = template.replace("{trigger}", trigger).strip(" ,")
+        lines.append(f"{prompt} {opts}")
+    return "\n".join(lines) + "\n"
 
 
 def validate_plan(plan: Plan, dataset: dict[str, Any] | None = None) -> list[schema.Problem]:

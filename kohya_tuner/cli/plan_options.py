@@ -13,6 +13,19 @@ def add_gpu(parser: argparse.ArgumentParser, *, required: bool, default: str | N
     parser.add_argument("--gpu", "-g", type=gpu_size, required=required, default=default, metavar="GB|auto",
                         help="GPU memory in GB (e.g. 12), or 'auto' to read it through NVML"
                              + (f" (default: {default})" if default else "") + ".")
+    parser.add_argument("--gpu-arch", type=_gpu_arch, metavar="ARCH",
+                        help="The card's architecture when --gpu gives only a size: pascal, volta, turing, ampere, "
+                             "ada, hopper or blackwell (bf16 from ampere on; otherwise fp16). Wins over NVML.")
+
+
+def _gpu_arch(text: str) -> str:
+    from kohya_tuner.errors import UserError
+    from kohya_tuner.gpu import parse_arch
+
+    try:
+        return parse_arch(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(exc.paragraph()) from None
 
 
 def add_plan_options(parser: argparse.ArgumentParser) -> None:
