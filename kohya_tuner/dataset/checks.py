@@ -268,6 +268,19 @@ def _file_findings(report: DatasetReport, listing, other_ext_captions: list[Entr
                     "per subset, not subfolders).",
             fix="Move them into the dataset folder, or give each folder its own subset.",
             files=[display(p) for p in listing.nested]))
+    if listing.linked_dirs:
+        findings.append(Finding(
+            code="linked_folder", severity="warn",
+            message=f"{len(listing.linked_dirs)} link(s) to a folder are not followed: their images are not trained "
+                    "(links to files are).",
+            fix="Put the folder itself there instead of a link, or give the link's target as its own dataset.",
+            files=[display(p) for p in listing.linked_dirs]))
+    if listing.hidden:
+        findings.append(Finding(
+            code="hidden_ignored", severity="warn",
+            message=f"{len(listing.hidden)} picture(s) have a name starting with a dot, which sd-scripts does not "
+                    "read.", fix="Rename them without the leading dot if they should train.",
+            files=[display(p) for p in listing.hidden]))
     if listing.unlistable:
         findings.append(Finding(
             code="unlistable", severity="warn",

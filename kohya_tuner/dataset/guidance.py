@@ -202,6 +202,11 @@ def planned_buckets(family: Family | None, resolution: int | None = None, min_bu
     """What a kohya-tuner plan for `family` trains at: the model preset's resolution and
     bucket range (sd-scripts' defaults where a preset is silent), overridden by the
     arguments, and made consistent the way sd-scripts requires (min <= resolution <= max)."""
+    for flag, value in (("--resolution", resolution), ("--min-bucket", min_bucket), ("--max-bucket", max_bucket)):
+        if value is not None and not (isinstance(value, int) and 64 <= value <= 16384):
+            from kohya_tuner.errors import UserError
+
+            raise UserError(f"{flag} {value} is not a side in pixels sd-scripts can train at (64 to 16384).")
     model = _preset_layers(family.name)[0] if family and _preset_layers(family.name) else {}
     res = int(resolution or _as_int(model.get("resolution")) or (family.native_resolution if family else 1024))
     lo = int(min_bucket or _as_int(model.get("min_bucket_reso")) or DEFAULT_MIN_BUCKET_RESO)

@@ -12,6 +12,7 @@ place, so an interrupted run leaves no half-written image.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -25,6 +26,7 @@ from typing import Any, Callable
 
 from PIL import Image, ImageOps
 
+from kohya_tuner import fileio
 from kohya_tuner.dataset import guidance
 from kohya_tuner.dataset.captions import add_trigger, decode_caption_bytes
 from kohya_tuner.dataset.images import SIXTEEN_BIT_MODES, TRAINER_EXTENSIONS, TRANSPOSING, sha256_file
@@ -160,6 +162,15 @@ def _convert(img: Image.Image, max_side: int) -> tuple[Image.Image, list[str]]:
     return img, actions
 
 
+# Write errors that are the output folder's, not the picture's: prep stops and says so
+# instead of listing every remaining image as failed.
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
+
+
+class _OutputUnwritable(OSError):
+    pass
+
+
 def _tmp_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.{os.getpid()}{TMP_SUFFIX}")
 
@@ -189,7 +200,8 @@ def prepare_one(task: dict[str, Any]) -> dict[str, Any]:
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return {"outcome": "failed", "reason": f"cannot create the output folder: {exc.strerror or exc}"}
+        return {"outcome": "failed", "reason": f"cannot create the output folder: {exc.strerror or exc}",
+                "errno": exc.errno}
     saved_limit = Image.MAX_IMAGE_PIXELS
     Image.MAX_IMAGE_PIXELS = PREP_MAX_PIXELS
     tmp = _tmp_name(final)
@@ -225,6 +237,8 @@ def prepare_one(task: dict[str, Any]) -> dict[str, Any]:
         reason = str(exc) or type(exc).__name__
         if writing and isinstance(exc, OSError):
             reason = f"cannot write the output: {exc.strerror or exc}"
+            if exc.errno in _OUTPUT_ERRNOS:
+                return {"outcome": "failed", "reason": reason, "source": task["rel"], "errno": exc.errno}
         return {"outcome": "failed", "reason": reason, "source": task["rel"]}
     finally:
         Image.MAX_IMAGE_PIXELS = saved_limit
@@ -356,6 +370,17 @@ def prepare(src: str | os.PathLike, out: str | os.PathLike, family: Family | str
     `max_side` defaults to the largest bucket side for `family`. Raises UserError for a
     source or destination that cannot be used; pictures that cannot be read are left out
     and reported in the result."""
+    try:
+        return _prepare(src, out, family, max_side, trigger, workers, progress, caption_extension)
+    except OSError as exc:
+        where = display(str(Path(out).expanduser().absolute()))
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise UserError(f"Cannot write the prepared copy in {where}: {fileio.why(exc)}.",
+                        f"The originals are untouched; {'free some space' if full else 'choose a writable --out'} "
+                        "and run prep again: what was prepared is kept and the rest continues.") from None
+
+
+def _prepare(src, out, family, max_side, trigger, workers, progress, caption_extension) -> PrepResult:
     t0 = time.monotonic()
     root = check_folder(src)
     if max_side is None:
@@ -387,6 +412,7 @@ def prepare(src: str | os.PathLike, out: str | os.PathLike, family: Family | str
         "caption_extension": OUTPUT_CAPTION_EXTENSION, "entries": dict(prev_entries), "failed": {},
         "complete": False,
     })
+    run.save(complete=False)  # a read-only or full --out fails here, before any image is written
     targets = _plan_outputs(pictures)
     tasks = [{"src": str(root / e.rel), "rel": e.rel, "out_rel": targets[e.rel], "dst": str(out_abs / targets[e.rel]),
               "max_side": max_side, "pipeline": pipeline, "prev": prev_entries.get(e.rel)} for e in pictures]
@@ -396,6 +422,8 @@ def prepare(src: str | os.PathLike, out: str | os.PathLike, family: Family | str
     def on_result(i: int, res: dict[str, Any]) -> None:
         rel = tasks[i]["rel"]
         outcome = res.pop("outcome")
+        if outcome == "failed" and res.get("errno") in _OUTPUT_ERRNOS:
+            raise _OutputUnwritable(res["errno"], res.get("reason"))
         if outcome == "failed":
             run.manifest["failed"][rel] = res.get("reason")
             run.manifest["entries"].pop(rel, None)
@@ -414,7 +442,7 @@ def prepare(src: str | os.PathLike, out: str | os.PathLike, family: Family | str
                      progress=(lambda d, t, i: progress(d, t, display(tasks[i]["rel"]))) if progress else None,
                      on_result=on_result)
     except BaseException:
-        run.save(complete=False)
+        _save_quietly(run)
         _remove_temp_files(out_abs)
         raise
 
@@ -426,12 +454,21 @@ def prepare(src: str | os.PathLike, out: str | os.PathLike, family: Family | str
         _copy_captions(run, current, cap_ext, trigger, prev_entries, result)
         _remove_gone(run, current, result)
     except BaseException:
-        run.save(complete=False)
+        _save_quietly(run)
         raise
     run.save(complete=True)
     _register(root, out_abs)
     result.elapsed_s = time.monotonic() - t0
     return result
+
+
+def _save_quietly(run: _Run) -> None:
+    """Record progress on the way out of a failure; on a full disk that may fail too, and
+    the failure being reported matters more."""
+    try:
+        run.save(complete=False)
+    except OSError:
+        pass
 
 
 def _caption_text(path: Path) -> str | None:

@@ -3,6 +3,12 @@
 sd-scripts reads one folder per subset, not its subfolders. The kohya_ss layout puts
 each subset in a subfolder named `<repeats>_<class tokens>` under a parent that holds no
 pictures itself; such a parent is read that way.
+
+Links: a link to a file is read like the file (sd-scripts' glob follows it, and prep
+copies what it points at). A link to a folder is never entered, neither as a subset nor
+when looking for nested images: it can lead out of the dataset or back into it, and the
+dataset TOML kohya-tuner writes lists only real folders, so sd-scripts does not read it
+either. Names starting with a dot are skipped, as sd-scripts' glob skips them.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import stat as stat_mod
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kohya_tuner.dataset.images import CAPTION_EXTENSIONS, CONVERTIBLE_EXTENSIONS, TRAINER_EXTENSIONS
+from kohya_tuner.dataset.images import (CAPTION_EXTENSIONS, CONVERTIBLE_EXTENSIONS, TRAINER_EXTENSIONS,
+                                        trainer_sees_suffix)
 from kohya_tuner.errors import UserError
 
 MANIFEST_NAME = "kohya-tuner-manifest.json"
@@ -61,6 +68,10 @@ class Listing:
     nested: list[str] = field(default_factory=list)
     # Paths that could not be listed or followed, with the reason.
     unlistable: list[tuple[str, str]] = field(default_factory=list)
+    # Links to folders, never entered: rel paths.
+    linked_dirs: list[str] = field(default_factory=list)
+    # Pictures whose name starts with a dot, which sd-scripts' glob does not match.
+    hidden: list[str] = field(default_factory=list)
 
 
 def _classify(name: str) -> str | None:
@@ -117,11 +128,12 @@ def list_dataset(root: Path) -> Listing:
     if not top:
         raise UserError(f"{display(str(root))} is empty.", "Put the training images (and captions) in it first.")
 
-    files, dirs = _split(top)
+    files, dirs = _split(top, listing, "")
     # A folder of <repeats>_<tokens> subfolders and no pictures of its own is the kohya_ss
     # layout. With pictures of its own it is one subset (and a "2024_trip" subfolder is
     # just a subfolder, not 2024 repeats).
-    root_has_pictures = any(_classify(e.name) in ("image", "convertible") for e in files)
+    root_has_pictures = any(_classify(e.name) in ("image", "convertible") and not e.name.startswith(".")
+                            for e in files)
     kohya_dirs = [] if root_has_pictures else [d for d in dirs if _KOHYA_SUBSET.match(d.name) and _has_pictures(d)]
     visited = {_inode(root)}
     if kohya_dirs:
@@ -132,7 +144,7 @@ def list_dataset(root: Path) -> Listing:
             listing.subsets.append(SubsetDir(rel, int(m.group(1)), m.group(2).strip() or None))
             visited.add(_inode(Path(d.path)))
             try:
-                sub_files, sub_dirs = _split(_scandir(Path(d.path)))
+                sub_files, sub_dirs = _split(_scandir(Path(d.path)), listing, rel)
             except OSError as exc:
                 listing.unlistable.append((rel, exc.strerror or str(exc)))
                 continue
@@ -156,23 +168,30 @@ def _inode(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _split(entries: list[os.DirEntry]) -> tuple[list[os.DirEntry], list[os.DirEntry]]:
+def _split(entries: list[os.DirEntry], listing: Listing, rel_dir: str) -> tuple[list[os.DirEntry], list[os.DirEntry]]:
+    """Files and real folders; links to folders are recorded in `listing` and dropped."""
     files, dirs = [], []
     for e in entries:
         try:
-            if e.is_dir():  # follows symlinks; a looping link raises or reads as not-a-dir
-                dirs.append(e)
-            else:
-                files.append(e)
+            is_dir = e.is_dir()  # follows links; a looping link raises or reads as not-a-dir
         except OSError:
-            files.append(e)  # inspected later, where the error is reported per file
+            is_dir = False
+        if is_dir and trainer_sees_suffix(e.name) and not e.name.startswith("."):
+            # sd-scripts' glob matches the name, then fails opening a folder as an image.
+            files.append(e)
+        elif is_dir and e.is_symlink():
+            listing.linked_dirs.append(os.path.join(rel_dir, e.name) if rel_dir else e.name)
+        elif is_dir:
+            dirs.append(e)
+        else:
+            files.append(e)  # a file, or a broken link reported per file later
     return files, dirs
 
 
 def _has_pictures(d: os.DirEntry) -> bool:
     try:
         with os.scandir(d.path) as it:
-            return any(_classify(e.name) in ("image", "convertible") for e in it)
+            return any(_classify(e.name) in ("image", "convertible") and not e.name.startswith(".") for e in it)
     except OSError:
         return False
 
@@ -182,7 +201,12 @@ def _add_files(listing: Listing, files: list[os.DirEntry], rel_dir: str) -> None
         kind = _classify(e.name)
         if kind is None:
             continue
-        listing.entries.append(Entry(os.path.join(rel_dir, e.name) if rel_dir else e.name, kind, rel_dir))
+        rel = os.path.join(rel_dir, e.name) if rel_dir else e.name
+        if e.name.startswith("."):
+            if kind in ("image", "convertible"):
+                listing.hidden.append(rel)
+            continue
+        listing.entries.append(Entry(rel, kind, rel_dir))
 
 
 def _find_nested(listing: Listing, path: Path, rel: str, visited: set, depth: int) -> None:
@@ -203,9 +227,9 @@ def _find_nested(listing: Listing, path: Path, rel: str, visited: set, depth: in
     except OSError as exc:
         listing.unlistable.append((rel, exc.strerror or str(exc)))
         return
-    files, dirs = _split(entries)
+    files, dirs = _split(entries, listing, rel)
     for e in files:
-        if _classify(e.name) in ("image", "convertible"):
+        if _classify(e.name) in ("image", "convertible") and not e.name.startswith("."):
             listing.nested.append(os.path.join(rel, e.name))
     for d in dirs:
         _find_nested(listing, Path(d.path), os.path.join(rel, d.name), visited, depth + 1)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kohya_tuner.doctor.probe import DEFAULT_TIMEOUT, PythonProbe, probe_python
+from kohya_tuner.doctor.probe import DEFAULT_TIMEOUT, PythonProbe, probe_python, refuse_unusable_python
 from kohya_tuner.families import FAMILIES, Family, get_family
 
 Status = Literal["pass", "warn", "fail"]
@@ -115,9 +115,8 @@ def gather(sd_scripts: str | os.PathLike | None = None, python: str | None = Non
         facts.swap_total_gib = psutil.swap_memory().total / GIB
     except Exception:  # some containers hide swap accounting
         facts.swap_total_gib = 0.0
-    if python and not (Path(python).is_file() or shutil.which(python)):
-        raise UserError(f"--python {python} does not exist.", "Give the python executable of the environment that "
-                        "runs sd-scripts (e.g. sd-scripts/venv/bin/python).")
+    if python:
+        refuse_unusable_python(python)
     try:
         facts.sd_scripts = sdscripts.locate(sd_scripts)
     except UserError as exc:

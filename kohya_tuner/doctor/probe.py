@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kohya_tuner.doctor.probe_script import PROBE_MARK, PROBE_SOURCE
@@ -103,3 +105,24 @@ def probe_python(python: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
     if proc.returncode < 0:
         tail = f"killed by signal {-proc.returncode} ({tail})"
     return PythonProbe(python=exe, error=f"{exe} failed while being examined: {tail}", elapsed_s=round(elapsed, 3))
+
+
+def refuse_unusable_python(python: str) -> None:
+    """A --python the user typed that cannot be a Python executable is bad input, said as
+    what it is (a folder, not executable, missing), not a finding."""
+    from kohya_tuner.errors import UserError
+
+    hint = "Give the python executable of the environment that runs sd-scripts (e.g. sd-scripts/venv/bin/python)."
+    p = Path(python)
+    if p.is_dir():
+        inside = [c for c in (p / "bin" / "python", p / "Scripts" / "python.exe", p / "python.exe", p / "python")
+                  if c.is_file()]
+        raise UserError(f"--python {python} is a folder, not a Python executable.",
+                        f"Did you mean {inside[0]}?" if inside else hint)
+    if p.is_file():
+        if os.name == "posix" and not os.access(p, os.X_OK):
+            raise UserError(f"--python {python} is not executable.", hint)
+        return
+    if os.sep not in python and (os.altsep is None or os.altsep not in python) and shutil.which(python):
+        return  # a command name found on PATH, like `python3`
+    raise UserError(f"--python {python} does not exist.", hint)

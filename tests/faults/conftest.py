@@ -24,10 +24,10 @@ def _umount(target: Path) -> None:
 
 @pytest.fixture()
 def tiny_disk(tmp_path):
-    """A 256 KiB filesystem; tests fill it to make writes fail with ENOSPC for real."""
+    """A 512 KiB filesystem; tests fill it to make writes fail with ENOSPC for real."""
     target = tmp_path / "tiny"
     target.mkdir()
-    if not _mount(target, "size=256k,mode=0755"):
+    if not _mount(target, "size=512k,mode=0755"):
         pytest.skip("cannot mount a small tmpfs here (needs root); the injected-ENOSPC tests cover this")
     yield target
     _umount(target)

@@ -14,7 +14,7 @@ from conftest import fill
 from kohya_tuner import fileio, planfiles, presets
 from kohya_tuner.errors import UserError
 
-BIG = "x = 1\n" * 60_000  # ~360 KB: more than the tiny disk holds
+BIG = "x = 1\n" * 60_000  # ~360 KB: more than the filled tiny disk has left
 
 
 def _listing(folder: Path) -> dict[str, bytes]:
