@@ -107,7 +107,8 @@ FAMILIES: dict[str, Family] = {
             "t5xxl": "--t5xxl",
             "ae": "--ae",
         },
-        bucket_step=32,
+        # flux_train_network.py asserts multiples of 32 after calling the SD trainer's check (64).
+        bucket_step=64,
         native_resolution=1024,
         resolution_floor=384,
         # 19 double + 38 single blocks; sd-scripts asserts at most double-2 / single-2.

@@ -1,0 +1,144 @@
+"""The sd-scripts argument schema at the pinned commit: names, types, choices, defaults.
+
+The schema is `vendor/sd-scripts/args.json`. It is read on first use, never at import,
+so commands that do not validate anything do not pay for it (json parses the 0.5 MB
+file in a few milliseconds; `benchmarks/check_startup.py` prints the figure).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any
+
+from kohya_tuner.errors import UserError
+from kohya_tuner.resources import vendor_file
+
+INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    type: str
+    default: Any = None
+    choices: tuple | None = None
+    nargs: str | None = None
+    toml: str = ""
+    item_type: str | None = None
+    cli_only: bool = False
+    secret: bool = False
+    desc: str = ""
+    source: str = ""
+
+    @property
+    def is_flag(self) -> bool:
+        return self.type == "bool-store_true"
+
+
+_SPEC_FIELDS = frozenset(f.name for f in fields(ArgSpec))
+
+
+def _spec(raw: dict[str, Any]) -> ArgSpec:
+    kw = {k: v for k, v in raw.items() if k in _SPEC_FIELDS}
+    if kw.get("choices") is not None:
+        kw["choices"] = tuple(kw["choices"])
+    return ArgSpec(**kw)
+
+
+@lru_cache(maxsize=None)
+def raw_schema() -> dict[str, Any]:
+    with open(vendor_file("sd-scripts", "args.json"), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+@lru_cache(maxsize=None)
+def script_args(script: str) -> dict[str, ArgSpec]:
+    scripts = raw_schema()["scripts"]
+    if script not in scripts:
+        raise UserError(f"sd-scripts has no entry script {script!r} at the pinned commit.")
+    return {a["name"]: _spec(a) for a in scripts[script]["args"]}
+
+
+@lru_cache(maxsize=None)
+def defaults(script: str) -> dict[str, Any]:
+    return {name: spec.default for name, spec in script_args(script).items()}
+
+
+def pinned_commit() -> str:
+    return raw_schema()["upstream"]["commit"]
+
+
+def closest_key(key: str, candidates) -> str | None:
+    found = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+    if not found:
+        # Users often write dashes or CLI flags; sd-scripts keys are argparse dests.
+        norm = key.lstrip("-").replace("-", "_")
+        if norm != key and norm in candidates:
+            return norm
+    return found[0] if found else None
+
+
+_RES_RE = re.compile(r"^\s*\d+\s*(,\s*\d+\s*)?$")
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def not_finite(v: Any) -> bool:
+    return isinstance(v, float) and not math.isfinite(v)
+
+
+def check_value(spec: ArgSpec, value: Any) -> str | None:
+    """Why `value` is not what the script would see after CLI parsing, or None."""
+    t = spec.type
+    if t == "bool-store_true":
+        if not isinstance(value, bool):
+            return f"must be true or false, not {value!r}"
+    elif t == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"must be an integer, not {value!r}"
+    elif t == "float":
+        if not is_number(value):
+            return f"must be a number, not {value!r}"
+    elif t == "int_or_float":
+        if not is_number(value):
+            return f"must be an integer step count or a fraction below 1, not {value!r}"
+        if not_finite(value):
+            return None  # the range check names it
+        if isinstance(value, float) and value >= 1:
+            return (f"{value!r} is a float, which sd-scripts reads as a fraction of all steps "
+                    f"({value:g} x the total); write an integer ({int(value)}) for a step count")
+    elif t == "str":
+        if not isinstance(value, str):
+            if spec.name in ("resolution", "face_crop_aug_range"):
+                return (f"must be written as a string in --config_file (e.g. \"1024\" or \"1024,768\"), "
+                        f"not {value!r}; sd-scripts crashes on a number or array here")
+            return f"must be a string, not {value!r}"
+        if spec.name == "resolution" and not _RES_RE.match(value):
+            return f"must look like \"1024\" or \"1024,768\", not {value!r}"
+    elif t == "list":
+        if spec.name == "text_encoder_lr" and is_number(value):
+            return None
+        if not isinstance(value, list):
+            return f"must be an array, not {value!r}"
+        kinds = {type(v) for v in value}
+        if len(kinds) > 1 and kinds != {int, float}:
+            return "must hold values of one type (the toml 0.10.2 parser sd-scripts uses rejects mixed arrays)"
+        if len(kinds) > 1:
+            return "mixes integers and floats; toml 0.10.2 rejects such arrays, write every item with a decimal point"
+        item = spec.item_type or "str"
+        for v in value:
+            if item == "str" and not isinstance(v, str):
+                return f"items must be strings like \"key=value\", not {v!r}"
+            if item == "float" and not is_number(v):
+                return f"items must be numbers, not {v!r}"
+    if spec.choices and value not in spec.choices:
+        allowed = ", ".join(repr(c) for c in spec.choices if c is not None)
+        return f"{value!r} is not one of {allowed}"
+    return None

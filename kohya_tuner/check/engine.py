@@ -1,0 +1,266 @@
+"""Evaluate a config against the argument schema, the ranges and the start-up rules."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from kohya_tuner.check import argschema, conditions
+from kohya_tuner.check.facts import Context, parse_resolution
+from kohya_tuner.check.result import CheckResult, Problem
+
+_HERE = Path(__file__).resolve().parent
+LORA_SCRIPTS = ("train_network.py", "sdxl_train_network.py", "flux_train_network.py", "sd3_train_network.py")
+SEVERITY = {"problem": "error", "warning": "warning"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    keys: tuple[str, ...]
+    when: Any
+    message: str
+    where: str
+    line: str
+    severity: str
+    scope: str = "config"
+    scripts: tuple[str, ...] = LORA_SCRIPTS
+    needs: str | None = None
+
+
+def _load(name: str) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    with open(_HERE / name, "rb") as fh:
+        return tomllib.load(fh)
+
+
+@lru_cache(maxsize=None)
+def _rules_doc() -> dict[str, Any]:
+    return _load("rules.toml")
+
+
+@lru_cache(maxsize=None)
+def rules() -> tuple[Rule, ...]:
+    out = []
+    seen = set()
+    for raw in _rules_doc()["rule"]:
+        rid = raw["id"]
+        if rid in seen:
+            raise ValueError(f"rules.toml: duplicate rule id {rid!r}")
+        seen.add(rid)
+        conditions.validate(raw["when"], rid)
+        if raw.get("severity") not in SEVERITY or raw.get("scope", "config") not in ("config", "dataset", "subset"):
+            raise ValueError(f"rules.toml: {rid}: bad severity or scope")
+        out.append(Rule(id=rid, keys=tuple(raw["keys"]), when=raw["when"], message=raw["message"],
+                        where=raw["where"], line=raw["line"], severity=raw["severity"],
+                        scope=raw.get("scope", "config"), scripts=tuple(raw.get("scripts", LORA_SCRIPTS)),
+                        needs=raw.get("needs")))
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def ranges() -> dict[str, dict[str, Any]]:
+    return _load("ranges.toml")
+
+
+def not_lora(script: str | None) -> str | None:
+    """What `script` trains when it is not a LoRA script kohya-tuner estimates, else None."""
+    if not script:
+        return None
+    base = script.replace("\\", "/").rsplit("/", 1)[-1]
+    return _rules_doc()["not_lora"].get(base)
+
+
+def not_lora_message(script: str) -> str:
+    return (f"{script} is {not_lora(script)} (not LoRA): kohya-tuner checks, estimates and fits LoRA training "
+            f"only (train_network.py, sdxl_train_network.py, flux_train_network.py, sd3_train_network.py).")
+
+
+# ---- message text ---------------------------------------------------------------------
+
+def show(v: Any) -> str:
+    if v is None:
+        return "unset"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, tuple) and len(v) == 2:
+        return f"{v[0]}x{v[1]}"
+    return repr(v)
+
+
+_FIELD = re.compile(r"\{([@\w:.]+)\}")
+
+
+def _render(message: str, get) -> str:
+    return _FIELD.sub(lambda m: show(get(m.group(1))), message)
+
+
+# ---- ranges -----------------------------------------------------------------------------
+
+def _range_why(value: Any, bounds: dict[str, Any]) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, not {value}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > argschema.INT64_MAX:
+        return f"{value} is beyond the 64-bit integers sd-scripts and torch count with"
+    if not argschema.is_number(value):
+        return None
+    lo, hi, gt = bounds.get("min"), bounds.get("max"), bounds.get("gt")
+    if gt is not None and not value > gt:
+        return f"must be greater than {gt:g}, not {value:g}"
+    if lo is not None and value < lo:
+        return f"must be at least {lo:g}, not {value:g}" if hi is None else f"must be between {lo:g} and {hi:g}, not {value:g}"
+    if hi is not None and value > hi:
+        return f"must be at most {hi:g}, not {value:g}" if lo is None else f"must be between {lo:g} and {hi:g}, not {value:g}"
+    return None
+
+
+def _values_of(key: str, value: Any) -> list[Any]:
+    """The numbers inside one setting (a resolution string holds two, text_encoder_lr a list)."""
+    if key == "resolution":
+        res = parse_resolution(value)
+        return list(res) if res else []
+    if isinstance(value, list):
+        return [v for v in value if argschema.is_number(v)]
+    return [value] if argschema.is_number(value) else []
+
+
+def range_problems(config: dict[str, Any], script: str, dataset: dict[str, Any] | None) -> list[Problem]:
+    table = ranges()
+    specs = argschema.script_args(script)
+    out: list[Problem] = []
+    for key, value in config.items():
+        spec = specs.get(key)
+        if spec is None:
+            continue
+        numeric = spec.type in ("int", "float", "int_or_float") or spec.item_type == "float" or key == "resolution"
+        if not numeric:
+            continue
+        bounds = table.get(key, {})
+        for v in _values_of(key, value):
+            why = _range_why(v, bounds)
+            if why:
+                where = bounds.get("where", f"{spec.source or script} (type {spec.type})")
+                out.append(Problem(key, why, "error", (key,), where, f"range.{key}"))
+                break
+    if isinstance(dataset, dict):
+        for path, block in _dataset_blocks(dataset):
+            for key, value in block.items():
+                bounds = table.get(key)
+                if not bounds or not bounds.get("dataset"):
+                    continue
+                for v in _values_of(key, value) if key != "resolution" else _ds_resolution(value):
+                    why = _range_why(v, bounds)
+                    if why:
+                        full = f"{path}.{key}" if path else key
+                        out.append(Problem(full, why, "error", (full,), bounds["where"], f"range.{key}"))
+                        break
+    return out
+
+
+def _ds_resolution(value: Any) -> list[Any]:
+    if argschema.is_number(value):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if argschema.is_number(v)]
+    return []
+
+
+def _dataset_blocks(dataset: dict[str, Any]):
+    general = dataset.get("general")
+    if isinstance(general, dict):
+        yield "general", general
+    for i, ds in enumerate(dataset.get("datasets") or []):
+        if not isinstance(ds, dict):
+            continue
+        yield f"datasets[{i}]", {k: v for k, v in ds.items() if k != "subsets"}
+        for j, sub in enumerate(ds.get("subsets") or []):
+            if isinstance(sub, dict):
+                yield f"datasets[{i}].subsets[{j}]", sub
+
+
+# ---- the whole check -------------------------------------------------------------------
+
+def key_problems(config: dict[str, Any], script: str, *, unknown_severity: str = "error") -> list[Problem]:
+    """Unknown keys, nested tables, CLI-only keys and wrong types or choices."""
+    specs = argschema.script_args(script)
+    problems: list[Problem] = []
+    for key, value in config.items():
+        spec = specs.get(key)
+        if spec is None:
+            if isinstance(value, dict):
+                problems.append(Problem(key, "is a nested table; sd-scripts flattens only one level, keep the file "
+                                             "one level deep", unknown_severity, where="library/train_util.py:"
+                                             "read_config_from_file", rule="nested_table"))
+                continue
+            near = argschema.closest_key(key, specs)
+            hint = f"; did you mean {near!r}?" if near else ""
+            problems.append(Problem(key, f"is not an argument of {script} at the pinned sd-scripts commit{hint}",
+                                    unknown_severity, where="library/train_util.py:read_config_from_file "
+                                    "(unknown keys are ignored silently)", rule="unknown_key"))
+            continue
+        if spec.cli_only:
+            problems.append(Problem(key, "is only meaningful on the command line, not inside --config_file",
+                                    unknown_severity, where="library/train_util.py:read_config_from_file",
+                                    rule="cli_only"))
+            continue
+        why = argschema.check_value(spec, value)
+        if why:
+            problems.append(Problem(key, why, "error", where=f"{spec.source or script} (argparse type)",
+                                    rule="type"))
+    return problems
+
+
+def rule_findings(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None = None,
+                  complete: bool = False, filesystem: bool = False, base_dir: str | Path | None = None
+                  ) -> list[Problem]:
+    ctx = Context(config, script, dataset=dataset, filesystem=filesystem, base_dir=base_dir)
+    out: list[Problem] = []
+    for rule in rules():
+        if script not in rule.scripts:
+            continue
+        if rule.needs == "files" and not filesystem:
+            continue
+        if rule.needs == "complete" and not complete:
+            continue
+        for ds, sub in ctx.scopes(rule.scope):
+            def get(name, ds=ds, sub=sub):
+                return ctx.lookup(name, ds, sub)
+
+            if conditions.holds(rule.when, get):
+                out.append(Problem(rule.keys[0], _render(rule.message, get), SEVERITY[rule.severity], rule.keys,
+                                   rule.where, rule.id))
+                break
+    return out
+
+
+def check(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None = None, complete: bool = False,
+          filesystem: bool = False, base_dir: str | Path | None = None, unknown_keys: str = "warning"
+          ) -> CheckResult:
+    """Everything the pinned sd-scripts would refuse (problems) or adjust (warnings) in
+    `config` (one flat --config_file dict) and its dataset file, for `script`."""
+    result = CheckResult(script)
+    if not_lora(script):
+        result.problems.append(Problem("script", not_lora_message(script), "error", ("script",),
+                                       f"{script} (not a LoRA script)", "not_lora"))
+        return result
+    found = key_problems(config, script, unknown_severity=SEVERITY.get(unknown_keys, unknown_keys))
+    found += range_problems(config, script, dataset)
+    if isinstance(dataset, dict):
+        from kohya_tuner.check.dataset_schema import validate_dataset
+
+        found += validate_dataset(dataset)
+    found += rule_findings(config, script, dataset=dataset, complete=complete, filesystem=filesystem,
+                           base_dir=base_dir)
+    for p in found:
+        (result.problems if p.severity == "error" else result.warnings).append(p)
+    return result

@@ -1,0 +1,335 @@
+"""The values sd-scripts would see: the config with argparse defaults, every dataset
+and subset after the dataset file's precedence, and a few derived facts.
+
+Rules (rules.toml) only compare values; whatever needs parsing (network_args items,
+the effective optimizer, a resolution string) is derived here once, under a name that
+starts with `@`, so the rule data stays declarative.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kohya_tuner.check import argschema
+
+MISSING = object()
+
+# argparse names that feed a dataset-file key of another name (config_util's map).
+ARG_FOR_DATASET_KEY = {"batch_size": "train_batch_size", "num_repeats": "dataset_repeats"}
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".avif", ".jxl")
+
+
+def parse_resolution(v: Any) -> tuple[int, int] | None:
+    """Resolution as sd-scripts ends with it: "512" -> (512, 512), [w, h] -> (w, h)."""
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return (v, v)
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return (v[0], v[1])
+    if isinstance(v, str):
+        try:
+            parts = [int(p) for p in v.split(",")]
+        except ValueError:
+            return None
+        if len(parts) == 1:
+            return (parts[0], parts[0])
+        if len(parts) == 2:
+            return (parts[0], parts[1])
+    return None
+
+
+def split_kv(items: Any, *, at_first: bool) -> tuple[dict[str, str], str | None]:
+    """`key=value` items as sd-scripts splits them, and the first item it cannot split.
+    network_args split at the first `=`; optimizer and scheduler args need exactly one."""
+    out: dict[str, str] = {}
+    bad = None
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, str):
+            continue
+        n = item.count("=")
+        if n == 0 or (n > 1 and not at_first):
+            bad = bad or item
+            continue
+        k, v = item.split("=", 1)
+        out[k.strip() if at_first else k] = v.strip() if at_first else v
+    return out, bad
+
+
+def _literal_ok(text: str) -> bool:
+    import ast
+
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def _literal(text: str) -> Any:
+    import ast
+
+    return ast.literal_eval(text)
+
+
+def _optimizer(cfg: dict[str, Any]) -> str:
+    """The lower-case optimizer name get_optimizer ends with."""
+    if cfg.get("use_8bit_adam"):
+        return "adamw8bit"
+    if cfg.get("use_lion_optimizer"):
+        return "lion"
+    name = cfg.get("optimizer_type")
+    if not isinstance(name, str) or not name:
+        return "adamw"
+    return name.lower()
+
+
+@dataclass
+class Subset:
+    values: dict[str, Any]
+
+
+@dataclass
+class Dataset:
+    values: dict[str, Any]
+    subsets: list[Subset] = field(default_factory=list)
+
+
+class Context:
+    """Everything a rule may read, for one config (and its dataset file) and one script."""
+
+    def __init__(self, config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None = None,
+                 family_name: str | None = None, filesystem: bool = False, base_dir: str | Path | None = None):
+        self.script = script
+        self.family = family_name
+        self.user = dict(config)
+        self.cfg = {**argschema.defaults(script), **config}
+        self.dataset_doc = dataset if isinstance(dataset, dict) else None
+        self.filesystem = filesystem
+        self.base_dir = Path(base_dir) if base_dir else None
+        self.ds_keys = argschema.raw_schema()["dataset_config"]["keys"]
+        self.general = dict((self.dataset_doc or {}).get("general") or {}) if self.dataset_doc else {}
+        if not isinstance(self.general, dict):
+            self.general = {}
+        self.datasets = self._datasets()
+        self.derived = self._derive()
+
+    # ---- datasets ------------------------------------------------------------------
+
+    def _datasets(self) -> list[Dataset]:
+        doc = self.dataset_doc
+        if doc is not None:
+            out = []
+            for ds in doc.get("datasets") or []:
+                if not isinstance(ds, dict):
+                    continue
+                subs = [Subset(dict(s)) for s in ds.get("subsets") or [] if isinstance(s, dict)]
+                out.append(Dataset({k: v for k, v in ds.items() if k != "subsets"}, subs))
+            return out
+        # Without a dataset file sd-scripts builds one DreamBooth dataset from train_data_dir's
+        # `N_name` folders (config_util.generate_dreambooth_subsets_config_by_subdirs).
+        subs = []
+        tdd = self.cfg.get("train_data_dir")
+        if self.cfg.get("in_json") is not None:
+            return [Dataset({}, [Subset({"image_dir": tdd, "metadata_file": self.cfg["in_json"]})])]
+        if self.filesystem and isinstance(tdd, str) and self.cfg.get("in_json") is None:
+            root = self._path(tdd)
+            if root.is_dir():
+                for sub in sorted(root.iterdir()):
+                    head = sub.name.split("_", 1)[0]
+                    if sub.is_dir() and head.isdigit() and int(head) >= 1:
+                        subs.append(Subset({"image_dir": str(sub), "num_repeats": int(head)}))
+        if not subs:
+            subs = [Subset({})]
+        return [Dataset({}, subs)]
+
+    def _path(self, p: str) -> Path:
+        path = Path(p).expanduser()
+        if not path.is_absolute() and self.base_dir is not None:
+            path = self.base_dir / path
+        return path
+
+    def lookup(self, key: str, ds: Dataset | None = None, sub: Subset | None = None) -> Any:
+        """The value of `key` as the dataset (and subset) in scope sees it."""
+        if key.startswith("@"):
+            if ds is not None:
+                v = self._scoped_fact(key, ds, sub)
+                if v is not MISSING:
+                    return v
+            return self.derived.get(key)
+        spec = self.ds_keys.get(key)
+        if spec is not None and ds is not None:
+            if sub is not None and key in sub.values and "subsets" in spec["levels"]:
+                return sub.values[key]
+            if key in ds.values and "datasets" in spec["levels"]:
+                return ds.values[key]
+            if key in self.general:
+                return self.general[key]
+            arg = ARG_FOR_DATASET_KEY.get(key, key)
+            if self.cfg.get(arg) is not None:
+                v = self.cfg[arg]
+                return parse_resolution(v) if key == "resolution" else v
+            return spec.get("effective_default")
+        if key in ARG_FOR_DATASET_KEY.values() and ds is not None:
+            return self.lookup(next(k for k, a in ARG_FOR_DATASET_KEY.items() if a == key), ds, sub)
+        return self.cfg.get(key)
+
+    def _scoped_fact(self, key: str, ds: Dataset, sub: Subset | None) -> Any:
+        if key in ("@res_min", "@res_max", "@res_w", "@res_h"):
+            res = parse_resolution(self.lookup("resolution", ds, sub))
+            if res is None:
+                return None
+            return {"@res_min": min(res), "@res_max": max(res), "@res_w": res[0], "@res_h": res[1]}[key]
+        if key in ("@min_bucket_adjusted", "@max_bucket_adjusted"):
+            step = self.lookup("bucket_reso_steps", ds, sub)
+            lo, hi = self.lookup("min_bucket_reso", ds, sub), self.lookup("max_bucket_reso", ds, sub)
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in (step, lo, hi)) or step <= 0:
+                return None
+            if key == "@min_bucket_adjusted":
+                return lo - lo % step
+            return hi if hi % step == 0 else hi + step - hi % step
+        if key == "@subset_dir_missing":
+            d = sub.values.get("image_dir") if sub else None
+            return self.filesystem and isinstance(d, str) and not self._path(d).is_dir()
+        if key == "@subset_has_no_images":
+            d = sub.values.get("image_dir") if sub else None
+            if not (self.filesystem and isinstance(d, str) and self._path(d).is_dir()):
+                return False
+            return not any(p.suffix.lower() in IMAGE_SUFFIXES for p in self._path(d).iterdir())
+        if key == "@empty_caption":
+            return self._empty_caption(ds, sub)
+        if key in ("@finetune_dataset", "@mixed_subsets"):
+            meta = [("metadata_file" in s.values) for s in ds.subsets if s.values]
+            if key == "@finetune_dataset":
+                return bool(meta) and all(meta)
+            return any(meta) and not all(meta)
+        return MISSING
+
+    def _empty_caption(self, ds: Dataset, sub: Subset | None) -> str | None:
+        d = sub.values.get("image_dir") if sub else None
+        if not (self.filesystem and isinstance(d, str) and self._path(d).is_dir()):
+            return None
+        ext = self.lookup("caption_extension", ds, sub)
+        ext = self.cfg.get("caption_extension") or ".caption" if ext is None else ext
+        if not isinstance(ext, str):
+            return None
+        for img in self._path(d).iterdir():
+            if img.suffix.lower() in IMAGE_SUFFIXES:
+                cap = img.with_suffix(ext) if ext.startswith(".") else Path(str(img.with_suffix("")) + ext)
+                if cap.is_file() and cap.stat().st_size == 0:
+                    return str(cap)
+        return None
+
+    def scopes(self, scope: str):
+        """(dataset, subset) pairs a rule of `scope` is evaluated over."""
+        if scope == "config":
+            yield None, None
+        elif scope == "dataset":
+            for ds in self.datasets:
+                yield ds, None
+        else:
+            for ds in self.datasets:
+                for sub in ds.subsets or [Subset({})]:
+                    yield ds, sub
+
+    # ---- derived facts ---------------------------------------------------------------
+
+    def _derive(self) -> dict[str, Any]:
+        c = self.cfg
+        d: dict[str, Any] = {}
+        d["@script"] = self.script
+        for k, v in self.user.items():
+            d[f"@int_literal:{k}"] = isinstance(v, int) and not isinstance(v, bool)
+        d["@optimizer"] = _optimizer(c)
+        opt_kw, d["@bad_optimizer_arg"] = split_kv(c.get("optimizer_args"), at_first=False)
+        d["@optimizer_arg_not_literal"] = next((f"{k}={v}" for k, v in opt_kw.items() if not _literal_ok(v)), None)
+        sch_kw, d["@bad_lr_scheduler_arg"] = split_kv(c.get("lr_scheduler_args"), at_first=False)
+        d["@lr_scheduler_arg_not_literal"] = next((f"{k}={v}" for k, v in sch_kw.items() if not _literal_ok(v)),
+                                                  None)
+        d["@lr_scheduler_arg_keys"] = sorted(sch_kw)
+        net, d["@bad_network_arg"] = split_kv(c.get("network_args"), at_first=True)
+        for k, v in net.items():
+            d[f"@net:{k}"] = v
+        for k in ("block_dims", "block_alphas", "conv_block_dims", "conv_block_alphas", "in_dims"):
+            d[f"@net_count:{k}"] = len(net[k].split(",")) if k in net else None
+        relative = True
+        raw_rel = opt_kw.get("relative_step")
+        if raw_rel is not None and _literal_ok(raw_rel):
+            relative = bool(_literal(raw_rel))
+        if not relative and opt_kw.get("warmup_init") and _literal_ok(opt_kw["warmup_init"]) \
+                and _literal(opt_kw["warmup_init"]):
+            relative = True
+        d["@adafactor_relative_step"] = d["@optimizer"] == "adafactor" and relative
+        d["@optimizer_has_momentum"] = "momentum" in opt_kw
+        # get_optimizer rewrites lr_scheduler to "adafactor:<lr>" for a relative-step Adafactor.
+        sched = c.get("lr_scheduler")
+        d["@scheduler"] = "adafactor" if d["@adafactor_relative_step"] else sched
+        d["@warmup_steps"] = self._steps_of(c.get("lr_warmup_steps"))
+        d["@cache_latents"] = bool(c.get("cache_latents") or c.get("cache_latents_to_disk"))
+        d["@te_cache"] = bool(c.get("cache_text_encoder_outputs") or c.get("cache_text_encoder_outputs_to_disk"))
+        d["@fp8"] = bool(c.get("fp8_base") or c.get("fp8_base_unet"))
+        swap = c.get("blocks_to_swap")
+        if c.get("split_mode") and swap is None and self.script == "flux_train_network.py":
+            swap = 18
+        d["@blocks_to_swap"] = swap
+        d["@train_t5xxl"] = net.get("train_t5xxl") == "True"
+        res = c.get("resolution")
+        d["@resolution_parts"] = len(res.split(",")) if isinstance(res, str) else None
+        face = c.get("face_crop_aug_range")
+        d["@face_crop_ok"] = True
+        if isinstance(face, str):
+            try:
+                lo_hi = [float(x) for x in face.split(",")]
+                d["@face_crop_ok"] = len(lo_hi) == 2 and lo_hi[0] <= lo_hi[1]
+            except ValueError:
+                d["@face_crop_ok"] = False
+        ds_path = c.get("dataset_config")
+        d["@dataset_config_missing"] = bool(self.filesystem and isinstance(ds_path, str)
+                                            and not self._path(ds_path).is_file())
+        d["@dataset_config_suffix"] = (Path(ds_path).suffix.lower() if isinstance(ds_path, str) else None)
+        for key in ("resume", "network_weights", "pretrained_model_name_or_path", "train_data_dir"):
+            v = c.get(key)
+            exists = not self.filesystem or not isinstance(v, str) or self._path(v).exists()
+            if key == "pretrained_model_name_or_path" and isinstance(v, str) and _looks_like_hub_id(v):
+                exists = True
+            d[f"@missing:{key}"] = not exists
+        d["@no_training_data"] = self._no_training_data()
+        return d
+
+    def _steps_of(self, v: Any) -> Any:
+        steps = self.cfg.get("max_train_steps")
+        if isinstance(v, float) and math.isfinite(v) and isinstance(steps, int):
+            return int(v * steps)
+        return v
+
+    def _no_training_data(self) -> bool:
+        """sd-scripts logs "No data found" and exits without training (exit 0) when no
+        subset yields an image; only decidable when the folders can be read."""
+        if not self.filesystem:
+            return False
+        if self.dataset_doc is None:
+            if self.cfg.get("in_json") is not None or self.cfg.get("dataset_class") is not None:
+                return False
+            if not isinstance(self.cfg.get("train_data_dir"), str):
+                return True
+        for ds in self.datasets:
+            for sub in ds.subsets:
+                d = sub.values.get("image_dir")
+                if "metadata_file" in sub.values:
+                    return False  # fine-tuning subsets list their images in the metadata file
+                if not isinstance(d, str):
+                    continue
+                p = self._path(d)
+                reps = self.lookup("num_repeats", ds, sub)
+                if p.is_dir() and (not isinstance(reps, int) or reps >= 1) and not sub.values.get("is_reg") and any(
+                        f.suffix.lower() in IMAGE_SUFFIXES for f in p.iterdir()):
+                    return False
+        return True
+
+
+def _looks_like_hub_id(value: str) -> bool:
+    return value.count("/") == 1 and not value.startswith((".", "/", "~")) and not Path(value).suffix
