@@ -83,7 +83,7 @@ def closest_key(key: str, candidates) -> str | None:
     return found[0] if found else None
 
 
-_RES_RE = re.compile(r"^\s*\d+\s*(,\s*\d+\s*)?$")
+_RES_RE = re.compile(r"^\s*\d+\s*(,\s*\d+\s*)*$")
 
 
 def is_number(v: Any) -> bool:

@@ -1,0 +1,272 @@
+"""One test per start-up rule in kohya_tuner/check/rules.toml.
+
+Each example is a config (and dataset file) that breaks the rule and the smallest change
+that satisfies it; the test id names the rule and the source line at the pinned
+sd-scripts commit where it is enforced, e.g. `full_fp16_needs_fp16@train_network.py:817`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kohya_tuner.check import engine
+
+SD, XL, FX, S3 = "train_network.py", "sdxl_train_network.py", "flux_train_network.py", "sd3_train_network.py"
+
+BASE = {
+    SD: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora", "resolution": "512"},
+    XL: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora", "resolution": "1024"},
+    FX: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_flux",
+         "resolution": "512"},
+    S3: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_sd3",
+         "resolution": "1024"},
+}
+
+
+def ds(general=None, **subset):
+    return {"general": general or {}, "datasets": [{"subsets": [{"image_dir": "img", **subset}]}]}
+
+
+# rule id -> (script, breaking config, satisfying config, dataset for both or None)
+EXAMPLES = {
+    "adaptive_noise_scale_needs_noise_offset": (SD, {"adaptive_noise_scale": 0.1}, {"adaptive_noise_scale": 0.1, "noise_offset": 0.05}, None),
+    "scale_v_pred_loss_needs_v_parameterization": (SD, {"scale_v_pred_loss_like_noise_pred": True}, {"scale_v_pred_loss_like_noise_pred": True, "v_parameterization": True}, None),
+    "v_pred_like_loss_excludes_v_parameterization": (SD, {"v_pred_like_loss": 0.1, "v_parameterization": True}, {"v_pred_like_loss": 0.1}, None),
+    "cache_latents_to_disk_turns_on_cache_latents": (SD, {"cache_latents_to_disk": True}, {"cache_latents_to_disk": True, "cache_latents": True}, None),
+    "v2_with_clip_skip": (SD, {"v2": True, "clip_skip": 2}, {"v2": True}, None),
+    "zero_terminal_snr_without_v_parameterization": (SD, {"zero_terminal_snr": True}, {"zero_terminal_snr": True, "v_parameterization": True}, None),
+    "sample_every_n_epochs_not_positive": (SD, {"sample_every_n_epochs": 0}, {"sample_every_n_epochs": 1}, None),
+    "sample_every_n_steps_not_positive": (SD, {"sample_every_n_steps": -5}, {"sample_every_n_steps": 5}, None),
+    "caption_extention_spelling": (SD, {"caption_extention": ".txt"}, {"caption_extension": ".txt"}, None),
+    "resolution_one_or_two_sides": (SD, {"resolution": "512,512,512"}, {"resolution": "512,512"}, None),
+    "face_crop_aug_range_two_floats": (SD, {"face_crop_aug_range": "2.0,1.0"}, {"face_crop_aug_range": "1.0,2.0"}, None),
+    "in_json_latents_ignored_with_augmentation": (SD, {"in_json": "meta.json", "color_aug": True}, {"in_json": "meta.json"}, None),
+    "use_8bit_adam_and_use_lion_optimizer": (SD, {"use_8bit_adam": True, "use_lion_optimizer": True}, {"use_8bit_adam": True}, None),
+    "use_8bit_adam_and_optimizer_type": (SD, {"use_8bit_adam": True, "optimizer_type": "AdamW"}, {"use_8bit_adam": True}, None),
+    "use_lion_optimizer_and_optimizer_type": (SD, {"use_lion_optimizer": True, "optimizer_type": "AdamW"}, {"use_lion_optimizer": True}, None),
+    "fused_backward_pass_needs_adafactor": (SD, {"fused_backward_pass": True, "optimizer_type": "AdamW"}, {"fused_backward_pass": True, "optimizer_type": "adafactor"}, None),
+    "fused_backward_pass_needs_no_accumulation": (SD, {"fused_backward_pass": True, "optimizer_type": "Adafactor", "gradient_accumulation_steps": 2}, {"fused_backward_pass": True, "optimizer_type": "Adafactor"}, None),
+    "optimizer_args_key_value": (SD, {"optimizer_args": ["betas=0.9,0.99=x"]}, {"optimizer_args": ["betas=0.9,0.99"]}, None),
+    "optimizer_args_python_literal": (SD, {"optimizer_args": ["weight_decay=small"]}, {"optimizer_args": ["weight_decay=0.01"]}, None),
+    "optimizer_type_unknown": (SD, {"optimizer_type": "AdEMAMix8bit"}, {"optimizer_type": "AdamW8bit"}, None),
+    "sgd_nesterov_momentum_default": (SD, {"optimizer_type": "SGDNesterov"}, {"optimizer_type": "SGDNesterov", "optimizer_args": ["momentum=0.8"]}, None),
+    "dadapt_prodigy_small_learning_rate": (SD, {"optimizer_type": "Prodigy", "learning_rate": 1e-4}, {"optimizer_type": "Prodigy", "learning_rate": 1.0}, None),
+    "adafactor_relative_step_takes_over_lr": (SD, {"optimizer_type": "Adafactor"}, {"optimizer_type": "Adafactor", "optimizer_args": ["relative_step=False"]}, None),
+    "lr_scheduler_args_key_value": (SD, {"lr_scheduler_args": ["T_max"]}, {"lr_scheduler_args": ["T_max=10"]}, None),
+    "lr_scheduler_args_python_literal": (SD, {"lr_scheduler_args": ["gamma=fast"]}, {"lr_scheduler_args": ["gamma=0.5"]}, None),
+    "scheduler_without_warmup": (SD, {"lr_warmup_steps": 10}, {"lr_warmup_steps": 10, "lr_scheduler": "constant_with_warmup"}, None),
+    "adafactor_scheduler_needs_adafactor": (SD, {"lr_scheduler": "adafactor"}, {"lr_scheduler": "adafactor", "optimizer_type": "Adafactor"}, None),
+    "adafactor_scheduler_needs_relative_step": (SD, {"lr_scheduler": "adafactor", "optimizer_type": "Adafactor", "optimizer_args": ["relative_step=False"]}, {"lr_scheduler": "adafactor", "optimizer_type": "Adafactor"}, None),
+    "lr_scheduler_unknown": (SD, {"lr_scheduler": "cosine_annealing"}, {"lr_scheduler": "cosine"}, None),
+    "lr_scheduler_broken_at_pin": (SD, {"lr_scheduler": "reduce_lr_on_plateau"}, {"lr_scheduler": "warmup_stable_decay"}, None),
+    "cosine_with_min_lr_needs_ratio": (SD, {"lr_scheduler": "cosine_with_min_lr"}, {"lr_scheduler": "cosine_with_min_lr", "lr_scheduler_min_lr_ratio": 0.1}, None),
+    "piecewise_constant_needs_step_rules": (SD, {"lr_scheduler": "piecewise_constant"}, {"lr_scheduler": "piecewise_constant", "lr_scheduler_args": ["step_rules='1:10,0.1'"]}, None),
+    "tensorboard_needs_logging_dir": (SD, {"log_with": "tensorboard"}, {"log_with": "tensorboard", "logging_dir": "logs"}, None),
+    "logging_dir_turns_on_tensorboard": (SD, {"logging_dir": "logs"}, {"logging_dir": "logs", "log_with": "tensorboard"}, None),
+    "bucket_reso_steps_multiple_of_32": (
+        {"general": {"enable_bucket": True, "bucket_reso_steps": 48}, "datasets": [{"subsets": [{"image_dir": "a"}]}]},
+        {"general": {"enable_bucket": True, "bucket_reso_steps": 48},
+         "datasets": [{"bucket_reso_steps": 64, "subsets": [{"image_dir": "a"}]}]}),
+    "resolution_required": (SD, {"resolution": None}, {"resolution": None}, ds({"resolution": 512})),
+    "min_bucket_reso_above_resolution": (SD, {"resolution": "64,64", "enable_bucket": True}, {"resolution": "64,64", "enable_bucket": True, "min_bucket_reso": 64}, None),
+    "max_bucket_reso_below_resolution": (SD, {"resolution": "1024", "enable_bucket": True, "max_bucket_reso": 768}, {"resolution": "768", "enable_bucket": True, "max_bucket_reso": 768}, None),
+    "min_bucket_reso_rounded_down": (SD, {"enable_bucket": True, "min_bucket_reso": 300}, {"enable_bucket": True, "min_bucket_reso": 320}, None),
+    "max_bucket_reso_rounded_up": (SD, {"enable_bucket": True, "max_bucket_reso": 1000}, {"enable_bucket": True, "max_bucket_reso": 1024}, None),
+    "bucket_no_upscale_ignores_bucket_limits": (SD, {"enable_bucket": True, "bucket_no_upscale": True}, {"enable_bucket": True}, None),
+    "bucket_reso_steps_multiple_of_64": (FX, {"enable_bucket": True, "bucket_reso_steps": 32}, {"enable_bucket": True, "bucket_reso_steps": 64}, None),
+    "bucket_reso_steps_multiple_of_32": (XL, {}, {}, None),
+    "fixed_resolution_multiple_of_32": (XL, {"resolution": "1000"}, {"resolution": "1024"}, None),
+    "fixed_resolution_multiple_of_16": (FX, {"resolution": "520"}, {"resolution": "528"}, None),
+    "dreambooth_and_finetuning_subsets_mixed": (SD, {}, {}, None),
+    "validation_split_float_literal": (SD, {"validation_split": 0}, {"validation_split": 0.0}, None),
+    "dataset_config_format": (SD, {"dataset_config": "dataset.yaml"}, {"dataset_config": "dataset.toml"}, None),
+    "cache_latents_with_augmentation": (SD, {"cache_latents": True}, {"cache_latents": True}, None),
+    "pretrained_model_required": (SD, {"pretrained_model_name_or_path": None}, {}, None),
+    "network_module_required": (SD, {"network_module": None}, {}, None),
+    "network_args_key_value": (SD, {"network_args": ["conv_dim"]}, {"network_args": ["conv_dim=4"]}, None),
+    "dim_from_weights_needs_network_weights": (SD, {"dim_from_weights": True}, {"dim_from_weights": True, "network_weights": "w.safetensors"}, None),
+    "nothing_to_train": (SD, {"network_train_unet_only": True, "network_train_text_encoder_only": True}, {"network_train_unet_only": True}, None),
+    "cpu_offload_checkpointing_unet": (XL, {"gradient_checkpointing": True, "cpu_offload_checkpointing": True}, {"gradient_checkpointing": True}, None),
+    "persistent_workers_need_workers": (SD, {"persistent_data_loader_workers": True, "max_data_loader_n_workers": 0}, {"persistent_data_loader_workers": True, "max_data_loader_n_workers": 1}, None),
+    "max_train_epochs_overrides_steps": (SD, {"max_train_epochs": 3}, {"max_train_steps": 300}, None),
+    "full_fp16_needs_fp16": (SD, {"full_fp16": True, "mixed_precision": "bf16"}, {"full_fp16": True, "mixed_precision": "fp16"}, None),
+    "full_bf16_needs_bf16": (SD, {"full_bf16": True, "mixed_precision": "fp16"}, {"full_bf16": True, "mixed_precision": "bf16"}, None),
+    "fp8_base_needs_mixed_precision": (FX, {"fp8_base_unet": True}, {"fp8_base_unet": True, "mixed_precision": "bf16"}, None),
+    "initial_step_reaches_max_train_steps": (SD, {"initial_step": 100, "max_train_steps": 100}, {"initial_step": 99, "max_train_steps": 100}, None),
+    "network_module_for_other_model": (FX, {"network_module": "networks.lora"}, {"network_module": "networks.lora_flux"}, None),
+    "lora_network_args_integers": (FX, {"network_args": ["img_attn_dim=8.5"]}, {"network_args": ["img_attn_dim=8"]}, None),
+    "lora_network_args_numbers": (SD, {"network_args": ["conv_dim=4", "conv_alpha=half"]}, {"network_args": ["conv_dim=4", "conv_alpha=0.5"]}, None),
+    "lora_block_dims_count_sd": (SD, {"network_args": ["block_dims=" + ",".join(["4"] * 23)]}, {"network_args": ["block_dims=" + ",".join(["4"] * 25)]}, None),
+    "lora_block_dims_count_sdxl": (XL, {"network_args": ["block_dims=" + ",".join(["4"] * 25)]}, {"network_args": ["block_dims=" + ",".join(["4"] * 23)]}, None),
+    "lora_flux_in_dims_count": (FX, {"network_args": ["in_dims=4,4,4"]}, {"network_args": ["in_dims=4,4,4,4,4"]}, None),
+    "lora_flux_train_blocks_choice": (FX, {"network_args": ["train_blocks=double_only"]}, {"network_args": ["train_blocks=double"]}, None),
+    "sdxl_v2": (XL, {"v2": True}, {"v2": False}, None),
+    "sdxl_clip_skip": (XL, {"clip_skip": 2}, {}, None),
+    "sdxl_te_cache_to_disk_turns_on_cache": (XL, {"cache_text_encoder_outputs_to_disk": True, "network_train_unet_only": True}, {"cache_text_encoder_outputs_to_disk": True, "cache_text_encoder_outputs": True, "network_train_unet_only": True}, None),
+    "sdxl_te_cache_with_caption_changes": (XL, {"cache_text_encoder_outputs": True, "network_train_unet_only": True}, {"cache_text_encoder_outputs": True, "network_train_unet_only": True}, None),
+    "sdxl_te_cache_needs_unet_only": (XL, {"cache_text_encoder_outputs_to_disk": True}, {"cache_text_encoder_outputs_to_disk": True, "network_train_unet_only": True}, None),
+    "flux_chroma_needs_t5_attn_mask": (FX, {"model_type": "chroma"}, {"model_type": "chroma", "apply_t5_attn_mask": True}, None),
+    "flux_fp8_base_unet_turns_on_fp8_base": (FX, {"fp8_base_unet": True, "mixed_precision": "bf16"}, {"fp8_base_unet": True, "fp8_base": True, "mixed_precision": "bf16"}, None),
+    "flux_te_cache_to_disk_turns_on_cache": (FX, {"cache_text_encoder_outputs_to_disk": True}, {"cache_text_encoder_outputs_to_disk": True, "cache_text_encoder_outputs": True}, None),
+    "flux_te_cache_with_caption_changes": (FX, {"cache_text_encoder_outputs": True, "caption_dropout_rate": 0.1}, {"cache_text_encoder_outputs": True}, None),
+    "flux_max_token_length_unused": (FX, {"max_token_length": 225}, {}, None),
+    "flux_blocks_to_swap_with_cpu_offload": (FX, {"blocks_to_swap": 8, "cpu_offload_checkpointing": True}, {"blocks_to_swap": 8}, None),
+    "flux_split_mode_ignored": (FX, {"split_mode": True, "blocks_to_swap": 8}, {"blocks_to_swap": 8}, None),
+    "flux_split_mode_becomes_block_swap": (FX, {"split_mode": True}, {"blocks_to_swap": 18}, None),
+    "flux_blocks_to_swap_max": (FX, {"blocks_to_swap": 36}, {"blocks_to_swap": 35}, None),
+    "flux_te_cache_with_t5_training": (FX, {"cache_text_encoder_outputs": True, "network_args": ["train_t5xxl=True"]}, {"cache_text_encoder_outputs": True, "network_args": ["train_t5xxl=False"]}, None),
+    "sd3_fp8_base_unet_turns_on_fp8_base": (S3, {"fp8_base_unet": True, "mixed_precision": "bf16"}, {"fp8_base_unet": True, "fp8_base": True, "mixed_precision": "bf16"}, None),
+    "sd3_te_cache_to_disk_turns_on_cache": (S3, {"cache_text_encoder_outputs_to_disk": True}, {"cache_text_encoder_outputs_to_disk": True, "cache_text_encoder_outputs": True}, None),
+    "sd3_te_cache_with_caption_changes": (S3, {"cache_text_encoder_outputs": True, "token_warmup_step": 0.5}, {"cache_text_encoder_outputs": True}, None),
+    "sd3_max_token_length_unused": (S3, {"max_token_length": 150}, {}, None),
+    "sd3_blocks_to_swap_with_cpu_offload": (S3, {"blocks_to_swap": 4, "cpu_offload_checkpointing": True}, {"cpu_offload_checkpointing": True}, None),
+    "sd3_blocks_to_swap_max": (S3, {"blocks_to_swap": 37}, {"blocks_to_swap": 36}, None),
+    "sd3_te_cache_with_t5_training": (S3, {"cache_text_encoder_outputs": True, "network_args": ["train_t5xxl=True"]}, {"network_args": ["train_t5xxl=True"]}, None),
+}
+
+# Rules that look at the dataset file: the breaking and the satisfying dataset differ.
+DATASET_PAIRS = {
+    "dreambooth_and_finetuning_subsets_mixed": (
+        {"datasets": [{"subsets": [{"image_dir": "a"}, {"image_dir": "b", "metadata_file": "m.json"}]}]},
+        {"datasets": [{"subsets": [{"image_dir": "a"}]}, {"subsets": [{"image_dir": "b", "metadata_file": "m.json"}]}]}),
+    "cache_latents_with_augmentation": (ds(random_crop=True), ds(flip_aug=True)),
+    "sdxl_te_cache_with_caption_changes": (ds({"shuffle_caption": True}), ds({"shuffle_caption": False})),
+    "bucket_reso_steps_multiple_of_32": (
+        {"general": {"enable_bucket": True, "bucket_reso_steps": 48}, "datasets": [{"subsets": [{"image_dir": "a"}]}]},
+        {"general": {"enable_bucket": True, "bucket_reso_steps": 48},
+         "datasets": [{"bucket_reso_steps": 64, "subsets": [{"image_dir": "a"}]}]}),
+    "resolution_required": ({"datasets": [{"subsets": [{"image_dir": "img"}]}]}, ds({"resolution": 512})),
+}
+
+
+def _line(rule_id: str) -> str:
+    return next(r.line for r in engine.rules() if r.id == rule_id)
+
+
+def _fires(rule_id, script, config, dataset, **kw):
+    res = engine.check({**BASE[script], **config}, script, dataset=dataset, complete=True, **kw)
+    return [p for p in res.problems + res.warnings if p.rule == rule_id], res
+
+
+@pytest.mark.parametrize("rule_id", sorted(EXAMPLES), ids=lambda r: f"{r}@{_line(r)}")
+def test_rule_fires_on_its_example_and_not_on_the_fix(rule_id):
+    script, bad, good, dataset = EXAMPLES[rule_id]
+    bad_ds, good_ds = DATASET_PAIRS.get(rule_id, (dataset, dataset))
+    bad = {k: v for k, v in bad.items()}
+    found, res = _fires(rule_id, script, {k: v for k, v in bad.items() if v is not None}, bad_ds)
+    if any(v is None for v in bad.values()):  # a required key removed
+        cfg = {k: v for k, v in {**BASE[script], **bad}.items() if v is not None}
+        res = engine.check(cfg, script, dataset=bad_ds, complete=True)
+        found = [p for p in res.problems + res.warnings if p.rule == rule_id]
+    rule = next(r for r in engine.rules() if r.id == rule_id)
+    assert len(found) == 1, (rule_id, res.problems, res.warnings)
+    assert found[0].severity == engine.SEVERITY[rule.severity]
+    assert found[0].where == rule.where and found[0].keys == rule.keys
+    assert "{" not in found[0].message, found[0].message
+    good_found, res = _fires(rule_id, script, {k: v for k, v in good.items() if v is not None}, good_ds)
+    assert good_found == [], (rule_id, good_found)
+    # A problem makes the whole check fail; a warning alone does not.
+    if rule.severity == "problem":
+        assert not engine.check({**BASE[script], **{k: v for k, v in bad.items() if v is not None}}, script,
+                                dataset=bad_ds, complete=True).ok or any(v is None for v in bad.values())
+
+
+FILE_RULES = ("dataset_config_missing", "no_training_images", "subset_image_dir_missing", "caption_file_empty",
+              "pretrained_model_missing", "network_weights_missing", "resume_state_missing")
+
+
+def _tree(tmp_path):
+    img = tmp_path / "img" / "2_ohwx"
+    img.mkdir(parents=True)
+    (img / "a.png").write_bytes(b"\x89PNG")
+    (img / "a.txt").write_text("ohwx\n")
+    (tmp_path / "m.safetensors").write_bytes(b"0")
+    (tmp_path / "w.safetensors").write_bytes(b"0")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "ds.toml").write_text("")
+    return {"pretrained_model_name_or_path": str(tmp_path / "m.safetensors"), "network_module": "networks.lora",
+            "resolution": "512", "train_data_dir": str(tmp_path / "img")}
+
+
+def _file_case(rule_id, tmp_path):
+    """(config, dataset) breaking the rule, and the fixed pair, on a real folder tree."""
+    base = _tree(tmp_path)
+    sub = str(tmp_path / "img" / "2_ohwx")
+    if rule_id == "dataset_config_missing":
+        return ({**base, "dataset_config": str(tmp_path / "nope.toml")}, None), ({**base, "dataset_config": str(tmp_path / "ds.toml")}, None)
+    if rule_id == "no_training_images":
+        empty = tmp_path / "empty"
+        (empty / "3_x").mkdir(parents=True)
+        return ({**base, "train_data_dir": str(empty)}, None), (base, None)
+    if rule_id == "subset_image_dir_missing":
+        return (base, ds(image_dir=str(tmp_path / "gone"))), (base, ds(image_dir=sub))
+    if rule_id == "caption_file_empty":
+        (tmp_path / "img" / "2_ohwx" / "b.png").write_bytes(b"\x89PNG")
+        (tmp_path / "img" / "2_ohwx" / "b.txt").write_text("")
+        return (base, ds(image_dir=sub, caption_extension=".txt")), (base, ds(image_dir=sub, caption_extension=".cap"))
+    if rule_id == "pretrained_model_missing":
+        return ({**base, "pretrained_model_name_or_path": str(tmp_path / "gone.safetensors")}, None), ({**base, "pretrained_model_name_or_path": "runwayml/stable-diffusion-v1-5"}, None)
+    if rule_id == "network_weights_missing":
+        return ({**base, "network_weights": str(tmp_path / "gone.safetensors")}, None), ({**base, "network_weights": str(tmp_path / "w.safetensors")}, None)
+    if rule_id == "resume_state_missing":
+        return ({**base, "resume": str(tmp_path / "gone")}, None), ({**base, "resume": str(tmp_path / "state")}, None)
+    raise AssertionError(rule_id)
+
+
+@pytest.mark.parametrize("rule_id", FILE_RULES, ids=lambda r: f"{r}@{_line(r)}")
+def test_file_rule_fires_on_missing_files_and_not_on_present_ones(rule_id, tmp_path):
+    (bad, bad_ds), (good, good_ds) = _file_case(rule_id, tmp_path)
+    res = engine.check(bad, SD, dataset=bad_ds, complete=True, filesystem=True)
+    assert [p.rule for p in res.problems + res.warnings].count(rule_id) == 1, (res.problems, res.warnings)
+    res = engine.check(good, SD, dataset=good_ds, complete=True, filesystem=True)
+    assert rule_id not in [p.rule for p in res.problems + res.warnings], (res.problems, res.warnings)
+    # Without file access the rule is not decided at all.
+    res = engine.check(bad, SD, dataset=bad_ds, complete=True, filesystem=False)
+    assert rule_id not in [p.rule for p in res.problems + res.warnings]
+
+
+def test_every_rule_has_a_test_and_a_source_line():
+    ids = {r.id for r in engine.rules()}
+    assert ids == set(EXAMPLES) | set(FILE_RULES)
+    for r in engine.rules():
+        path, _, line = r.line.partition(":")
+        assert path.endswith(".py") and line.isdigit(), r.line
+        assert r.where.split(":")[0].split(" ")[0].endswith(".py") or r.where.startswith("networks/"), r.where
+
+
+def test_complete_only_rules_stay_quiet_for_a_fragment():
+    res = engine.check({"network_dim": 8}, SD)
+    assert res.ok and res.problems == []
+    res = engine.check({"network_dim": 8}, SD, complete=True)
+    assert {p.rule for p in res.problems} == {"pretrained_model_required", "network_module_required",
+                                              "resolution_required"}
+
+
+def test_rules_apply_only_to_their_scripts():
+    # FLUX has its own 64 check; the SDXL trainer only needs 32.
+    cfg = {"enable_bucket": True, "bucket_reso_steps": 32}
+    assert "bucket_reso_steps_multiple_of_64" in [p.rule for p in engine.check({**BASE[FX], **cfg}, FX).problems]
+    assert engine.check({**BASE[XL], **cfg}, XL).ok
+
+
+def test_a_rule_fires_once_even_when_many_subsets_break_it():
+    d = {"datasets": [{"subsets": [{"image_dir": "a", "color_aug": True}, {"image_dir": "b", "random_crop": True}]}]}
+    res = engine.check({**BASE[SD], "cache_latents": True}, SD, dataset=d)
+    assert [p.rule for p in res.problems] == ["cache_latents_with_augmentation"]
+
+
+def test_dataset_precedence_subset_over_dataset_over_general_over_config():
+    # The subset turns shuffling off, so caching is allowed though general and the config shuffle.
+    d = {"general": {"shuffle_caption": True},
+         "datasets": [{"shuffle_caption": True, "subsets": [{"image_dir": "a", "shuffle_caption": False}]}]}
+    cfg = {**BASE[XL], "cache_text_encoder_outputs": True, "network_train_unet_only": True, "shuffle_caption": True}
+    assert engine.check(cfg, XL, dataset=d).ok
+    d["datasets"][0]["subsets"][0].pop("shuffle_caption")
+    assert not engine.check(cfg, XL, dataset=d).ok
+
+
+def test_bucket_checks_use_the_rounded_limits_like_sd_scripts():
+    # 520 rounds down to 512 before the comparison with the 512 px resolution: accepted, with a warning.
+    res = engine.check({**BASE[SD], "enable_bucket": True, "min_bucket_reso": 520}, SD)
+    assert res.ok and [w.rule for w in res.warnings] == ["min_bucket_reso_rounded_down"]
+    assert "512" in res.warnings[0].message
