@@ -168,3 +168,24 @@ def test_dataset_points_at_the_prepared_copy(tmp_path):
     after = presets.build_dataset(plan, src)["datasets"][0]["subsets"][0]["image_dir"]
     assert after == str(Path(result.out).absolute())
     assert after != before
+
+
+def test_gpu_tables_leave_rank_and_precision_to_the_job_and_the_card():
+    """Rank comes from the job (the fit lowers it when the estimate demands it) and precision
+    from the card's architecture; a GPU table that set either would undo both."""
+    import tomllib
+
+    from kohya_tuner.resources import presets_dir
+
+    for path in sorted((presets_dir() / "gpu").glob("*.toml")):
+        doc = tomllib.loads(path.read_text())
+        for cls, table in doc.items():
+            settings = table.get("settings", {})
+            assert not {"network_dim", "network_alpha", "mixed_precision", "no_half_vae"} & set(settings), (path, cls)
+            assert set(table.get("why", {})) <= set(settings), (path, cls)  # no reason left for a removed value
+
+
+def test_job_sample_prompts_name_the_trigger():
+    for job in presets.JOBS:
+        plan = presets.compose("sd15", job, 12, bf16=True)
+        assert plan.sample_prompts and all("{trigger}" in p for p in plan.sample_prompts)
