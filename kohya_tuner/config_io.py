@@ -188,6 +188,11 @@ def parse_command_line(text: str, model: str | None = None) -> LoadedConfig:
     script_path = tokens[script_idx]
     script_name = script_path.replace("\\", "/").rsplit("/", 1)[-1]
     notes: list[str] = []
+    from kohya_tuner.check import not_lora
+
+    if not_lora(script_name):
+        # Not LoRA training: the check names it; nothing here is parsed as LoRA settings.
+        return LoadedConfig({}, None, script_name, "command_line", None, [f"{script_name} is {not_lora(script_name)}"])
     fam = family_for_script(script_name)
     if model:
         fam = get_family(model)
@@ -289,6 +294,13 @@ def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
     notes: list[str] = []
     if salvaged:
         notes.append("the JSON is incomplete (cut short?); read every complete setting line")
+    if not any(k in data for k in ("LoRA_type", "network_dim", "network_alpha", "network_module")) and \
+            any(k in data for k in ("learning_rate", "train_batch_size", "max_resolution")):
+        # The GUI's DreamBooth and fine-tuning tabs save the same form without any network settings.
+        script = ("flux_train.py" if data.get("flux1_checkbox") else
+                  "sdxl_train.py" if data.get("sdxl") or data.get("sdxl_checkbox") else "train_db.py")
+        return LoadedConfig({}, None, script, "kohya_gui_json", None,
+                            ["the kohya_ss file has no LoRA settings (LoRA_type, network_dim): a full fine-tune"])
     if model:
         fam = get_family(model)
     elif data.get("flux1_checkbox"):

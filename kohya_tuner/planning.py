@@ -87,6 +87,10 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
             dataset = result.dataset
         notes.append(result.message)
         notes.extend(result.hints)
+    # The one gate (kohya_tuner.check): a plan sd-scripts would refuse at start-up is never handed on.
+    from kohya_tuner.check import gate
+
+    gate({**plan.config, **assumed}, plan.family.script, dataset=dataset, what="The planned config")
     est = memory.estimate({**plan.config, **assumed}, plan.family, dataset=dataset, gpus=gpus, history=hist,
                           gpu_name=gpu_name)
     cautions = list(plan.cautions) + [c for c in [precision_caution(plan)] if c]

@@ -96,7 +96,8 @@ def test_fit_never_writes_over_the_input_or_an_existing_file(tmp_path):
 
 def test_fit_that_cannot_fit_writes_nothing(tmp_path):
     src = tmp_path / "mine.toml"
-    src.write_text(HEAVY_SDXL, encoding="utf-8")
+    # FLUX trains with networks.lora_flux; networks.lora is refused for it (check rule).
+    src.write_text(HEAVY_SDXL.replace('"networks.lora"', '"networks.lora_flux"'), encoding="utf-8")
     out = tmp_path / "o.toml"
     res = invoke("fit", src, "--model", "flux", "--gpu", "4", "--out", out)
     assert res.exit_code == 1

@@ -30,18 +30,18 @@ def load_inputs(config_path: Path, model: str | None, dataset_path: Path | None
                 ) -> tuple[config_io.LoadedConfig, Family, dict[str, Any] | None, list[str]]:
     """The config, its family and its dataset (when readable), plus notes for the user.
     Shared with `fit`."""
-    from kohya_tuner import config_io, schema
+    from kohya_tuner import config_io
     from kohya_tuner.errors import UserError
 
     loaded = config_io.read_config(config_path, model)
+    from kohya_tuner.check import not_lora, not_lora_message
+
+    if not_lora(loaded.script):
+        raise UserError(not_lora_message(loaded.script))
     if loaded.family is None:
         raise UserError(f"Cannot tell which model {config_path} trains (no script name, network module or model "
                         f"path gives it away).", "Say it with --model sd15, --model sdxl or --model flux.")
     notes = list(loaded.notes)
-    problems = schema.errors_only(schema.validate_config(loaded.config, loaded.family.script, family=loaded.family))
-    if problems:
-        notes.append("sd-scripts will trip on this config: " + "; ".join(str(p) for p in problems[:5])
-                     + ("; …" if len(problems) > 5 else ""))
     dataset = None
     if dataset_path is not None:
         dataset = config_io.read_dataset(dataset_path)
@@ -55,6 +55,11 @@ def load_inputs(config_path: Path, model: str | None, dataset_path: Path | None
                 notes.append(f"read the dataset file {candidate}")
             except UserError as exc:
                 notes.append(f"could not read the dataset file {candidate}: {exc.message}")
+    # The one gate: what sd-scripts would refuse at start-up is refused here too (exit 2).
+    from kohya_tuner.check import gate
+
+    result = gate(loaded.config, loaded.family.script, dataset=dataset, what=f"{config_path}")
+    notes.extend(str(w) for w in result.warnings)
     return loaded, loaded.family, dataset, notes
 
 

@@ -131,6 +131,10 @@ def run(args: argparse.Namespace) -> int:
         header = (f"Fitted by kohya-tuner for a {choice.gb} GB GPU from {config.name}.\n"
                   f"Predicted peak {result.after.peak_gib:.2f} GiB ({result.after.peak_phase}) of a "
                   f"{budget:.2f} GiB budget.")
+        from kohya_tuner.check import gate
+
+        gate(new_config, family.script, dataset=result.dataset if result.dataset is not None else ds,
+             what="The fitted config")
         text = config_io.dumps_config(new_config, why=why, script=family.script, header=header)
         config_io.write_new(out, text, force=force)
         written = out
