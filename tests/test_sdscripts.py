@@ -44,9 +44,9 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def _by_source() -> dict[str, dict[str, list[str]]]:
-    """file -> function -> argument names, for the three LoRA scripts at the pin."""
+    """file -> function -> argument names, for the LoRA scripts at the pin."""
     files: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for script in LORA_SCRIPTS:
+    for script in dict.fromkeys(LORA_SCRIPTS + sdscripts.entry_scripts()):
         for arg in schema.raw_schema()["scripts"][script]["args"]:
             file, func = arg["source"].split(":")
             if arg["name"] not in files[file][func]:
@@ -98,6 +98,20 @@ def make_fake_sd_scripts(root: Path, *, entry_only: bool = False) -> Path:
         "    flux_train_utils.add_flux_train_arguments(parser)\n"
         + _adds(files["flux_train_network.py"]["setup_parser"]) + "    return parser\n"
     )
+    # The other entry scripts: train_network's parser, then their own helpers, as args.json records.
+    for script in sdscripts.entry_scripts():
+        if script in LORA_SCRIPTS:
+            continue
+        chain = schema.raw_schema()["scripts"][script]["setup_parser_chain"]
+        own = chain[chain.index("train_network.py:setup_parser") + 1:]
+        helpers = [link.split(":") for link in own if link.startswith("library/")]
+        (root / script).write_text(
+            "import train_network\n"
+            + "".join(f"from library import {file[len('library/'):-3]}\n" for file, _ in helpers)
+            + "\n\ndef setup_parser():\n    parser = train_network.setup_parser()\n"
+            + "".join(f"    {file[len('library/'):-3]}.{func}(parser)\n" for file, func in helpers)
+            + _adds(files[script]["setup_parser"]) + "    return parser\n"
+        )
     return root
 
 
@@ -245,7 +259,7 @@ def test_locate_precedence_explicit_env_data_dir(tmp_path, monkeypatch):
     assert sdscripts.locate().path == env.resolve()
     explicit = make_fake_sd_scripts(tmp_path / "explicit")
     assert sdscripts.locate(explicit).path == explicit.resolve()
-    assert sorted(sdscripts.locate(explicit).scripts) == sorted(LORA_SCRIPTS)
+    assert sorted(sdscripts.locate(explicit).scripts) == sorted(sdscripts.entry_scripts())
 
 
 def test_locate_ignores_an_empty_data_dir(tmp_path):
