@@ -66,6 +66,11 @@ class Plan:
         return {k: f"[{s.layer}] {s.why}".strip() for k, s in self.provenance.items()}
 
 
+def preset_models() -> tuple[str, ...]:
+    """The families with a preset file (the estimator and the checker know more families)."""
+    return tuple(sorted(p.stem for p in (presets_dir() / "models").glob("*.toml")))
+
+
 def gpu_class_for(gb: int) -> int:
     """The largest preset class not above `gb`."""
     if gb < MIN_GPU_GB:
@@ -125,7 +130,7 @@ def _precision(plan: Plan, bf16: bool | None) -> None:
         why = (f"--gpu {plan.gpu_gb} does not say which card, and {plan.gpu_gb} GB cards such as {named} have no "
                "fast bf16; fp16 trains on every card in the same memory.")
     plan.set("mixed_precision", "fp16", layer, why)
-    if plan.family.name in ("sd15", "sdxl"):
+    if getattr(plan.family, "fp16_vae_overflows", plan.family.name in ("sd15", "sdxl")):
         plan.set("no_half_vae", True, layer, "The VAE overflows in fp16 and produces black latents.")
     if plan.config.get("save_precision") == "bf16":
         plan.set("save_precision", "fp16", layer, "Matches fp16 training.")
@@ -209,6 +214,10 @@ def compose(
     bf16: bool | None = None,
 ) -> Plan:
     family = get_family(model)
+    if family.name not in preset_models():
+        raise UserError(f"kohya-tuner has no presets for {family.label} yet, so it cannot write a config for it.",
+                        f"Presets exist for: {', '.join(preset_models())}. `estimate`, `fit` and `check` still "
+                        f"read {family.label} configs you wrote.")
     if job not in JOBS:
         near = schema.closest_key(job, JOBS)
         raise UserError(f"Unknown job {job!r}.", f"Choose one of: {', '.join(JOBS)}"

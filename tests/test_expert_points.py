@@ -36,7 +36,7 @@ def fitted(model, job, gb, tmp_path, *, bf16=True, t5xxl=None, sets=(), trigger=
 # ---- a. rank and alpha --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", list(FAMILIES))
+@pytest.mark.parametrize("model", presets.preset_models())
 @pytest.mark.parametrize("job", presets.JOBS)
 def test_no_gpu_class_overrides_the_jobs_rank(model, job):
     for gb in presets.GPU_CLASSES:
@@ -45,7 +45,7 @@ def test_no_gpu_class_overrides_the_jobs_rank(model, job):
         assert plan.config["network_alpha"] == plan.config["network_dim"] / 2, (model, job, gb)
 
 
-@pytest.mark.parametrize("model", list(FAMILIES))
+@pytest.mark.parametrize("model", presets.preset_models())
 @pytest.mark.parametrize("job", ["character", "style"])
 def test_the_fit_keeps_the_jobs_rank_on_every_preset_class(model, job, tmp_path):
     """Measured: on every class from 6 GB up the estimate leaves room for the job's rank (FLUX
@@ -119,7 +119,7 @@ def test_gpu_arch_wins_over_nvml(monkeypatch):
     assert planned.bf16 is False and "--gpu-arch" in planned.describe()
 
 
-@pytest.mark.parametrize("model", list(FAMILIES))
+@pytest.mark.parametrize("model", presets.preset_models())
 def test_manual_8gb_class_trains_in_fp16_with_a_caution(model):
     plan = presets.compose(model, "style", 8)
     assert plan.config["mixed_precision"] == "fp16"
@@ -265,7 +265,7 @@ def test_estimate_cli_puts_the_guess_in_assumptions():
 # ---- f. sample prompts ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", list(FAMILIES))
+@pytest.mark.parametrize("model", presets.preset_models())
 @pytest.mark.parametrize("job", presets.JOBS)
 def test_every_job_samples_with_each_saved_lora(model, job):
     cfg = presets.compose(model, job, 24, bf16=True).config

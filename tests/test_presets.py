@@ -11,7 +11,7 @@ from kohya_tuner.families import FAMILIES
 from kohya_tuner.gpu import choose, parse_gb
 
 
-@pytest.mark.parametrize("model", list(FAMILIES))
+@pytest.mark.parametrize("model", presets.preset_models())
 @pytest.mark.parametrize("job", presets.JOBS)
 @pytest.mark.parametrize("gb", presets.GPU_CLASSES)
 def test_every_composed_preset_validates_and_round_trips(model, job, gb, tmp_path):
@@ -104,9 +104,13 @@ def test_malformed_preset_says_line_and_column(tmp_path):
         presets.compose("sd15", "style", 8, preset_file=bad)
 
 
-def test_unknown_model_and_job():
+def test_unknown_model_and_job(monkeypatch):
     with pytest.raises(UserError, match="sd15, sdxl, flux"):
-        presets.compose("sd3", "style", 8)
+        presets.compose("sd9", "style", 8)
+    monkeypatch.setattr(presets, "preset_models", lambda: ("flux", "sd15"))
+    with pytest.raises(UserError, match="no presets for Stable Diffusion XL.*flux, sd15"):
+        presets.compose("sdxl", "style", 8)
+    monkeypatch.undo()
     with pytest.raises(UserError, match="style"):
         presets.compose("sdxl", "styel", 8)
 
