@@ -319,3 +319,29 @@ def test_presets_without_prompts_write_no_file(tmp_path):
     plan = presets.compose("sd15", "style", 12, bf16=True)
     plan.sample_prompts = []
     assert presets.sample_prompts_text(plan, {}) is None
+
+
+# ---- through the CLI --------------------------------------------------------------------------
+
+
+def test_config_json_carries_the_cautions(tmp_path):
+    from tests.clihelp import invoke
+
+    res = invoke("config", "--model", "sdxl", "--job", "character", "--gpu", "4", "--out", str(tmp_path / "o"),
+                 "--json")
+    assert res.exit_code == 0, res.output
+    cautions = json.loads(res.stdout)["cautions"]
+    assert any("of the budget" in c for c in cautions)
+    assert any("below the smallest preset class" in c for c in cautions)
+    assert any("--gpu-arch" in c for c in cautions)
+    assert (tmp_path / "o" / presets.SAMPLE_PROMPTS_NAME).is_file()
+
+
+def test_config_refusal_for_flux_with_a_16bit_t5_names_the_fp8_file(tmp_path):
+    from tests.clihelp import invoke
+
+    res = invoke("config", "--model", "flux", "--job", "character", "--gpu", "6", "--out", str(tmp_path / "o"),
+                 "--t5xxl", str(tmp_path / "t5xxl_fp16.safetensors"), "--json")
+    assert res.exit_code == 2
+    assert "t5xxl_fp8_e4m3fn.safetensors" in json.loads(res.stdout)["error"]["message"]
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
