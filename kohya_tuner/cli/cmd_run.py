@@ -222,7 +222,7 @@ def _run_supervisor(settings, first, *, first_attempt: int, probe: bool, json_ev
 
 
 def _continue(out: Path, *, max_attempts: int | None, hang_timeout: float | None, json_events: Path | None,
-              python: str | None, cpu: bool, as_json: bool) -> int:
+              python: str | None, cpu: bool, as_json: bool, dry_run: bool = False) -> int:
     from kohya_tuner.run.journal import Journal
     from kohya_tuner.run.continuation import continuation
     from kohya_tuner.run.policy import Stop
@@ -251,6 +251,21 @@ def _continue(out: Path, *, max_attempts: int | None, hang_timeout: float | None
         raise UserError(f"Cannot continue {out}: {action.reason}.", " ".join(action.advice) or None)
     # A run planned with --dry-run --probe-steps starts with its probe.
     probe = not attempts and bool(settings.probe_steps)
+    if dry_run:
+        from kohya_tuner.run.dryrun import continuation_preview
+
+        preview = continuation_preview(j, settings, action, probe=probe)
+        if as_json:
+            print_json(preview)
+            return 0
+        where = (f"resumes from {preview['resume_from']} (step {preview['start_step']})" if preview["resume_from"]
+                 else "starts from step 0")
+        console.print(f"Dry run: attempt {preview['attempt']} would start ({preview['reason']}); it {where}.",
+                      markup=False, soft_wrap=True)
+        console.print("Command (nothing launched, nothing written):", markup=False)
+        sys.stdout.flush()
+        sys.stdout.write(preview["command_line"] + "\n")
+        return 0
     return _run_supervisor(settings, action, first_attempt=j.next_attempt_number(), probe=probe,
                            json_events=json_events, as_json=as_json)
 
@@ -306,9 +321,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-attempts {max_attempts} must be at least 1.")
     if hang_timeout is not None and hang_timeout <= 0:
         raise UserError(f"--hang-timeout {hang_timeout:g} must be a positive number of minutes.")
+    from kohya_tuner.run import guards
+    from kohya_tuner.run.lock import RunLock
+
     if continue_ is not None:
-        code = _continue(continue_, max_attempts=max_attempts, hang_timeout=hang_timeout,
-                         json_events=json_events, python=python, cpu=cpu, as_json=as_json)
+        guards.refuse_plan_flags_with_continue(a, add_arguments)
+        continue_ = guards.continue_folder(continue_)
+        if json_events is not None:
+            guards.events_file(json_events)
+        with RunLock(continue_, "run --continue") as lock:
+            if lock.stale_note():
+                warn(lock.stale_note())
+            code = _continue(continue_, max_attempts=max_attempts, hang_timeout=hang_timeout,
+                             json_events=json_events, python=python, cpu=cpu, as_json=as_json, dry_run=dry_run)
         return code
     missing = [flag for flag, v in (("--model", model), ("--job", job), ("--out", out), ("--data", data))
                if v is None]
@@ -316,13 +341,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"run needs {', '.join(missing)} (or --continue OUT).",
                         "Example: kohya-tuner run --model sdxl --job style --base sdxl.safetensors "
                         "--data ./images --out runs/mystyle")
-    code = _new_run(
-        model=model, job=job, gpu=gpu, out=out, data=data, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae,
-        trigger=trigger, name=name, steps=steps, variant=variant, preset=preset, sets=set_,
-        sd_scripts=sd_scripts, python=python, dry_run=dry_run, max_attempts=max_attempts,
-        probe_steps=probe_steps, emulate_vram=emulate_vram, gpus=gpus, accelerate_config=accelerate_config,
-        json_events=json_events, strict=strict, strict_pin=strict_pin, hang_timeout=hang_timeout, cpu=cpu,
-        policy=policy, no_fit=no_fit, force=force, as_json=as_json)
+    guards.writable_folder(Path(out))
+    if json_events is not None:
+        guards.events_file(json_events)
+    with RunLock(Path(out).absolute(), "run") as lock:
+        if lock.stale_note():
+            warn(lock.stale_note())
+        code = _new_run(
+            model=model, job=job, gpu=gpu, out=out, data=data, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae,
+            trigger=trigger, name=name, steps=steps, variant=variant, preset=preset, sets=set_,
+            sd_scripts=sd_scripts, python=python, dry_run=dry_run, max_attempts=max_attempts,
+            probe_steps=probe_steps, emulate_vram=emulate_vram, gpus=gpus, accelerate_config=accelerate_config,
+            json_events=json_events, strict=strict, strict_pin=strict_pin, hang_timeout=hang_timeout, cpu=cpu,
+            policy=policy, no_fit=no_fit, force=force, as_json=as_json)
     return code
 
 

@@ -215,9 +215,12 @@ class ProcessResult:
     pid: int
     hung: bool = False
     interrupted: bool = False
-    # What ended it when we did: "interrupt", "terminate", "hang".
+    # What ended it when we did: "interrupt", "terminate", "hang", "log_error", "reader_error".
     stopped_by: str | None = None
     signals_sent: list[str] = field(default_factory=list)
+    # Why supervision itself failed (the log could not be written, a pipe was lost): the
+    # trainer was stopped for it, and the run must end saying so.
+    failure: str | None = None
 
 
 class Interrupted(Exception):
@@ -254,9 +257,11 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def stop_group(proc: subprocess.Popen, grace_s: float = 10.0, first: str = "SIGINT") -> list[str]:
+def stop_group(proc: subprocess.Popen, grace_s: float = 10.0, first: str = "SIGINT",
+               hurry: threading.Event | None = None) -> list[str]:
     """End `proc` and everything in its process group: SIGINT (so the trainer can finish
-    what it is writing), then SIGTERM, then SIGKILL. Returns the signals sent."""
+    what it is writing), then SIGTERM, then SIGKILL. Returns the signals sent. When
+    `hurry` is set (a second Ctrl-C), each wait is cut short and the next signal follows."""
     sent: list[str] = []
     if _IS_WINDOWS:
         try:
@@ -282,43 +287,96 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 10.0, first: str = "SIGI
         while time.monotonic() < deadline:
             if proc.poll() is not None and not _group_alive(pgid):
                 break
+            if hurry is not None and hurry.is_set() and name != "SIGKILL":
+                break
             time.sleep(0.05)
     proc.poll()
     return sent
 
 
 def _reader(stream, name: str, out: queue.Queue, log, log_lock: threading.Lock) -> None:
+    """Pump one pipe into the queue. It never dies silently: a failed log write (disk
+    full) is reported and the pipe is still drained, so the trainer never blocks on it;
+    whatever happens, the queue gets this pipe's "eof"."""
     splitter = LineSplitter()
-    fd = stream.fileno()
-    while True:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            data = b""
-        if not data:
-            break
-        if log is not None:
-            with log_lock:
-                log.write(data)
-                log.flush()
-        out.put(("data", name, None))
-        for line in splitter.feed(data):
+    logging = log is not None
+    try:
+        fd = stream.fileno()
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            if logging:
+                try:
+                    with log_lock:
+                        log.write(data)
+                        log.flush()
+                except (OSError, ValueError) as exc:
+                    logging = False
+                    out.put(("log_error", name, exc))
+            out.put(("data", name, None))
+            for line in splitter.feed(data):
+                out.put(("line", name, line))
+        for line in splitter.finish():
             out.put(("line", name, line))
-    for line in splitter.finish():
-        out.put(("line", name, line))
-    out.put(("eof", name, None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the loop, which stops the trainer
+        out.put(("reader_error", name, exc))
+    finally:
+        out.put(("eof", name, None))
+
+
+class _SecondSignal:
+    """From the first stop signal on, further SIGINT/SIGTERM/SIGHUP only hurry the stop
+    (next signal to the trainer at once) instead of unwinding the supervisor before it
+    has written down what happened."""
+
+    def __init__(self) -> None:
+        self.hurry = threading.Event()
+        self._saved: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        names = ["SIGINT"] if _IS_WINDOWS else ["SIGINT", "SIGTERM", "SIGHUP"]
+        for name in names:
+            sig = getattr(signal, name)
+            self._saved[sig] = signal.signal(sig, lambda signum, frame: self.hurry.set())
+
+    def restore(self) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+        self._saved.clear()
+
+
+def _log_failure(log_path, exc: BaseException) -> str:
+    from kohya_tuner.fileio import why
+
+    reason = why(exc) if isinstance(exc, OSError) else str(exc) or type(exc).__name__
+    return (f"cannot write the trainer's log {log_path}: {reason}; the trainer was stopped so that nothing runs "
+            "unrecorded")
 
 
 def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[str, str], None],
                 log_path: str | os.PathLike | None = None, hang_timeout_s: float | None = None,
                 stop: threading.Event | None = None, cwd: str | os.PathLike | None = None,
                 grace_s: float = 10.0, on_start: Callable[[subprocess.Popen], None] | None = None,
-                tick: Callable[[], None] | None = None, tick_s: float = 0.5) -> ProcessResult:
+                tick: Callable[[], None] | None = None, tick_s: float = 0.5,
+                on_interrupt: Callable[[], None] | None = None, eof_grace_s: float = 10.0) -> ProcessResult:
     """Run one attempt to its end, calling `on_line(stream, line)` for every line.
 
     Ends early (and ends the whole process group) when `stop` is set, on Ctrl-C or
-    SIGTERM (`interrupted`), or when nothing was printed for `hang_timeout_s` (`hung`).
-    The raw output of both pipes goes to `log_path` byte for byte."""
+    SIGTERM (`interrupted`), when nothing was printed for `hang_timeout_s` (`hung`), or
+    when the log cannot be written (`failure`). The raw output of both pipes goes to
+    `log_path` byte for byte.
+
+    Three watchdogs, each on its own: output (silence for `hang_timeout_s`, whether the
+    launcher still lives or not), EOF (both pipes closed) and the child (once it exited,
+    pipes that stay open and silent for `eof_grace_s` belong to leftovers, which are
+    stopped). `on_interrupt` runs first thing on Ctrl-C/SIGTERM, before the trainer is
+    stopped, so a record written there survives a second signal."""
     stop = stop or threading.Event()
     log = open(log_path, "ab") if log_path is not None else None
     log_lock = threading.Lock()
@@ -349,6 +407,8 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
     open_streams = 2
     last_output = time.monotonic()
     last_tick = 0.0
+    exited_at: float | None = None
+    second = _SecondSignal()
     try:
         while open_streams or proc.poll() is None:
             if stop.is_set():
@@ -366,24 +426,43 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
                 on_line(name, line)
             elif kind == "eof":
                 open_streams -= 1
+            elif kind in ("log_error", "reader_error"):
+                result.stopped_by = kind
+                result.failure = (_log_failure(log_path, line) if kind == "log_error"
+                                  else f"lost the trainer's {name}: {line}; the trainer was stopped")
+                result.signals_sent = stop_group(proc, grace_s)
+                break
             now = time.monotonic()
             if tick is not None and now - last_tick >= tick_s:
                 last_tick = now
                 tick()
-            if hang_timeout_s is not None and now - last_output > hang_timeout_s and proc.poll() is None:
+            if proc.poll() is not None and exited_at is None:
+                exited_at = now
+            if not open_streams and exited_at is not None:
+                break
+            if hang_timeout_s is not None and now - last_output > hang_timeout_s:
                 result.hung = True
                 result.stopped_by = "hang"
                 result.signals_sent = stop_group(proc, grace_s)
                 break
-            if not open_streams and proc.poll() is not None:
+            if exited_at is not None and now - max(exited_at, last_output) > eof_grace_s:
+                # The launcher is gone but something it started still holds the pipes.
+                result.signals_sent = stop_group(proc, grace_s, first="SIGTERM")
                 break
     except (KeyboardInterrupt, Interrupted):
+        second.install()
         result.interrupted = True
         result.stopped_by = "interrupt"
-        result.signals_sent = stop_group(proc, grace_s)
+        if on_interrupt is not None:
+            try:
+                on_interrupt()
+            except Exception:  # noqa: BLE001 - stopping the trainer matters more than the record
+                pass
+        result.signals_sent = stop_group(proc, grace_s, hurry=second.hurry)
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if sig not in second._saved:
+                signal.signal(sig, handler)
         if proc.poll() is None:
             result.signals_sent += stop_group(proc, grace_s, first="SIGKILL")
         # Whatever the readers still hold is part of the record.
@@ -400,7 +479,14 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
                 except Exception:
                     pass
         if log is not None:
-            log.close()
+            try:
+                log.close()
+            except OSError:
+                pass  # already reported as the failure
+        for sig, handler in previous.items():
+            if sig in second._saved:
+                second._saved[sig] = handler  # restore the caller's handler, not ours
+        second.restore()
     result.exit_status = proc.returncode
     result.duration_s = time.monotonic() - t0
     return result

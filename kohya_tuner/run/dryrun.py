@@ -1,0 +1,30 @@
+"""`run --continue DIR --dry-run`: what continuing would launch, with nothing launched
+and nothing written (the journal, the attempt configs and the logs stay as they are)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kohya_tuner.run.journal import Journal
+from kohya_tuner.run.policy import Retry
+from kohya_tuner.run.settings import RunSettings, command_for, probe_config
+from kohya_tuner.run.states import attempt_config
+
+
+def continuation_preview(journal: Journal, settings: RunSettings, action: Retry, *, probe: bool) -> dict[str, Any]:
+    from kohya_tuner.run import launcher
+
+    attempt = journal.next_attempt_number()
+    cfg_path = journal.config_path(attempt)
+    config = probe_config(action.config, settings.probe_steps, settings.out_dir) if probe else action.config
+    run_config = attempt_config(config, resume_from=action.resume_from, resume_step=action.start_step,
+                                stored_step=None)
+    argv, env = command_for(settings, cfg_path, run_config)
+    return {
+        "dry_run": True, "continue": str(settings.out_dir), "attempt": attempt, "reason": action.reason,
+        "note": action.note, "resume_from": action.resume_from, "start_step": action.start_step,
+        "changes": [c.__dict__ for c in action.changes], "attempt_config": str(cfg_path),
+        "log_file": str(journal.log_path(attempt)), "command": argv,
+        "command_line": launcher.format_command(argv), "environment": launcher.env_changes(env, os.environ),
+    }
