@@ -117,6 +117,10 @@ def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps) -> tuple[
     inputs["output_dir"] = str((Path(out) / "output").absolute())
     # The prompt file config writes beside config.toml; sampling happens only where the job sets a cadence.
     inputs["sample_prompts"] = str((Path(out) / SAMPLE_PROMPTS_NAME).absolute())
+    # sd-scripts joins output_dir and output_name: a name with a path in it writes outside --out.
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or name != name.strip():
+        raise UserError(f"--name {name!r} must be a plain file name (no folders, no '..'); "
+                        f"the LoRA is written inside --out {out}.")
     inputs["output_name"] = name
     if steps is not None:
         if steps < 1:

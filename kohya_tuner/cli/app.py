@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("cmd_config", "Write sd-scripts config files tuned to your GPU, job and model."),
     "estimate": ("cmd_estimate", "Predict the peak VRAM of a LoRA config and show where it goes."),
     "fit": ("cmd_fit", "Change the fewest, cheapest settings until a config fits a GPU."),
+    "check": ("cmd_check", "Would the pinned sd-scripts start training with this config? Every start-up rule."),
     "diagnose": ("cmd_diagnose", "Read a training log: outcome, phase, step, OOM figures, what to change."),
     "dataset": ("cmd_dataset", "Check an image folder, or write a clean copy to train from."),
     "doctor": ("cmd_doctor", "Check GPU, driver, RAM, disk, torch, xformers, bitsandbytes, sd-scripts."),

@@ -1,0 +1,71 @@
+"""`kohya-tuner check`: would the pinned sd-scripts start training with this config?"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DESCRIPTION = ("Check a config against every start-up rule of the pinned sd-scripts (asserts, refusals, value "
+               "ranges, silent adjustments). Exit 0 when sd-scripts would start training, 2 when it would refuse.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", type=Path, metavar="CONFIG",
+                   help="sd-scripts config TOML, kohya_ss GUI JSON, or a file holding the accelerate launch / "
+                        "python command line.")
+    p.add_argument("--dataset-config", "--dataset", "-d", dest="dataset", type=Path, metavar="FILE",
+                   help="The --dataset_config file (default: the one the config names).")
+    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux), when the file does not say.")
+    p.add_argument("--json", action="store_true",
+                   help='Print {"ok", "script", "problems", "warnings"} as one JSON object.')
+
+
+def _dataset(args: argparse.Namespace, named: str | None):
+    from kohya_tuner import config_io
+
+    if args.dataset is not None:
+        return config_io.read_dataset(args.dataset)
+    if not named:
+        return None
+    path = Path(named).expanduser()
+    for candidate in ([path] if path.is_absolute() else [path, args.config.parent / path]):
+        if candidate.is_file():
+            return config_io.read_dataset(candidate)
+    return None  # the dataset_config_missing rule names it
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.text import Text
+
+    from kohya_tuner import config_io
+    from kohya_tuner.check import check, not_lora
+    from kohya_tuner.check.argschema import pinned_commit
+    from kohya_tuner.cli.common import console, print_json, warn
+    from kohya_tuner.errors import UserError
+
+    loaded = config_io.read_config(args.config, args.model)
+    script = loaded.script if not_lora(loaded.script) else (loaded.family.script if loaded.family else None)
+    if script is None:
+        raise UserError(f"Cannot tell which model {args.config} trains (no script name, network module or model "
+                        f"path gives it away).", "Say it with --model sd15, --model sdxl or --model flux.")
+    dataset = None if not_lora(script) else _dataset(args, loaded.config.get("dataset_config"))
+    result = check(loaded.config, script, dataset=dataset, complete=True, filesystem=True)
+    if args.json:
+        print_json(result.to_dict())
+        return 0 if result.ok else 2
+    for note in loaded.notes:
+        warn(note)
+    for w in result.warnings:
+        warn(f"{', '.join(w.keys)}: {w.message} ({w.where})")
+    for p in result.problems:
+        console.print(Text.assemble(("refused", "bold red"), f" {', '.join(p.keys)}: {p.message} "
+                                    f"[{p.rule}] ({p.where})"), soft_wrap=True)
+    pin = pinned_commit()[:8]
+    if result.ok:
+        console.print(Text(f"ok: {script} at sd-scripts {pin} would start training with this config"
+                           + (f" ({len(result.warnings)} adjustment(s) above)." if result.warnings else "."),
+                           style="green"), soft_wrap=True)
+        return 0
+    console.print(Text(f"{script} at sd-scripts {pin} would refuse this config: {len(result.problems)} problem(s).",
+                       style="red"), soft_wrap=True)
+    return 2
