@@ -215,7 +215,8 @@ def compose(
 ) -> Plan:
     family = get_family(model)
     if family.name not in preset_models():
-        raise UserError(f"kohya-tuner has no presets for {family.label} yet, so it cannot write a config for it.",
+        raise UserError(f"kohya-tuner has no presets for the model family {family.label} ({family.name}) yet, so it "
+                        "cannot write a config for it.",
                         f"Presets exist for: {', '.join(preset_models())}. `estimate`, `fit` and `check` still "
                         f"read {family.label} configs you wrote.")
     if job not in JOBS:
