@@ -108,7 +108,7 @@ def test_unknown_model_and_job(monkeypatch):
     with pytest.raises(UserError, match="sd15, sdxl, flux"):
         presets.compose("sd9", "style", 8)
     monkeypatch.setattr(presets, "preset_models", lambda: ("flux", "sd15"))
-    with pytest.raises(UserError, match="no presets for Stable Diffusion XL.*flux, sd15"):
+    with pytest.raises(UserError, match="no presets for the model family Stable Diffusion XL.*flux, sd15"):
         presets.compose("sdxl", "style", 8)
     monkeypatch.undo()
     with pytest.raises(UserError, match="style"):
