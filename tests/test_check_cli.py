@@ -1,0 +1,174 @@
+"""`kohya-tuner check` on every input form, the refused-config set and the harness config."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.clihelp import invoke as _invoke_cli
+
+DATA = Path(__file__).parent / "data"
+REFUSED = sorted((DATA / "refused_configs").glob("*.toml"))
+
+
+def invoke(*args):
+    return _invoke_cli(*[str(a) for a in args])
+
+
+@pytest.fixture
+def realish(tmp_path):
+    """Files the harness config names, as stand-ins: a model file, a kohya folder of images
+    with captions, a tokenizer cache and an output folder."""
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"0")
+    img = tmp_path / "img" / "2_mytoken style"
+    img.mkdir(parents=True)
+    for i in range(2):
+        (img / f"{i}.png").write_bytes(b"\x89PNG\r\n")
+        (img / f"{i}.txt").write_text("mytoken style\n")
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "out").mkdir()
+    return {"@MODEL@": str(model), "@DATA@": str(tmp_path / "img"), "@TOKCACHE@": str(tmp_path / "tok"),
+            "@OUT@": str(tmp_path / "out")}
+
+
+def fill(src: Path, subs: dict[str, str], dest: Path) -> Path:
+    text = src.read_text()
+    for k, v in subs.items():
+        text = text.replace(k, v)
+    dest.write_text(text)
+    return dest
+
+
+def header(path: Path, field: str) -> str:
+    m = re.search(rf"^# {field}: (.+)$", path.read_text(), re.M)
+    assert m, (path, field)
+    return m.group(1).strip()
+
+
+def test_the_harness_config_that_trains_passes(realish, tmp_path):
+    cfg = fill(DATA / "realtrainer_harness.toml", realish, tmp_path / "ok.toml")
+    res = invoke("check", cfg, "--model", "sd15")
+    assert res.exit_code == 0, res.output
+    assert "would start training" in res.stdout
+    data = json.loads(invoke("check", cfg, "--model", "sd15", "--json").stdout)
+    assert data == {"ok": True, "script": "train_network.py", "problems": [], "warnings": []}
+
+
+def test_there_are_refused_configs_of_many_kinds():
+    rules = {header(p, "rule") for p in REFUSED}
+    assert len(REFUSED) >= 10 and len(rules) == len(REFUSED)
+
+
+@pytest.mark.parametrize("path", REFUSED, ids=lambda p: p.stem)
+def test_each_refused_config_exits_2_naming_its_key(path, realish, tmp_path):
+    cfg = fill(path, realish, tmp_path / path.name)
+    key, rule = header(path, "offending"), header(path, "rule")
+    res = invoke("check", cfg, "--model", "sd15")
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("refused"))
+    assert key in line and f"[{rule}]" in line and "(" in line
+    data = json.loads(invoke("check", cfg, "--model", "sd15", "--json").stdout)
+    assert set(data) == {"ok", "script", "problems", "warnings"} and data["ok"] is False
+    assert any(key in p["keys"] and p["where"] for p in data["problems"])
+    for p in data["problems"] + data["warnings"]:
+        assert set(p) == {"keys", "message", "where"}
+
+
+def test_command_line_and_gui_json_inputs_are_checked(tmp_path, realish):
+    sh = tmp_path / "train.sh"
+    sh.write_text(f"accelerate launch train_network.py --pretrained_model_name_or_path {realish['@MODEL@']} \\\n"
+                  f"  --train_data_dir {realish['@DATA@']} --resolution 512 --network_module networks.lora \\\n"
+                  "  --persistent_data_loader_workers --max_data_loader_n_workers 0\n")
+    res = invoke("check", sh, "--json")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 2 and data["script"] == "train_network.py"
+    assert [p["keys"][0] for p in data["problems"]] == ["persistent_data_loader_workers"]
+    gui = tmp_path / "gui.json"
+    gui.write_text(json.dumps({"LoRA_type": "Standard", "sdxl": True, "network_dim": 16, "network_alpha": 8,
+                               "pretrained_model_name_or_path": realish["@MODEL@"],
+                               "train_data_dir": realish["@DATA@"], "max_resolution": "1024,1024",
+                               "train_batch_size": 1, "cache_text_encoder_outputs": True}))
+    data = json.loads(invoke("check", gui, "--json").stdout)
+    assert data["script"] == "sdxl_train_network.py" and not data["ok"]
+    assert "cache_text_encoder_outputs" in [p["keys"][0] for p in data["problems"]]
+
+
+def test_adjustments_are_warnings_with_exit_0(tmp_path, realish):
+    cfg = fill(DATA / "realtrainer_harness.toml", realish, tmp_path / "c.toml")
+    cfg.write_text(cfg.read_text() + "cache_latents_to_disk = true\nfoo_bar = 1\n")
+    res = invoke("check", cfg, "--model", "sd15")
+    assert res.exit_code == 0, res.output
+    assert "cache_latents_to_disk switches cache_latents on" in res.stderr
+    assert "foo_bar" in res.stderr  # unknown keys: sd-scripts ignores them, so only a warning
+    data = json.loads(invoke("check", cfg, "--model", "sd15", "--json").stdout)
+    assert data["ok"] and {w["keys"][0] for w in data["warnings"]} == {"cache_latents_to_disk", "foo_bar"}
+
+
+def test_the_dataset_file_is_checked_too(tmp_path, realish):
+    ds = tmp_path / "ds.toml"
+    ds.write_text(f'[[datasets]]\nbatch_size = 0\n[[datasets.subsets]]\nimage_dir = "{realish["@DATA@"]}/2_mytoken style"\n')
+    cfg = fill(DATA / "realtrainer_harness.toml", realish, tmp_path / "c.toml")
+    data = json.loads(invoke("check", cfg, "--model", "sd15", "--dataset-config", ds, "--json").stdout)
+    assert not data["ok"] and ["datasets[0].batch_size"] in [p["keys"] for p in data["problems"]]
+
+
+NOT_LORA = ["sdxl_train.py", "train_db.py", "fine_tune.py", "flux_train.py", "sd3_train.py",
+            "train_textual_inversion.py", "sdxl_train_textual_inversion.py", "train_controlnet.py",
+            "sdxl_train_control_net_lllite.py", "flux_train_control_net.py"]
+
+
+@pytest.mark.parametrize("script", NOT_LORA)
+def test_scripts_that_are_not_lora_are_named_by_check_estimate_and_fit(script, tmp_path):
+    sh = tmp_path / "train.sh"
+    sh.write_text(f"accelerate launch {script} --pretrained_model_name_or_path m.safetensors --learning_rate 1e-6\n")
+    res = invoke("check", sh, "--json")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 2 and data["script"] == script and "(not LoRA)" in data["problems"][0]["message"]
+    for cmd in (["estimate", sh], ["fit", sh, "--gpu", "24", "--out", tmp_path / "o.toml"]):
+        res = invoke(*cmd)
+        assert res.exit_code == 2 and "(not LoRA)" in res.stderr and "Traceback" not in res.output
+        assert not (tmp_path / "o.toml").exists()
+
+
+def test_a_gui_file_without_network_settings_is_a_full_fine_tune(tmp_path):
+    gui = tmp_path / "db.json"
+    gui.write_text(json.dumps({"sdxl": True, "learning_rate": 1e-6, "train_batch_size": 1,
+                               "max_resolution": "1024,1024"}))
+    res = invoke("check", gui)
+    assert res.exit_code == 2 and "sdxl_train.py is a full fine-tune of SDXL (not LoRA)" in res.stdout
+
+
+def test_estimate_and_fit_refuse_invalid_values_instead_of_estimating_them(tmp_path):
+    cases = {"train_batch_size = 0": "train_batch_size", "network_dim = -4": "network_dim",
+             "network_alpha = nan": "network_alpha", "learning_rate = inf": "learning_rate",
+             "max_train_steps = 9223372036854775807\ngradient_accumulation_steps = 0": "gradient_accumulation_steps"}
+    for bad, key in cases.items():
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f'network_module = "networks.lora"\nresolution = "512"\n{bad}\n')
+        for cmd in (["estimate", cfg, "--model", "sd15"],
+                    ["fit", cfg, "--model", "sd15", "--gpu", "8", "--out", tmp_path / "o.toml"]):
+            res = invoke(*cmd)
+            assert res.exit_code == 2, (bad, cmd[0], res.output)
+            assert f"{key}: " in res.stderr, res.stderr
+            assert not (tmp_path / "o.toml").exists()
+
+
+def test_bad_input_is_one_paragraph(tmp_path):
+    res = invoke("check", tmp_path / "missing.toml")
+    assert res.exit_code == 2 and res.stderr.startswith("error:") and "Traceback" not in res.output
+    res = invoke("check", tmp_path / "missing.toml", "--json")
+    assert res.exit_code == 2 and "error" in json.loads(res.stdout)
+    empty = tmp_path / "x.toml"
+    empty.write_text('learning_rate = 1e-4\n')
+    res = invoke("check", empty)
+    assert res.exit_code == 2 and "--model" in res.stderr
+
+
+def test_check_is_listed_in_help():
+    res = invoke("--help")
+    assert re.search(r"^\s+check\s+", res.stdout, re.M)
