@@ -124,7 +124,9 @@ def test_oom_mid_training_resumes_and_keeps_the_total_step_count(tmp_path, image
     assert resumed["resume_from"] is not None and resumed["start_step"] > 0
     assert resumed["changes"], "the retry changed settings"
     cfg = (out / "attempt-2.config.toml").read_text(encoding="utf-8")
-    assert "skip_until_initial_step = true" in cfg and "resume = " in cfg
+    # A resumed attempt is a run of the steps left, under a name of its own.
+    assert "resume = " in cfg and "initial_step = 0" in cfg and "skip_until_initial_step" not in cfg
+    assert "max_train_steps = 7" in cfg and 'output_name = "lora-attempt2"' in cfg
     assert last["outcome"] == "success"
     summary = _summary(out)
     assert summary["status"] == "success" and summary["steps_done"] == 12
@@ -205,7 +207,7 @@ def test_host_ram_kill_is_answered_with_ram_moves(tmp_path, images, models):
     res = _cli(_args("sd15", out, images, models), env)
     assert res.returncode == 0, res.stdout + res.stderr
     attempts = _attempts(out)
-    assert attempts[0]["outcome"] == "ram"
+    assert attempts[0]["outcome"] == "cpu_oom"
     assert attempts[1]["move"] == "ram_workers"
     assert {c["key"] for c in attempts[1]["changes"]} >= {"max_data_loader_n_workers"}
 
@@ -402,7 +404,8 @@ def test_epoch_based_run_keeps_the_step_count_the_trainer_reported(tmp_path, ima
     reported = attempts[0]["total_steps"]
     assert reported != 12  # the epochs decided, not --steps
     cfg2 = (out / "attempt-2.config.toml").read_text(encoding="utf-8")
-    assert "max_train_epochs" not in cfg2 and f"max_train_steps = {reported}" in cfg2
+    left = reported - attempts[1]["start_step"]
+    assert "max_train_epochs" not in cfg2 and f"max_train_steps = {left}" in cfg2
     summary = _summary(out)
     assert summary["total_steps"] == reported and _trained_steps(summary["lora"]) == reported
 

@@ -74,7 +74,7 @@ def facts(**kw):
 
 def test_oom_takes_ladder_move_and_resumes_from_newest_state():
     ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
-    s = state(newest_state=StateRecord("/o/lora-step00000030-state", 30, 1), stored_step=30)
+    s = state(newest_state=StateRecord("/o/lora-step00000030-state", 30, 1))
     action = decide(oom(tried=2.0, free=0.5), PLAN, SD15, s, facts(), next_step=ladder)
     assert isinstance(action, Retry)
     assert action.resume_from == "/o/lora-step00000030-state" and action.start_step == 30
@@ -208,14 +208,18 @@ def test_probe_oom_never_resumes_probe_states():
 # ---- helpers -------------------------------------------------------------------------------
 
 
-def test_attempt_config_resume_keys_and_drift_correction():
-    cfg = {"max_train_steps": 100, "resume": "/stale", "initial_step": 3}
-    fresh = attempt_config(cfg, resume_from=None, resume_step=0, stored_step=None)
-    assert "resume" not in fresh and "initial_step" not in fresh
-    same = attempt_config(cfg, resume_from="/o/s", resume_step=30, stored_step=30)
-    assert same["resume"] == "/o/s" and same["skip_until_initial_step"] is True and "initial_step" not in same
-    drift = attempt_config(cfg, resume_from="/o/s", resume_step=60, stored_step=30)
-    assert drift["initial_step"] == 60
+def test_attempt_config_runs_a_resume_as_a_run_of_the_steps_left():
+    cfg = {"max_train_steps": 100, "resume": "/stale", "initial_step": 3, "skip_until_initial_step": True,
+           "output_name": "lora"}
+    fresh = attempt_config(cfg, resume_from=None, resume_step=0, total_steps=100, attempt=1)
+    assert "resume" not in fresh and "initial_step" not in fresh and "skip_until_initial_step" not in fresh
+    assert fresh["max_train_steps"] == 100 and fresh["output_name"] == "lora"
+    resumed = attempt_config(cfg, resume_from="/o/s", resume_step=30, total_steps=100, attempt=2)
+    assert resumed["resume"] == "/o/s" and resumed["initial_step"] == 0
+    assert "skip_until_initial_step" not in resumed
+    assert resumed["max_train_steps"] == 70 and resumed["output_name"] == "lora-attempt2"
+    with pytest.raises(ValueError):
+        attempt_config(cfg, resume_from="/o/s", resume_step=100, total_steps=100, attempt=3)
 
 
 def test_keep_effective_batch_cases():
@@ -260,12 +264,13 @@ def test_progress_tracks_absolute_steps_across_a_resume():
     p.on_progress(5, 70, 0.2, 3.0)
     assert p.step == 35
     assert p.eta_s == pytest.approx(65 / 3.0)
-    # The name says step 40 (absolute in sd-scripts when skipping); progress lagged at 35.
-    rec = p.on_saved("state", "/o/lora-step00000040-state")
+    # A resumed attempt counts from 0: its state at its own step 10 is absolute step 40,
+    # ahead of a bar that lagged at 35.
+    rec = p.on_saved("state", "/o/lora-attempt2-step00000010-state")
     assert rec.step == 40
-    # A run-relative number smaller than the absolute count does not pull it back.
+    # A number behind the bar does not pull the count back.
     p.on_progress(20, 70, 0.2, 3.0)
-    rec = p.on_saved("state", "/o/lora-step00000020-state")
+    rec = p.on_saved("state", "/o/lora-attempt2-step00000015-state")
     assert rec.step == 50
     p.on_saved("checkpoint", "/o/lora-step00000050.safetensors")
     assert p.final_model is None
@@ -281,18 +286,15 @@ def _settings(tmp_path):
     from kohya_tuner.run.settings import RunSettings
 
     return RunSettings(out_dir=tmp_path, family=SD15, script=tmp_path / "train_network.py", dataset_file=None,
-                       plan_config=dict(PLAN, output_dir=str(tmp_path / "output"), save_state=True),
+                       plan_config=dict(PLAN, output_dir=str(tmp_path / "output"), output_name="lora", save_state=True),
                        total_steps=100, python="python")
 
 
-def _state_dir(tmp_path, step, mtime):
-    import os
+def _state_dir(tmp_path, step, attempt=1, start=0):
+    from statefiles import write_state
 
-    d = tmp_path / "output" / f"lora-step{step:08d}-state"
-    d.mkdir(parents=True)
-    (d / "train_state.json").write_text(json.dumps({"current_epoch": 1, "current_step": step}))
-    os.utime(d, (mtime, mtime))
-    return d
+    name = "lora" if attempt == 1 else f"lora-attempt{attempt}"
+    return write_state(tmp_path / "output" / f"{name}-step{step - start:08d}-state", step - start)
 
 
 def _record(tmp_path, outcome, states, **kw):
@@ -317,7 +319,7 @@ def test_continue_without_attempts_starts_the_plan(tmp_path):
 def test_continue_after_interruption_resumes_newest_state_with_same_settings(tmp_path):
     from kohya_tuner.run.continuation import continuation
 
-    d = _state_dir(tmp_path, 30, 1_000_000)
+    d = _state_dir(tmp_path, 30)
     rec = _record(tmp_path, "interrupted", [StateRecord(str(d), 30, 1)])
     action = continuation([rec], _settings(tmp_path))
     assert action.resume_from == str(d) and action.start_step == 30 and not action.changes
@@ -327,17 +329,32 @@ def test_continue_after_interruption_resumes_newest_state_with_same_settings(tmp
 def test_continue_finds_a_state_the_journal_never_saw(tmp_path):
     from kohya_tuner.run.continuation import continuation
 
-    known = _state_dir(tmp_path, 10, 1_000_000)
-    orphan = _state_dir(tmp_path, 40, 2_000_000)  # written after kohya-tuner itself was killed
+    known = _state_dir(tmp_path, 10)
+    newer = _state_dir(tmp_path, 30)  # the journal recorded it under no state line (quiet logs)
     rec = _record(tmp_path, "interrupted", [StateRecord(str(known), 10, 1)])
     action = continuation([rec], _settings(tmp_path))
-    assert action.resume_from == str(orphan) and action.start_step == 40
+    assert action.resume_from == str(newer) and action.start_step == 30
+
+
+def test_continue_finds_the_states_of_an_attempt_the_journal_never_recorded(tmp_path):
+    from kohya_tuner.run.continuation import continuation
+
+    _state_dir(tmp_path, 10)
+    rec = _record(tmp_path, "oom", [], end_step=12, phase="training")
+    # Attempt 2 resumed from step 10 (so it trains the 90 left) and saved at its own step 25;
+    # then kohya-tuner itself was killed, so the journal ends at attempt 1.
+    (tmp_path / "attempt-2.config.toml").write_text(
+        '[training]\nmax_train_steps = 90\noutput_name = "lora-attempt2"\nresume = "x"\ninitial_step = 0\n',
+        encoding="utf-8")
+    orphan = _state_dir(tmp_path, 35, attempt=2, start=10)
+    action = continuation([rec], _settings(tmp_path))
+    assert action.resume_from == str(orphan) and action.start_step == 35
 
 
 def test_continue_after_oom_makes_the_decision_the_loop_would_have(tmp_path):
     from kohya_tuner.run.continuation import continuation
 
-    d = _state_dir(tmp_path, 30, 1_000_000)
+    d = _state_dir(tmp_path, 30)
     rec = _record(tmp_path, "oom", [StateRecord(str(d), 30, 1)], phase="training",
                   oom={"tried_gib": 2.0, "free_gib": 0.5})
     ladder = FakeLadder([FakeStep("checkpointing", [("gradient_checkpointing", None, True)])])

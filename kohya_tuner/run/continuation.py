@@ -2,60 +2,96 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from kohya_tuner.run import journal as jr
+import toml
+
+from kohya_tuner.config_io import flatten
 from kohya_tuner.run.journal import AttemptRecord
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, decide
 from kohya_tuner.run.settings import RunSettings, read_config_file
-from kohya_tuner.run.states import ensure_resumable, lineage, unjournaled_state
+from kohya_tuner.run.states import (AttemptOutput, attempt_name, attempt_outputs, base_name, ensure_resumable,
+                                    lineage, newest_resumable)
 
 
 def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
                  next_step: Callable[..., Any] | None = None) -> Retry | Stop:
     """How `run --continue` picks up: after an OOM, the decision the loop would have made;
-    after an interruption, a hang or an error, the same settings from the newest state."""
-    if not attempts:
+    after an interruption, a hang or an error, the same settings from the newest state.
+    The state is the newest complete one on disk that this run's lineage wrote, including
+    an attempt the journal never recorded (kohya-tuner itself was killed mid-attempt)."""
+    orphan = unjournaled_attempt(settings, attempts)
+    if not attempts and orphan is None:
         return Retry(config=ensure_resumable(settings.plan_config, settings.total_steps), resume_from=None,
                      changes=[], reason="the fitted plan (started with --continue)")
-    last = attempts[-1]
-    config = read_config_file(last.config_file) or dict(settings.plan_config)
-    if last.probe:
+    last = attempts[-1] if attempts else None
+    config = (read_config_file(last.config_file, settings.plan_config) if last else None) or dict(settings.plan_config)
+    if last is not None and last.probe:
         config = {k: v for k, v in config.items() if k not in ("max_train_steps", "output_dir", "output_name")}
         config = ensure_resumable({**settings.plan_config, **config,
                                    "output_dir": settings.plan_config.get("output_dir"),
                                    "output_name": settings.plan_config.get("output_name"),
                                    "max_train_steps": settings.total_steps}, settings.total_steps)
-    newest = jr.newest_state(lineage(attempts))
-    orphan = unjournaled_state(settings.plan_config.get("output_dir"), newest)
-    if orphan is not None and not last.probe:
-        newest = orphan
-    if newest is not None and newest.step >= settings.total_steps:
-        newest = None  # a final state: nothing left to resume into
+    base = base_name(settings.plan_config)
+    outputs = attempt_outputs(lineage(attempts), base)
+    if orphan is not None:
+        # A resumed orphan continues the lineage; a fresh one started a new one.
+        outputs = outputs + [orphan.output] if orphan.resumed else [orphan.output]
+    newest = newest_resumable(settings.plan_config.get("output_dir"), outputs, settings.total_steps)
     tried = frozenset(a.move for a in attempts if a.move)
-    if last.outcome in ("oom", "ram") and not last.probe:
+    if last is not None and orphan is None and last.outcome in ("oom", "cpu_oom") and not last.probe:
         from types import SimpleNamespace
 
-        stored = None
-        if newest is not None:
-            ts = jr.read_train_state(newest.path)
-            stored = ts.get("current_step") if ts else None
-        diag = SimpleNamespace(outcome="oom" if last.outcome == "oom" else "error", phase=last.phase, oom=last.oom,
-                               error=last.error, advice=last.advice)
+        diag = SimpleNamespace(outcome=last.outcome, phase=last.phase, oom=last.oom, error=last.error,
+                               advice=last.advice)
         state = RunState(attempt=last.attempt, attempts_left=settings.max_attempts, total_steps=settings.total_steps,
-                         plan_config=settings.plan_config, tried=tried, newest_state=newest, stored_step=stored,
-                         policy=settings.policy)
-        facts = AttemptFacts(exit_status=last.exit_status, end_step=last.end_step, killed=last.outcome == "ram")
+                         plan_config=settings.plan_config, tried=tried, newest_state=newest, policy=settings.policy)
+        facts = AttemptFacts(exit_status=last.exit_status, end_step=last.end_step, killed=last.outcome == "cpu_oom")
         action = decide(diag, config, settings.family, state, facts, dataset=settings.dataset, next_step=next_step)
         if isinstance(action, Retry):
             return Retry(config=action.config, resume_from=action.resume_from, changes=action.changes,
                          reason=f"continued: {action.reason}", move=action.move, start_step=action.start_step,
                          note=action.note, dataset=action.dataset)
         return action
-    why = f"continued after attempt {last.attempt} ({last.outcome})"
+    if orphan is not None:
+        why = f"continued after attempt {orphan.output.attempt}, which kohya-tuner did not see end"
+    else:
+        why = f"continued after attempt {last.attempt} ({last.outcome})"
     if newest is None:
         return Retry(config=config, resume_from=None, changes=[], reason=why,
                      note="no saved state to resume from, so it starts from step 0")
     return Retry(config=config, resume_from=newest.path, changes=[], reason=why, start_step=newest.step,
                  note=f"resumes from the state at step {newest.step}")
 
+
+@dataclass(frozen=True)
+class _Orphan:
+    output: AttemptOutput
+    resumed: bool
+
+
+def unjournaled_attempt(settings: RunSettings, attempts: list[AttemptRecord]) -> _Orphan | None:
+    """The attempt whose config was written but whose end the journal lacks. Its start step
+    follows from its config: a resumed attempt trains the steps left (max_train_steps)."""
+    done = max((a.attempt for a in attempts), default=0)
+    found = []
+    for p in settings.out_dir.glob("attempt-*.config.toml"):
+        m = re.match(r"attempt-(\d+)\.config\.toml$", p.name)
+        if m and int(m.group(1)) > done:
+            found.append((int(m.group(1)), p))
+    if not found:
+        return None
+    number, path = max(found)
+    try:
+        cfg = flatten(toml.load(path))
+    except (OSError, toml.TomlDecodeError):
+        return None
+    if "probe" in str(cfg.get("output_name") or ""):
+        return None
+    resumed = bool(cfg.get("resume"))
+    steps = cfg.get("max_train_steps")
+    start = settings.total_steps - int(steps) if resumed and isinstance(steps, int) else 0
+    name = str(cfg.get("output_name") or attempt_name(base_name(settings.plan_config), number))
+    return _Orphan(AttemptOutput(number, name, start), resumed)

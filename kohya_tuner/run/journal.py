@@ -21,6 +21,10 @@ from typing import Any
 
 from kohya_tuner.config_io import atomic_write
 
+# How an attempt ended: cpu_oom is host RAM (the kernel's OOM killer or an allocator error on
+# the CPU side), oom the GPU's.
+OUTCOMES = ("success", "oom", "cpu_oom", "error", "hang", "interrupted", "incomplete")
+
 RUN_FILE = "run.json"
 ATTEMPTS_FILE = "attempts.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -64,7 +68,7 @@ class AttemptRecord:
     total_steps: int | None = None
     duration_s: float = 0.0
     exit_status: int | None = None
-    outcome: str = "incomplete"  # success, oom, error, ram, hang, interrupted, incomplete
+    outcome: str = "incomplete"  # one of OUTCOMES
     phase: str | None = None
     oom: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -227,7 +231,13 @@ def summarize(attempts: list[AttemptRecord], *, status: str, reason: str, total_
               final_config: dict[str, Any] | None, plan_config: dict[str, Any] | None,
               lora_path: str | None, gpu: dict[str, Any] | None = None,
               continue_command: str | None = None, history_note: str | None = None) -> dict[str, Any]:
-    """The run's outcome in one dict (summary.json), computed from the attempt records."""
+    """The run's outcome in one dict (summary.json), computed from the attempt records.
+
+    steps_done counts the optimizer steps really trained, over all attempts of the run (a
+    probe's excluded); steps_redone the part of them an OOM threw away (trained after the
+    state the next attempt resumed from, or all of them before a restart from step 0)."""
+    probes = [a for a in attempts if a.probe]
+    attempts = [a for a in attempts if not a.probe]
     failed = [a for a in attempts if a.failed]
     # Steps a failed attempt trained beyond the state the next attempt started from are
     # lost, and so is the share of its time they took; the rest carried over.
@@ -256,12 +266,15 @@ def summarize(attempts: list[AttemptRecord], *, status: str, reason: str, total_
         "status": status,
         "reason": reason,
         "lora": lora_path,
-        "attempts": len(attempts),
-        "failed_attempts": len(failed),
+        "attempts": len(attempts) + len(probes),
+        "failed_attempts": len(failed) + len([a for a in probes if a.failed]),
         "time_lost_s": round(lost_s, 1),
-        "steps_lost": lost_steps,
+        "steps_redone": lost_steps,
+        "steps_lost": lost_steps,  # the earlier name of steps_redone
         "total_steps": total_steps,
-        "steps_done": max((a.end_step for a in attempts), default=0),
+        "steps_done": sum(max(0, a.end_step - a.start_step) for a in attempts),
+        "reached_step": max((a.end_step for a in attempts), default=0),
+        "probe_steps_done": sum(max(0, a.end_step - a.start_step) for a in probes),
         "peak_vram_gib": round(max(peaks), 3) if peaks else None,
         "peak_vram_gib_final_attempt": attempts[-1].peak_vram_gib if attempts else None,
         "changed_settings": worked,

@@ -19,7 +19,8 @@ from kohya_tuner.run.journal import AttemptRecord, Journal, StateRecord
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, _get, decide
 from kohya_tuner.run.progress import Progress
 from kohya_tuner.run.settings import RunSettings, command_for, probe_config, read_config_file
-from kohya_tuner.run.states import attempt_config, lineage
+from kohya_tuner.run.states import (AttemptOutput, attempt_config, attempt_outputs, base_name, lineage,
+                                    newest_resumable, publish_lora, states_on_disk)
 
 _KILLED = re.compile(r"(died with <Signals\.SIGKILL: 9>|exit status -9\b|exit status 137\b|Killed\s*$)")
 
@@ -111,15 +112,11 @@ class Supervisor:
             history.append(record)
             if not probing and record.start_step == 0:
                 self._adopt_reported_total(record)
-            newest = self._newest_state(history)
-            stored = None
-            if newest is not None:
-                ts = jr.read_train_state(newest.path)
-                stored = int(ts["current_step"]) if ts and isinstance(ts.get("current_step"), int) else None
+            newest = None if probing else self._newest_state(history)
             state = RunState(attempt=attempt, attempts_left=self.s.max_attempts - launched,
                              total_steps=self.s.probe_steps if probing else self.s.total_steps,
                              plan_config=self.s.plan_config, tried=frozenset(tried), newest_state=newest,
-                             stored_step=stored, probe=probing, policy=self.s.policy)
+                             probe=probing, policy=self.s.policy)
             action = decide(diagnosis, plan.config, self.s.family, state, facts, dataset=self.dataset,
                             next_step=self.next_step)
             if isinstance(action, Stop):
@@ -171,10 +168,9 @@ class Supervisor:
             self.journal.write_run(self.s.to_json())
 
     def _newest_state(self, attempts: list[AttemptRecord]) -> StateRecord | None:
-        newest = jr.newest_state(lineage(attempts))
-        if newest is not None and newest.step >= self.s.total_steps:
-            return None
-        return newest
+        """The newest complete state on disk that an attempt of the current lineage wrote."""
+        return newest_resumable(self.s.plan_config.get("output_dir"),
+                                attempt_outputs(lineage(attempts), base_name(self.s.plan_config)), self.s.total_steps)
 
     def _attempt(self, attempt: int, plan: Retry, probing: bool) -> tuple[AttemptRecord, Any, AttemptFacts]:
         from kohya_tuner import logparse
@@ -183,12 +179,12 @@ class Supervisor:
         out = self.s.out_dir
         total = self.s.probe_steps if probing else self.s.total_steps
         config = probe_config(plan.config, total, out) if probing else plan.config
-        stored = None
-        if plan.resume_from:
-            ts = jr.read_train_state(plan.resume_from)
-            stored = ts.get("current_step") if ts else None
         run_config = attempt_config(config, resume_from=plan.resume_from, resume_step=plan.start_step,
-                                    stored_step=stored)
+                                    total_steps=total, attempt=None if probing else attempt)
+        # The one gate: never launch what sd-scripts would refuse at start-up (after a ladder move too).
+        from kohya_tuner.check import run_gate
+
+        run_gate(run_config, self.s.family.script, dataset=plan.dataset if plan.dataset is not None else self.dataset)
         cfg_path = self.write_attempt_config(attempt, run_config, plan.reason)
         if plan.dataset is not None and plan.dataset != self.dataset:
             from kohya_tuner import config_io
@@ -267,10 +263,17 @@ class Supervisor:
         diagnosis = logparse.diagnose(events, exit_status=exit_status, family=self.s.family.name)
         final = progress.final_model
         if final is None:
-            guess = Path(config.get("output_dir") or ".") / (
-                f"{config.get('output_name') or 'last'}.{config.get('save_model_as') or 'safetensors'}")
+            guess = Path(run_config.get("output_dir") or ".") / (
+                f"{run_config.get('output_name') or 'last'}.{run_config.get('save_model_as') or 'safetensors'}")
             final = str(guess)
         final_exists = Path(final).is_file()
+        if not probing:
+            # The states on disk are the truth; the log's save lines only fed the display.
+            on_disk = states_on_disk(config.get("output_dir"),
+                                     [AttemptOutput(attempt, str(run_config.get("output_name")), plan.start_step)])
+            progress.states = on_disk
+            if on_disk:
+                progress.run_step = max(progress.run_step, max(s.step for s in on_disk) - plan.start_step)
         facts = AttemptFacts(exit_status=exit_status, end_step=progress.step, hung=result.hung,
                              interrupted=result.interrupted, killed=killed["seen"] or exit_status in (137, -9),
                              final_model=final if final_exists and exit_status == 0 else None,
@@ -290,8 +293,8 @@ class Supervisor:
             outcome = "interrupted"
         elif result.hung:
             outcome = "hang"
-        elif facts.killed and outcome != "oom":
-            outcome = "ram"
+        elif outcome != "oom" and (facts.killed or _get(_get(diagnosis, "error"), "kind") == "cpu_oom"):
+            outcome = "cpu_oom"
         elif exit_status == 0 and facts.final_model:
             outcome = "success"
         elif exit_status == 0:
@@ -326,8 +329,11 @@ class Supervisor:
         last = attempts[-1] if attempts else None
         final_config = None
         if last is not None:
-            final_config = read_config_file(last.config_file)
-        lora = last.final_model if last is not None and stop.status == "success" else None
+            final_config = read_config_file(last.config_file, self.s.plan_config)
+        lora = None
+        lora_note = None
+        if last is not None and stop.status == "success" and last.final_model:
+            lora, lora_note = publish_lora(last.final_model, base_name(self.s.plan_config))
         cont = (f"kohya-tuner run --continue {_quote(self.s.out_dir)}"
                 if stop.status != "success" and stop.can_continue else None)
         history_note = None
@@ -338,13 +344,16 @@ class Supervisor:
                                plan_config=self.s.plan_config, lora_path=lora, gpu=self.s.gpu,
                                continue_command=cont, history_note=history_note)
         summary["advice"] = list(stop.advice)
+        if lora_note:
+            summary["lora_note"] = lora_note
         summary["predicted_gib"] = self.s.predicted_gib
         summary["report"] = str(self.journal.report_path)
         self.journal.write_summary(summary)
         self.journal.write_report(report.render(summary, attempts, title=f"kohya-tuner run: {self.s.out_dir.name}"))
         code = {"success": 0, "interrupted": 130}.get(stop.status, 1)
         self.emit("finished", **{k: summary[k] for k in ("status", "reason", "lora", "attempts", "failed_attempts",
-                                                         "time_lost_s", "steps_lost", "peak_vram_gib",
+                                                         "time_lost_s", "steps_done", "steps_redone",
+                                                         "steps_lost", "total_steps", "peak_vram_gib",
                                                          "continue_command", "report")})
         return Outcome(status=stop.status, reason=stop.reason, summary=summary, attempts=attempts, exit_code=code)
 

@@ -82,7 +82,6 @@ class RunState:
     plan_config: dict[str, Any]
     tried: frozenset[str] = frozenset()
     newest_state: StateRecord | None = None
-    stored_step: int | None = None  # current_step in that state's train_state.json
     probe: bool = False
     policy: str = "default"
 
@@ -248,7 +247,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                     f"(hang at step {facts.end_step}); it was stopped",
                     advice=("A stuck data loader or a deadlocked multi-GPU setup are the usual causes; "
                             "try --set max_data_loader_n_workers=0, then --continue.",))
-    ram = facts.killed or outcome == "ram" or error_kind in ("cpu_oom", "killed")
+    ram = facts.killed or outcome == "cpu_oom" or error_kind in ("cpu_oom", "killed")
     if outcome != "oom" and not ram:
         error = _get(diagnosis, "error") or {}
         kind = _get(error, "kind") or "error"

@@ -44,9 +44,6 @@ class Progress:
         return max(0.0, (self.total_steps - self.step) / self.rate)
 
     def on_progress(self, step: int, total: int | None, loss: float | None, rate: float | None) -> None:
-        if total is not None and total != self.total_steps - self.start_step and total == self.total_steps:
-            # A bar over the whole run (no skipping) counts from zero.
-            self.start_step = 0
         self.run_step = max(self.run_step, int(step))
         self.run_total = total
         if rate:
@@ -59,12 +56,12 @@ class Progress:
 
     def on_saved(self, what: str, path: str) -> StateRecord | None:
         if what == "state":
+            # A resumed attempt is a run of its own that counts from 0: its state names carry
+            # its own step, ahead of the bar when the bar's last refresh was not printed.
             step = self.step
             m = _STATE_STEP.search(path.rstrip("/\\"))
             if m:
-                named = int(m.group(1))
-                if self.start_step <= named <= self.total_steps:
-                    step = max(step, named)
+                step = max(step, min(self.total_steps, self.start_step + int(m.group(1))))
             rec = StateRecord(path=path, step=step, attempt=self.attempt)
             self.states = [s for s in self.states if s.path != path] + [rec]
             return rec

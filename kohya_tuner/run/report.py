@@ -220,6 +220,14 @@ th{background:#f5f5f5}ul{margin:0;padding-left:16px}code{font-size:12px}
 """
 
 
+def _steps_line(summary: dict[str, Any], total: int | None) -> str:
+    done = summary.get("steps_done", 0)
+    redone = summary.get("steps_redone", summary.get("steps_lost", 0)) or 0
+    reached = summary.get("reached_step", done)
+    head = f"{reached} of {total} planned" if total else f"{reached}"
+    return f"{head}; {done} trained, {redone} of them redone after a failure"
+
+
 def render(summary: dict[str, Any], attempts: Sequence[AttemptRecord], *, title: str = "kohya-tuner run",
            capacity_gib: float | None = None) -> str:
     status = str(summary.get("status") or "running")
@@ -246,10 +254,9 @@ def render(summary: dict[str, Any], attempts: Sequence[AttemptRecord], *, title:
     facts = [
         ("LoRA", summary.get("lora") or "—"),
         ("why it stopped", summary.get("reason")),
-        ("steps", f"{summary.get('steps_done', 0)} of {total}" if total else summary.get("steps_done")),
+        ("optimizer steps", _steps_line(summary, total)),
         ("attempts", f"{summary.get('attempts', len(attempts))} ({summary.get('failed_attempts', 0)} failed)"),
         ("time lost to failures", _duration(summary.get("time_lost_s"))),
-        ("optimizer steps lost", summary.get("steps_lost")),
         ("peak VRAM", f"{summary['peak_vram_gib']:.2f} GiB" if summary.get("peak_vram_gib") is not None
          else "not measured (no NVML)"),
         ("GPU", gpu.get("name") and f"{gpu.get('name')} ({gpu.get('total_gib', 0):.1f} GiB)"),

@@ -113,7 +113,8 @@ def probe_config(config: Mapping[str, Any], steps: int, out_dir: Path) -> dict[s
 
 
 
-def read_config_file(path: str) -> dict[str, Any] | None:
+def read_config_file(path: str, plan_config: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The settings an attempt ran with (its resume and per-attempt keys taken out)."""
     import toml
 
     from kohya_tuner.config_io import flatten
@@ -122,5 +123,9 @@ def read_config_file(path: str) -> dict[str, Any] | None:
         cfg = flatten(toml.load(path))
     except (OSError, toml.TomlDecodeError):
         return None
+    if plan_config is not None:
+        from kohya_tuner.run.states import settings_of
+
+        return settings_of(cfg, plan_config)
     return {k: v for k, v in cfg.items() if k not in BOOKKEEPING}
 

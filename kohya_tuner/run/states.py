@@ -7,6 +7,10 @@ while the trainer kept saving) is found on disk.
 
 from __future__ import annotations
 
+import json
+import os
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -30,19 +34,209 @@ def ensure_resumable(config: Mapping[str, Any], total_steps: int) -> dict[str, A
     return out
 
 
+def attempt_name(base: str, attempt: int) -> str:
+    """The output_name attempt N writes under: its states and LoRA files never share a name
+    with another attempt's, so nothing is written over and sd-scripts' pruning of old states
+    (by name and step) never reaches a state another attempt wrote. The first attempt keeps
+    the plan's name, so a run without failures leaves what the plan (and its launch.sh) says."""
+    return base if attempt == 1 else f"{base}-attempt{attempt}"
+
+
+def base_name(config: Mapping[str, Any]) -> str:
+    return str(config.get("output_name") or "last")
+
+
 def attempt_config(config: Mapping[str, Any], *, resume_from: str | None, resume_step: int,
-                   stored_step: int | None) -> dict[str, Any]:
-    """The config an attempt runs with: the settings plus the supervisor's resume keys."""
+                   total_steps: int | None = None, attempt: int | None = 1,
+                   stored_step: int | None = None) -> dict[str, Any]:
+    """The config an attempt runs with: the settings plus the supervisor's resume keys.
+
+    A resumed attempt runs as a run of its own of the remaining steps: `resume` loads the
+    weights, optimizer, scheduler and RNG; `initial_step = 0` stops the pinned sd-scripts
+    from using the state's step count (its skip arithmetic restarts the counter past an
+    epoch boundary and mixes units with gradient accumulation, so it trains too many or
+    too few steps); `max_train_steps` is what is left, so the trainer stops at the planned
+    total. The scheduler's horizon is rescaled to keep the learning rate on the planned
+    curve (see `continue_schedule`). docs/run.md has the measurements behind this."""
+    del stored_step  # the state's own counter plays no part any more (kept for older callers)
+    if total_steps is None:
+        total_steps = int(config.get("max_train_steps") or 0)
     out = {k: v for k, v in config.items() if k not in BOOKKEEPING}
+    if attempt is not None:
+        out["output_name"] = attempt_name(base_name(config), attempt)
     if resume_from:
+        left = total_steps - resume_step
+        if left < 1:
+            raise ValueError(f"nothing left to train after step {resume_step} of {total_steps}")
         out["resume"] = resume_from
-        out["skip_until_initial_step"] = True
-        if stored_step is not None and stored_step != resume_step:
-            # The state's own counter drifted (chained resumes count run-locally);
-            # the supervisor's absolute count is the truth.
-            out["initial_step"] = resume_step
+        out["initial_step"] = 0
+        out.pop("max_train_epochs", None)
+        out["max_train_steps"] = left
+        out.update(continue_schedule(config, total_steps, left))
     return out
 
+
+def continue_schedule(config: Mapping[str, Any], total_steps: int, left: int) -> dict[str, Any]:
+    """Scheduler settings that keep the learning rate on the planned curve when the trainer
+    is told the run has `left` steps instead of `total_steps`.
+
+    sd-scripts builds the schedule from `max_train_steps` (x processes) and the state restores
+    only the scheduler's position, so the horizon follows the relaunch's max_train_steps.
+    Warmup given as a fraction becomes a step count of the planned run; a cosine curve gets
+    `num_cycles` scaled by the horizon ratio (the curve depends on progress x num_cycles
+    only). Constant schedules need nothing. Others (linear, polynomial, restarts, a custom
+    type) cannot be rescaled through settings: the `schedule_note` says so."""
+    sched = str(config.get("lr_scheduler") or "constant")
+    procs = 1  # both horizons scale with the process count; the ratio does not
+    out: dict[str, Any] = {}
+    warm = config.get("lr_warmup_steps")
+    if isinstance(warm, float):
+        warm = int(warm * total_steps * procs)
+        out["lr_warmup_steps"] = warm
+    warm = int(warm or 0)
+    if sched == "cosine" and not config.get("lr_scheduler_type"):
+        args = [a for a in (config.get("lr_scheduler_args") or []) if not str(a).startswith("num_cycles=")]
+        cycles = 0.5
+        for a in config.get("lr_scheduler_args") or []:
+            if str(a).startswith("num_cycles="):
+                cycles = float(str(a).split("=", 1)[1])
+        scaled = cycles * max(1, left * procs - warm) / max(1, total_steps * procs - warm)
+        out["lr_scheduler_args"] = args + [f"num_cycles={scaled!r}"]
+    return out
+
+
+RESCALED_SCHEDULES = ("constant", "constant_with_warmup", "cosine", "inverse_sqrt")
+
+
+def schedule_note(config: Mapping[str, Any]) -> str | None:
+    """Why the learning rate of a resumed attempt leaves the planned curve, or None."""
+    sched = str(config.get("lr_scheduler") or "constant")
+    if config.get("lr_scheduler_type"):
+        return f"lr_scheduler_type {config.get('lr_scheduler_type')} restarts its own schedule on resume"
+    if sched.startswith("adafactor") or sched in RESCALED_SCHEDULES:
+        return None
+    return (f"the {sched} schedule is compressed into the remaining steps (sd-scripts sizes it from "
+            "max_train_steps; only constant, warmup and cosine schedules can be rescaled)")
+
+
+def settings_of(run_config: Mapping[str, Any], plan_config: Mapping[str, Any]) -> dict[str, Any]:
+    """An attempt's settings from the config it ran with: the keys `attempt_config`
+    rewrites come back from the plan (the memory ladder never moves them)."""
+    out = {k: v for k, v in run_config.items() if k not in BOOKKEEPING and k not in REWRITTEN}
+    for k in REWRITTEN:
+        if k in plan_config:
+            out[k] = plan_config[k]
+    return out
+
+
+# Keys attempt_config sets per attempt besides the resume keys.
+REWRITTEN = ("output_name", "max_train_steps", "max_train_epochs", "lr_scheduler_args", "lr_warmup_steps")
+
+
+# ---- states on disk -------------------------------------------------------------------------
+
+# What accelerate writes into a state folder; random_states comes last, after the model,
+# optimizer and scheduler, so a folder that has it was not cut short by a crash.
+_STATE_FILES = ("model.safetensors", "optimizer.bin", "scheduler.bin")
+
+
+def state_complete(state_dir: str | os.PathLike) -> bool:
+    """A state folder sd-scripts can resume from: train_state.json parses, the LoRA weights,
+    optimizer and scheduler files are whole (their own length fields check out) and the
+    random states, written last, are there."""
+    d = Path(state_dir)
+    ts = jr.read_train_state(d)
+    if not ts or not isinstance(ts.get("current_step"), int):
+        return False
+    if not _safetensors_whole(d / "model.safetensors"):
+        return False
+    for name in ("optimizer.bin", "scheduler.bin"):
+        if not _torch_file_whole(d / name):
+            return False
+    return any(p.stat().st_size > 0 for p in d.glob("random_states_*.pkl"))
+
+
+def _safetensors_whole(path: Path) -> bool:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if n <= 0 or 8 + n > size:
+                return False
+            header = json.loads(f.read(n))
+    except (OSError, ValueError):
+        return False
+    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
+            and isinstance(v.get("data_offsets"), list) and len(v["data_offsets"]) == 2]
+    return size >= 8 + n + max(ends, default=0)
+
+
+def _torch_file_whole(path: Path) -> bool:
+    """torch.save writes a zip archive, whose central directory is at the end of the file:
+    a file cut short starts like a zip but does not open as one."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        if not magic:
+            return False
+        if magic != b"PK\x03\x04":
+            return True  # the legacy format has no length to check; non-empty is the best there is
+        with zipfile.ZipFile(path) as z:
+            return bool(z.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+@dataclass(frozen=True)
+class AttemptOutput:
+    """Where one attempt of this run writes: its output_name, and the absolute optimizer step
+    its trainer counts from (a resumed attempt counts from 0)."""
+
+    attempt: int
+    name: str
+    start_step: int
+
+
+def states_on_disk(output_dir: str | os.PathLike | None, attempts: list[AttemptOutput]) -> list[StateRecord]:
+    """Every complete state folder the given attempts wrote, with its absolute step (the
+    attempt's start plus the trainer's own count in train_state.json), oldest first. Log
+    lines play no part: with console_log_level = "WARNING" there are none."""
+    if not output_dir or not Path(output_dir).is_dir():
+        return []
+    by_prefix = sorted(attempts, key=lambda a: len(a.name), reverse=True)
+    found: list[StateRecord] = []
+    for d in Path(output_dir).iterdir():
+        if not d.name.endswith("-state") or not d.is_dir():
+            continue
+        owner = next((a for a in by_prefix if _owned(d.name, a.name)), None)
+        if owner is None or not state_complete(d):
+            continue
+        ts = jr.read_train_state(d) or {}
+        found.append(StateRecord(path=str(d), step=owner.start_step + int(ts["current_step"]),
+                                 attempt=owner.attempt))
+    return sorted(found, key=lambda s: (s.step, s.attempt))
+
+
+def _owned(folder: str, name: str) -> bool:
+    """`<name>-state`, `<name>-step00000012-state` or `<name>-000003-state` (sd-scripts' names)."""
+    if folder == f"{name}-state":
+        return True
+    rest = folder[len(name):] if folder.startswith(name + "-") else None
+    if rest is None:
+        return False
+    mid = rest[1:-len("-state")]
+    return (mid.startswith("step") and mid[4:].isdigit()) or (mid.isdigit() and len(mid) == 6)
+
+
+def newest_resumable(output_dir: str | os.PathLike | None, attempts: list[AttemptOutput],
+                     total_steps: int) -> StateRecord | None:
+    """The newest complete state before the end of the run (a final state has nothing left)."""
+    states = [s for s in states_on_disk(output_dir, attempts) if 0 < s.step < total_steps]
+    return states[-1] if states else None
+
+
+def attempt_outputs(attempts: list[AttemptRecord], base: str) -> list[AttemptOutput]:
+    return [AttemptOutput(a.attempt, attempt_name(base, a.attempt), a.start_step) for a in attempts]
 
 
 def lineage(attempts: list[AttemptRecord]) -> list[AttemptRecord]:
@@ -56,25 +250,24 @@ def lineage(attempts: list[AttemptRecord]) -> list[AttemptRecord]:
     return runs[start:]
 
 
+def publish_lora(path: str, base: str) -> tuple[str, str | None]:
+    """Put the finished LoRA at `<output_dir>/<output_name>.<ext>`, the name the plan gave it,
+    without writing over anything: a hard link (a copy where links are not possible) when
+    that name is free, the attempt's own file when something else already holds it."""
+    src = Path(path)
+    dest = src.with_name(base + src.suffix)
+    if dest == src:
+        return str(src), None
+    if dest.exists():
+        if dest.is_file() and dest.stat().st_size == src.stat().st_size and dest.read_bytes() == src.read_bytes():
+            return str(dest), None
+        return str(src), f"{dest} already exists and is not this run's LoRA; it was left as it is"
+    try:
+        os.link(src, dest)
+    except OSError:
+        import shutil
 
-
-def unjournaled_state(output_dir: str | None, newest: StateRecord | None) -> StateRecord | None:
-    """A state written after the journal's last record: kohya-tuner itself was killed
-    mid-attempt (a closed terminal, kill -9) while the trainer kept saving. Its step is the
-    trainer's own `train_state.json` count, the best there is without the journal."""
-    out = output_dir
-    if not out or not Path(out).is_dir():
-        return None
-    floor_mtime = Path(newest.path).stat().st_mtime if newest is not None and Path(newest.path).exists() else 0.0
-    best: StateRecord | None = None
-    for d in Path(out).iterdir():
-        if not d.is_dir() or not d.name.endswith("-state") or d.stat().st_mtime <= floor_mtime:
-            continue
-        ts = jr.read_train_state(d)
-        step = ts.get("current_step") if ts else None
-        if not isinstance(step, int) or step <= (newest.step if newest else 0):
-            continue
-        if best is None or step > best.step:
-            best = StateRecord(path=str(d), step=step, attempt=0)
-    return best
-
+        tmp = dest.with_name(dest.name + ".part")
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dest)
+    return str(dest), None

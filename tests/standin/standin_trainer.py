@@ -446,16 +446,27 @@ def main(script: str, family: str) -> None:
         stored = int(ts.get("current_step", 0))
         if config.get("initial_step") is not None:
             stored = int(config["initial_step"])
-        if config.get("skip_until_initial_step"):
-            initial_step = stored
-        else:
-            # Without skipping, the stored step only picks the epoch; the counter restarts.
-            start_epoch = stored // per_epoch
-    assert initial_step < max_steps, "initial_step must be less than max_train_steps"
+        initial_step = stored
+    elif config.get("initial_step") is not None:
+        initial_step = int(config["initial_step"])
+    if initial_step > 0:
+        assert initial_step < max_steps, "initial_step must be less than max_train_steps"
+    # The pinned trainer's arithmetic (train_network.py ~1257-1344, measured on the real one):
+    # the step is multiplied by the accumulation, the start epoch divides that by the
+    # optimizer steps per epoch, whole epochs of micro-batches are taken off, and the counter
+    # starts from what remains (so past an epoch boundary it restarts low).
+    batches = math.ceil(images / batch)  # micro-batches per epoch
+    if initial_step > 0 and config.get("skip_until_initial_step"):
+        initial_step *= accum
+        start_epoch = initial_step // per_epoch
+        initial_step -= start_epoch * batches
+    elif initial_step > 0:
+        start_epoch = initial_step // per_epoch
+        initial_step = 0
 
     print("running training / 学習開始")
     print(f"  num train images * repeats / 学習画像の数×繰り返し回数: {images}")
-    print(f"  num batches per epoch / 1epochのバッチ数: {math.ceil(images / batch)}")
+    print(f"  num batches per epoch / 1epochのバッチ数: {batches}")
     print(f"  num epochs / epoch数: {epochs}")
     print(f"  batch size per device / バッチサイズ: {batch}")
     print(f"  gradient accumulation steps / 勾配を合計するステップ数 = {accum}")
@@ -501,10 +512,10 @@ def main(script: str, family: str) -> None:
 
     if config.get("sample_at_first") and sample_every:
         sample(0)
-    bar = Bar("steps", max_steps - initial_step)
+    bar = Bar("steps", max_steps - max(0, initial_step))
     global_step = initial_step
     losses: list[float] = []
-    skipped = initial_step
+    skipped = max(0, initial_step)
     for epoch in range(start_epoch, epochs):
         print(f"\nepoch {epoch + 1}/{epochs}\n", flush=True)
         for _ in range(per_epoch):
