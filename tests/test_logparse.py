@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kohya_tuner.logparse import (
     EpochStart, Exited, Failure, Finished, LogParser, Milestone, ModelFamily, Oom, Progress, Resumed, Saved,
-    TotalSteps, diagnose, is_oom, oom_figures, parse_text,
+    TotalSteps, Wrapper, diagnose, is_oom, oom_figures, parse_text,
 )
 from kohya_tuner.logparse.parser import MAX_LINE
 
@@ -69,7 +69,7 @@ def test_text_glued_after_a_bar_is_parsed_too():
             "    accelerator.backward(loss)\n"
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
     events = parse_text(text)
-    assert [type(e).__name__ for e in events] == ["Progress", "EpochStart", "Progress", "ModelFamily", "Oom"]
+    assert [type(e).__name__ for e in events] == ["Progress", "EpochStart", "Progress", "Wrapper", "ModelFamily", "Oom"]
     assert of(events, EpochStart)[0].epoch == 1
     assert of(events, Oom)[0].where == "training"
 
@@ -87,7 +87,7 @@ def test_rich_records_wrapped_at_80_columns_are_joined_back():
         ("INFO", "model saved.", "train_network.py:1729"),
     ])
     assert max(len(line) for line in text.splitlines()) == 80  # really wrapped
-    events = parse_text(text)
+    events = [e for e in parse_text(text) if not isinstance(e, (ModelFamily, Wrapper))]
     assert [e.line for e in events] == [
         "Saving current state to /data/runs/out-oom/cpu_lora-step00000003-state",
         "load StableDiffusion checkpoint: /data/runs/sd15-random.safetensors",
@@ -327,7 +327,6 @@ def test_host_ram_exhaustion_is_never_a_cuda_oom(text):
 
 
 LOOK_ALIKES = {
-    "RuntimeError: CUDA error: an illegal memory access was encountered": "other",
     "RuntimeError: CUDA error: no kernel image is available for execution on the device": "cuda_unavailable",
     "AssertionError: Torch not compiled with CUDA enabled": "cuda_unavailable",
     "RuntimeError: Found no NVIDIA driver on your system.": "cuda_unavailable",
@@ -346,6 +345,9 @@ LOOK_ALIKES = {
     "RuntimeError: expected scalar type Half but found Float": "dtype",
     'RuntimeError: "LayerNormKernelImpl" not implemented for \'Half\'': "dtype",
     "RuntimeError: Expected all tensors to be on the same device, but found at least two devices": "other",
+    "RuntimeError: CUDA error: an illegal memory access was encountered": "cuda_error",
+    "RuntimeError: CUDA error: device-side assert triggered": "cuda_error",
+    "RuntimeError: CUDA error: invalid argument": "cuda_error",
     "ValueError: some other problem": "other",
 }
 
@@ -494,8 +496,8 @@ def test_an_unfinished_traceback_does_not_swallow_the_training_output_after_it()
     events = parse_text(cut)
     # The cut traceback is held open a few lines (it may resume, see below), so its
     # Failure comes after the training output that interrupted it.
-    assert [type(e) for e in events] == [ModelFamily, Saved, Failure]
-    assert "missing" in events[2].message
+    assert [type(e) for e in events] == [Wrapper, ModelFamily, Saved, Failure]
+    assert "missing" in events[3].message and events[3].kind == "truncated"
 
 
 def test_traceback_interrupted_by_a_stdout_line_keeps_its_error():

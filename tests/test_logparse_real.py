@@ -30,9 +30,11 @@ OTHER_ERROR_KIND = {
     "013": "xformers",       # No module named 'xformers'
     "016": "bitsandbytes",   # no kernel image ... bitsandbytes\csrc\ops.cu
     "019": "other",          # the launcher's traceback after `model saved.`; the error line is cut
-    "030": "distributed",    # c10d client socket failure inside init_process_group
-    "043": "missing_file",   # "Some images were not correctly cached" before the cut traceback
+    "030": "truncated",      # cut inside init_process_group, after c10d's client-socket warning
+    "043": "truncated",      # cut traceback after "Some images were not correctly cached"
 }
+# For the cut-off ones: what the lines before the cut point to.
+SUSPECTED = {"030": "distributed", "043": "missing_file"}
 
 
 def _labels() -> dict:
@@ -76,6 +78,9 @@ def test_real_world_log_matches_its_label(name):
     elif kind == "other_error":
         assert d.outcome == "error" and d.oom is None
         assert d.error.kind == OTHER_ERROR_KIND[name]
+        if name in SUSPECTED:
+            assert d.details.suspected == SUSPECTED[name]
+            assert not any("not a memory problem" in a for a in d.advice)
     elif kind == "success":
         assert d.outcome == "success" and d.error is None and d.oom is None
     else:  # pragma: no cover - a label kind this table does not know

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kohya_tuner.logparse.diagnosis import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo, diagnose
 from kohya_tuner.logparse.events import (
     ERROR_KINDS, PHASES, EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures,
-    Progress, Resumed, Saved, TotalSteps,
+    Progress, Resumed, Saved, TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.parser import LogParser, parse_text
 from kohya_tuner.logparse.patterns import is_oom, oom_figures
@@ -19,5 +19,5 @@ from kohya_tuner.logparse.patterns import is_oom, oom_figures
 __all__ = [
     "Diagnosis", "DiagnosisDetails", "ERROR_KINDS", "EpochStart", "ErrorInfo", "Event", "Exited", "Failure",
     "Finished", "LogParser", "Milestone", "ModelFamily", "Oom", "OomFigures", "OomInfo", "PHASES", "Progress",
-    "Resumed", "Saved", "TotalSteps", "diagnose", "is_oom", "oom_figures", "parse_text",
+    "Resumed", "Saved", "TotalSteps", "Wrapper", "diagnose", "is_oom", "oom_figures", "parse_text",
 ]

@@ -1,98 +1,40 @@
 """From events to one Diagnosis: what happened, where, and what to change.
 
-The phase of a failure comes from context — the last milestone and the last step seen
-before it — and only falls back to the traceback frames when the log holds no context
-(a pasted excerpt). A log that holds several runs (a file appended to on every retry) is
-read as its last run: a new run starts at `Loading settings from` after a finished or
-failed one.
+The phase of a failure comes from the strongest evidence there is: the traceback frames when
+they name the trainer's own call or a library entry point with one meaning (frames.toml),
+then the last milestone before the failure, then generic frames; the progress bar (before or
+after the failure: tqdm often prints its last refresh after the traceback) splits the training
+step into the first step and later steps. A log that holds several runs (a file appended to on
+every retry) is read as its last run: a new run starts at `Loading settings from` after a
+finished or failed one.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Optional
+from typing import Iterable
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr
-
+from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
     EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Progress, Resumed, Saved,
-    TotalSteps,
+    TotalSteps, Wrapper,
 )
-
-Outcome = Literal["oom", "error", "success", "incomplete"]
-Phase = Literal["model_load", "cache_latents", "cache_text_encoder", "first_step", "training", "sampling", "saving",
-                "unknown"]
-ErrorKind = Literal["cpu_oom", "missing_file", "bad_argument", "nan_loss", "xformers", "bitsandbytes",
-                    "cuda_unavailable", "distributed", "dtype", "other"]
+from kohya_tuner.logparse.frames import wrapper_rank
+from kohya_tuner.logparse.result import (  # noqa: F401  (re-exported: the package's public names)
+    Diagnosis, DiagnosisDetails, ErrorInfo, ErrorKind, OomInfo, Outcome, Phase,
+)
 
 # Which failure explains a run when several were logged: memory first (a CUDA OOM on one rank
 # makes NCCL fail on the others), then specific causes, then the rest; earliest within a rank.
 _RANK = {"oom": 0, "cpu_oom": 0, "bad_argument": 1, "missing_file": 1, "xformers": 1, "bitsandbytes": 1,
-         "cuda_unavailable": 1, "dtype": 1, "nan_loss": 1, "distributed": 2, "other": 3}
+         "cuda_error": 1, "cuda_unavailable": 1, "dtype": 1, "nan_loss": 1, "distributed": 2, "other": 3,
+         "truncated": 3}
 _INTERRUPT_PREFIX = "KeyboardInterrupt"
 _KILLED = (137, -9)
-
-
-class OomInfo(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    tried_gib: Optional[float] = None
-    capacity_gib: Optional[float] = None
-    free_gib: Optional[float] = None
-    process_in_use_gib: Optional[float] = None
-    allocated_gib: Optional[float] = None
-    reserved_unallocated_gib: Optional[float] = None
-
-
-class ErrorInfo(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    kind: ErrorKind
-    message: str
-
-
-@dataclass
-class DiagnosisDetails:
-    """What the diagnosis knows beyond the JSON schema: for rendering and for `run`."""
-
-    family: str | None = None
-    exit_status: int | None = None
-    model_saved: bool = False
-    last_checkpoint: str | None = None
-    last_state: str | None = None
-    resumed_from: str | None = None
-    oom_figures: OomFigures | None = None
-    held_elsewhere_gib: float | None = None
-    other_processes: tuple[tuple[int, float], ...] = ()
-    fragmented: bool = False
-    on_cpu: bool = False
-    last_milestone: str | None = None
-    events: int = 0
-    # Failures logged before `model saved.` that did not stop the run.
-    survived: list[str] = field(default_factory=list)
-
-
-class Diagnosis(BaseModel):
-    """Exactly the `diagnose --json` schema; `details` carries the rest."""
-
-    outcome: Outcome
-    phase: Phase
-    step: Optional[int] = None
-    total_steps: Optional[int] = None
-    last_loss: Optional[float] = None
-    oom: Optional[OomInfo] = None
-    error: Optional[ErrorInfo] = None
-    advice: list[str] = []
-
-    _details: DiagnosisDetails = PrivateAttr(default_factory=DiagnosisDetails)
-
-    @property
-    def details(self) -> DiagnosisDetails:
-        return self._details
-
-    def to_json(self) -> dict:
-        return self.model_dump(mode="json")
+# Frames at this level or below outrank the milestones (frames.toml: 1 = the trainer's own
+# call, 2 = a library entry point with one meaning, 3 = generic internals).
+_STRONG_FRAME = 2
 
 
 @dataclass
@@ -190,35 +132,36 @@ def _choose(failures: list[_Failed]) -> _Failed | None:
     return best
 
 
-def _failure_phase(run: _Run, f: _Failed) -> str:
+def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
+    """(phase, what decided it: "frames", "context", "progress" or None)."""
     if f.after_finish:
-        return "saving"
-    where = f.event.where
+        return "saving", "context"
+    ev = f.event
+    where = ev.where
+    level = ev.frame_level if ev.frame_level is not None else _STRONG_FRAME
     ctx = f.phase
-    if ctx is None:
-        base = where
-    elif ctx == "training" and where in ("sampling", "saving", "cache_latents", "cache_text_encoder"):
-        # The bar says training; the frames name the part of the step loop that failed.
-        base = where
+    if where is not None and (level <= _STRONG_FRAME or ctx is None):
+        base, evidence = where, "frames"
     elif ctx in ("sampling", "saving") and where == "training":
         # sd-scripts refreshes the bar after sampling or saving; without that refresh the
         # frames still show the failure came from the next training step.
-        base = where
+        base, evidence = where, "frames"
     else:
-        base = ctx
-    if base == "saving" and isinstance(f.event, Oom) and where != "saving":
+        base, evidence = ctx, ("context" if ctx is not None else None)
+    if base == "saving" and isinstance(ev, Oom) and where != "saving":
         # Saving a LoRA or a state copies tensors to the CPU and allocates next to nothing on
         # the GPU: an OOM after a save began, with no save in its frames, is the next step's.
-        base = "training" if run.max_step is not None else base
+        if run.max_step is not None:
+            base, evidence = "training", "progress"
     if base is None:
         if run.max_step is not None:
-            base = "training"
-        elif isinstance(f.event, Failure) and f.event.kind == "bad_argument":
+            base, evidence = "training", "progress"
+        elif isinstance(ev, Failure) and ev.kind == "bad_argument":
             # Arguments are read before anything else: the earliest phase there is.
-            return "model_load"
+            return "model_load", None
         else:
-            return "unknown"
-    return run.step_phase(base) or "unknown"
+            return "unknown", None
+    return run.step_phase(base) or "unknown", evidence
 
 
 def _finite(x: float | None) -> float | None:
@@ -227,22 +170,29 @@ def _finite(x: float | None) -> float | None:
 
 def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family: str | None = None) -> Diagnosis:
     """One Diagnosis for a run's events. `exit_status` is the trainer's (or the launcher's)
-    exit code when known; `family` (sd15, sdxl, flux) sharpens the advice."""
-    from kohya_tuner.advice import advise
-
+    exit code when known; `family` (sd15, sdxl, flux) sharpens the advice; without it the
+    advice is specific only to the family the log shows."""
     run = _Run()
     seen_family: str | None = None
+    seen_strength = 1 << 30
+    wrapper: str | None = None
     count = 0
     for index, ev in enumerate(events):
         count += 1
         if isinstance(ev, ModelFamily):
-            seen_family = ev.family
+            if ev.family == seen_family or ev.strength <= seen_strength:
+                seen_family, seen_strength = ev.family, min(seen_strength, ev.strength)
+            continue
+        if isinstance(ev, Wrapper):
+            if wrapper_rank(ev.wrapper) < wrapper_rank(wrapper):
+                wrapper = ev.wrapper
             continue
         if isinstance(ev, Milestone) and ev.name == "start" and run.ended:
             run = _Run()
         run.apply(ev, index)
 
     fam = family or seen_family
+    family_source = "given" if family else ("log" if seen_family else None)
     log_status = None
     log_failed_exit = False
     for status, _after in run.exits:
@@ -270,29 +220,41 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
     oom: OomInfo | None = None
     error: ErrorInfo | None = None
     figures: OomFigures | None = None
+    evidence: str | None = None
+    frame: str | None = None
+    suspected: str | None = None
+    error_line = True
+    if primary is not None:
+        frame = primary.event.frame
     if primary is not None and isinstance(primary.event, Oom):
         outcome = "oom"
-        phase = _failure_phase(run, primary)
+        phase, evidence = _failure_phase(run, primary)
         figures = primary.event.figures
         oom = OomInfo(**figures.schema_dict())
     elif primary is not None and primary.event.message.startswith(_INTERRUPT_PREFIX):
         outcome = "incomplete"
-        phase = _failure_phase(run, primary)
+        phase, evidence = _failure_phase(run, primary)
     elif primary is not None:
         outcome = "error"
-        phase = _failure_phase(run, primary)
+        phase, evidence = _failure_phase(run, primary)
         message = primary.event.message
+        if primary.event.kind == "truncated":
+            suspected = primary.event.suspected
+            error_line = False
+            message = _truncated_message(message, suspected, phase, frame)
         if primary.after_finish:
             message = f"after `model saved.` (the final model file was written): {message}"
         error = ErrorInfo(kind=primary.event.kind, message=message)
     elif killed:
         outcome = "error"
+        error_line = False
         phase = run.step_phase(run.phase) or "unknown"
         error = ErrorInfo(kind="cpu_oom", message=(
             "the trainer was killed by signal 9 (SIGKILL) without an error message: most likely the system ran "
             "out of RAM and its out-of-memory killer stopped it"))
     elif failed_exit:
         outcome = "error"
+        error_line = False
         phase = "saving" if finished else (run.step_phase(run.phase) or "unknown")
         code = f"status {status}" if status is not None else "an error status"
         if finished:
@@ -313,18 +275,35 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
     step = None if run.max_step is None else run.max_step + run.skipped
     total = run.total if run.total is not None else (
         run.bar_total + run.skipped if run.bar_total is not None else None)
+    if evidence is None and primary is None and run.phase is not None:
+        evidence = "context"
     details = DiagnosisDetails(
-        family=fam, exit_status=status, model_saved=finished, last_checkpoint=run.last_checkpoint,
+        family=fam, family_source=family_source, wrapper=wrapper, exit_status=status, model_saved=finished, last_checkpoint=run.last_checkpoint,
         last_state=run.last_state, resumed_from=run.resumed_from, oom_figures=figures,
         held_elsewhere_gib=figures.held_elsewhere_gib if figures else None,
-        other_processes=figures.other_processes if figures else (), fragmented=bool(figures and figures.fragmented),
-        on_cpu=run.on_cpu, last_milestone=run.last_milestone, events=count, survived=survived,
+        other_processes=figures.other_processes if figures else (), trainer_pid=figures.trainer_pid if figures else None,
+        fragmented=bool(figures and figures.fragmented), on_cpu=run.on_cpu, last_milestone=run.last_milestone,
+        phase_evidence=evidence, frame=frame, suspected=suspected, error_line=error_line, events=count, survived=survived,
     )
     diagnosis = Diagnosis(outcome=outcome, phase=phase, step=step, total_steps=total,
-                          last_loss=_finite(run.last_loss), oom=oom, error=error)
+                          last_loss=_finite(run.last_loss), oom=oom, error=error, family=fam, wrapper=wrapper)
     diagnosis._details = details
     diagnosis.advice = advise(diagnosis, details)
     return diagnosis
+
+
+_SUSPECTED_WORDS = {"oom": "likely out of GPU memory (the wording around it says so)"}
+
+
+def _truncated_message(message: str, suspected: str | None, phase: str, frame: str | None) -> str:
+    parts = [message]
+    if frame:
+        parts.append(f"the frames show {frame}")
+    if suspected:
+        parts.append(_SUSPECTED_WORDS.get(suspected, f"a warning before it points to {suspected.replace('_', ' ')}"))
+    else:
+        parts.append("what failed cannot be told without the error line")
+    return "; ".join(parts)
 
 
 def _message(ev: Oom | Failure) -> str:

@@ -15,9 +15,10 @@ PHASES = ("model_load", "cache_latents", "cache_text_encoder", "first_step", "tr
           "unknown")
 # Phases a Milestone can name (first_step is decided from the step count, unknown is no milestone).
 MILESTONE_PHASES = ("model_load", "cache_latents", "cache_text_encoder", "training", "sampling", "saving")
-# error.kind values of the diagnose JSON, and Failure.kind values.
+# error.kind values of the diagnose JSON, and Failure.kind values. `truncated`: the log stops
+# inside a traceback, so the error line that would name the failure is missing.
 ERROR_KINDS = ("cpu_oom", "missing_file", "bad_argument", "nan_loss", "xformers", "bitsandbytes",
-               "cuda_unavailable", "distributed", "dtype", "other")
+               "cuda_error", "cuda_unavailable", "distributed", "dtype", "truncated", "other")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +101,9 @@ class OomFigures:
     device: int | None = None
     # Other processes PyTorch named as holding memory on the same GPU: (pid, GiB).
     other_processes: tuple[tuple[int, float], ...] = ()
+    # The pid PyTorch listed as "Process N has X GiB" that is the trainer itself (in a container
+    # PyTorch cannot tell its own pid); its X is then process_in_use_gib.
+    trainer_pid: int | None = None
 
     def schema_dict(self) -> dict[str, float | None]:
         return {
@@ -138,11 +142,14 @@ class OomFigures:
 
 @dataclass(frozen=True, kw_only=True)
 class Oom(Event):
-    """A GPU out-of-memory. `where` is the phase the traceback frames point at, if any."""
+    """A GPU out-of-memory. `where` is the phase the traceback frames point at, if any; `frame`
+    the evidence in words and `frame_level` how telling it is (see frames.toml)."""
 
     kind: ClassVar[str] = "oom"
     figures: OomFigures = field(default_factory=OomFigures)
     where: str | None = None
+    frame: str | None = None
+    frame_level: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +160,11 @@ class Failure(Event):
     kind: str
     message: str
     where: str | None = None
+    frame: str | None = None
+    frame_level: int | None = None
+    # For a `truncated` failure: what the wording around it suggests ("oom", or an error kind
+    # named by a warning shortly before), None when nothing does.
+    suspected: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,7 +185,18 @@ class Exited(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class ModelFamily(Event):
-    """The log names a model family (an entry script or a family-specific line)."""
+    """The log names a model family (an entry script, a class or a model file only it has);
+    `strength` 1 is an entry script or class, 3 an ambiguous hint (frames.toml)."""
 
     kind: ClassVar[str] = "family"
     family: str
+    strength: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wrapper(Event):
+    """The log shows which tool ran the trainer (kohya_ss, fluxgym, ai-toolkit, onetrainer,
+    simpletuner, musubi-tuner, comfyui, or sd-scripts itself)."""
+
+    kind: ClassVar[str] = "wrapper"
+    wrapper: str

@@ -20,9 +20,13 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import re
+
+from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.events import (
     EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, Progress, Resumed, Saved, TotalSteps,
+    Wrapper,
 )
 
 # One physical line is cut here; a log line this long is binary noise or a runaway print.
@@ -30,6 +34,11 @@ MAX_LINE = 65536
 _RICH_INDENT = " " * P.RICH_MESSAGE_COLUMN
 _MAX_RECORD = 16384
 _MAX_FRAMES = 300
+# Logical lines at the start of each run searched for the wrapper and the model family (the
+# command line, the model loading); after that only tracebacks and warnings are. A log names
+# its tool and model early, and searching every line of a 200 MB log would cost a third of
+# the time it takes to read it.
+_NAME_LINES = 5000
 # Lines of other output a traceback may be interrupted by and still resume.
 _MAX_INTERRUPTION_LINES = 3
 # A Python traceback this long without its error line is not one (or its end was lost).
@@ -38,6 +47,31 @@ _MAX_OOM_LINES = 8
 _HINT_WINDOW = 60
 # This many distinct optimizer steps at a loss of exactly 0 means the model is not learning.
 _ZERO_LOSS_STEPS = 10
+# Bar updates a coalescing parser must look at one by one: a loss that is NaN, infinite or 0.
+_ZERO_LOSS_RE = re.compile(r"loss=-?0(?:\.0*)?(?:[,\]]|e)")
+# FluxGym's prefix of every line, one of the forms clean() strips.
+_TOOL_PREFIX_RE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] (?:\[INFO\] )?")
+
+
+def _special_positions(text: str) -> list[int]:
+    """Where "nan", "inf" or a zero loss occur, in order (str.find and a literal-led regex
+    are far faster over a long text than one alternation)."""
+    found = [m.start() for m in _ZERO_LOSS_RE.finditer(text)]
+    for word in ("nan", "inf"):
+        i = text.find(word)
+        while i >= 0:
+            found.append(i)
+            i = text.find(word, i + 3)
+    found.sort()
+    return found
+# A Rich traceback box without its header still counts when it shows a frame ("file.py:12 in f").
+_BOX_FRAME_RE = re.compile(r"\.py:\d+ in \w")
+
+
+def _bar_run_re(prefix: str) -> re.Pattern:
+    """Every line of text that is exactly one update of the bar with this description, with
+    its step and total."""
+    return re.compile(r"(?m)^" + re.escape(prefix) + r"\s*\d{1,3}%\|[^|\n]*\|\s*(\d+)/(\d+)\s*\[[^\]\n]*\]$")
 
 
 class _RichRecord:
@@ -85,11 +119,11 @@ class _RichRecord:
 
 
 class _PendingOom:
-    __slots__ = ("parts", "where", "first")
+    __slots__ = ("parts", "evidence", "first")
 
-    def __init__(self, text: str, where: str | None):
+    def __init__(self, text: str, evidence: F.FrameEvidence | None):
         self.parts = [text]
-        self.where = where
+        self.evidence = evidence
         self.first = text
 
     def text(self) -> str:
@@ -116,9 +150,16 @@ class _Traceback:
 
 
 class LogParser:
-    """Feed it the trainer's output as it arrives; it returns the events each chunk completes."""
+    """Feed it the trainer's output as it arrives; it returns the events each chunk completes.
 
-    def __init__(self) -> None:
+    `coalesce_progress=True` is for reading a finished log (`diagnose`): a run of consecutive
+    updates of the same bar becomes at most two Progress events (the highest step, and the
+    last update with the last loss seen), emitted when the run ends, which makes a log of
+    mostly bar updates several times faster to read. The diagnosis is the same; a live reader
+    (`run`) keeps the default, one event per update as soon as it arrives.
+    """
+
+    def __init__(self, *, coalesce_progress: bool = False) -> None:
         self._buf = ""
         self._truncated = False
         self._pending_cr = False
@@ -130,12 +171,25 @@ class LogParser:
         self._suspended: _Traceback | None = None
         self._suspended_for = 0
         self._hints: deque[tuple[int, str]] = deque(maxlen=8)
+        self._oom_words_at: int | None = None
         self._n = 0
         self._family: str | None = None
-        self._family_specific = False
+        self._family_strength = 1 << 30
+        self._wrapper: str | None = None
+        self._name_lines = _NAME_LINES
         self._nan_reported = False
         self._zero_steps: set[int] = set()
         self._zero_reported = False
+        # Coalescing: the description of the last main bar, its run pattern, the lines of the
+        # current run not yet summarised, and the summary (highest, last, last with a loss).
+        self._coalesce = coalesce_progress
+        self._bar_prefix: str | None = None
+        self._bar_rx: re.Pattern | None = None
+        self._run: list[str] = []
+        self._run_open = False
+        self._run_max: tuple[int, str] | None = None
+        self._run_last: str | None = None
+        self._run_loss_line: str | None = None
 
     # ---- chunks to physical lines -----------------------------------------------------------
 
@@ -153,6 +207,9 @@ class LogParser:
         if "\r" in chunk:
             self._pending_cr = chunk[-1] == "\r"
             chunk = chunk.replace("\r\n", "\n").replace("\r", "\n")
+        if self._coalesce:
+            self._feed_coalesced(chunk, out)
+            return out
         parts = chunk.split("\n")
         if len(parts) == 1:
             self._append(parts[0])
@@ -174,8 +231,12 @@ class LogParser:
             line = self._buf
             self._buf = ""
             self._truncated = False
-            self._physical(line, out)
+            if self._coalesce:
+                self._coalesced([line], out)
+            else:
+                self._physical(line, out)
         self._pending_cr = False
+        self._end_bar_run(out)
         self._flush_rich(out)
         self._flush_oom(out)
         self._end_suspended(out)
@@ -191,10 +252,177 @@ class LogParser:
             self._buf = self._buf[:MAX_LINE]
             self._truncated = True
 
+    # ---- coalesced bar runs ---------------------------------------------------------------------
+
+    def _feed_coalesced(self, chunk: str, out: list[Event]) -> None:
+        nl = chunk.find("\n")
+        if nl < 0:
+            self._append(chunk)
+            return
+        first = self._buf if self._truncated else self._buf + chunk[:nl]
+        self._buf = ""
+        self._truncated = False
+        self._coalesced([first], out)
+        parts = chunk[nl + 1:].split("\n")
+        self._coalesced(parts[:-1], out)
+        self._append(parts[-1])
+
+    def _coalesced(self, lines: list[str], out: list[Event]) -> None:
+        prefix = self._bar_prefix
+        run = self._run
+        append = run.append
+        for line in lines:
+            # The cheap test first: most lines of a long log are updates of the one bar.
+            if prefix is not None and line[-1:] == "]" and line.startswith(prefix) and len(line) < 1024:
+                if not self._run_open:
+                    self._start_bar_run(out)
+                append(line)
+                continue
+            if len(line) > MAX_LINE:
+                line = line[:MAX_LINE]
+            if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
+                # Another tool's prefix (FluxGym's "[time] [INFO]") before every bar update.
+                m = _TOOL_PREFIX_RE.match(line)
+                rest = line[m.end():] if m else ""
+                if rest and rest[0] != "[" and not rest[0].isdigit() and "\x1b" not in line and "[0m" not in line:
+                    line = rest  # what clean() leaves of it, at a third of the cost
+                else:
+                    line = P.clean(line)
+                if prefix is not None and line[-1:] == "]" and line.startswith(prefix) and len(line) < 1024:
+                    if not self._run_open:
+                        self._start_bar_run(out)
+                    append(line)
+                    continue
+            if self._run_open:
+                self._end_bar_run(out)
+            self._physical(line, out, cleaned=True)
+            prefix = self._bar_prefix
+        if run:
+            self._summarise_run(out)
+
+    def _start_bar_run(self, out: list[Event]) -> None:
+        # What a bar line ends, as in _physical.
+        self._flush_rich(out)
+        self._flush_oom(out)
+        if self._tb is not None:
+            self._suspend_traceback(out)
+        self._run_open = True
+
+    def _summarise_run(self, out: list[Event]) -> None:
+        """Fold the pending candidate lines of the current run into its summary."""
+        run = self._run[:]
+        self._run.clear()
+        self._fold_text("\n".join(run), out)
+
+    def _fold_text(self, text: str, out: list[Event]) -> None:
+        """Lines of bar updates (joined by \\n) into the run's summary. A loss of NaN, infinity
+        or 0 is read in its own line (it may be a failure); the stretches around it are folded."""
+        if "\x1b" in text or "[0m" in text:
+            self._one_by_one(text.split("\n"), out)
+            return
+        if "nan" not in text and "inf" not in text and not _ZERO_LOSS_RE.search(text):
+            self._fold(text, out)
+            return
+        pos = 0
+        for at in _special_positions(text):
+            start = text.rfind("\n", 0, at) + 1
+            if start < pos:
+                continue  # a second match in a line already read
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            if start > pos:
+                self._fold(text[pos:start - 1], out)
+            self._emit_run(out)
+            self._physical(text[start:end], out, cleaned=True)
+            pos = end + 1
+        if pos == 0:
+            self._fold(text, out)
+        elif pos < len(text):
+            self._fold(text[pos:], out)
+
+    def _one_by_one(self, run: list[str], out: list[Event]) -> None:
+        self._emit_run(out)
+        for line in run:
+            self._physical(line, out, cleaned=True)
+
+    def _fold(self, text: str, out: list[Event]) -> None:
+        """Plain updates (each line starts with the bar's description and ends with "]")
+        into the run's summary: the highest step, the last update, the last loss."""
+        rx = self._bar_rx
+        lines = text.count("\n") + 1
+        cut = text.rfind("\n") + 1
+        last = text[cut:]
+        # A plain update holds one "%|", one "[" and one "]": counting them checks every line
+        # at a fraction of a regex's cost.
+        if rx is None or text.count("%|") != lines or text.count("[") != lines or text.count("]") != lines:
+            self._one_by_one(text.split("\n"), out)
+            return
+        if " 0%|" in text:
+            # A bar that starts (again) in these lines: its steps need not rise, read them all.
+            found = rx.findall(text)
+            if len(found) != lines:
+                self._one_by_one(text.split("\n"), out)
+                return
+            steps = [int(n) for n, _ in found]
+            top = max(steps)
+            top_line = last if steps[-1] == top else text.split("\n")[steps.index(top)]
+        else:
+            # Within one bar tqdm's count only rises: the highest step is the first or the last.
+            first = text[:text.find("\n")] if lines > 1 else last
+            fm = rx.match(first)
+            lm = rx.match(last)
+            if fm is None or lm is None:
+                self._one_by_one(text.split("\n"), out)
+                return
+            a, b = int(fm.group(1)), int(lm.group(1))
+            top, top_line = (b, last) if b >= a else (a, first)
+        if self._run_max is None or top > self._run_max[0]:
+            self._run_max = (top, top_line)
+        self._run_last = last
+        i = text.rfind("loss=")
+        if i >= 0:
+            # A finite, non-zero loss in the stretch: the zero-loss streak is over.
+            self._zero_steps.clear()
+            j = text.find("\n", i)
+            self._run_loss_line = text[text.rfind("\n", 0, i) + 1:j if j >= 0 else None]
+
+    def _emit_run(self, out: list[Event]) -> None:
+        last = self._run_last
+        if last is None:
+            return
+        top = self._run_max
+        loss_line = self._run_loss_line
+        self._run_max = self._run_last = self._run_loss_line = None
+        if last[:1] == "[":
+            last = P.clean(last)
+        m = P.BAR_RE.match(last)
+        if m is None:
+            return
+        step, total = int(m.group("n")), int(m.group("total"))
+        rate, loss = P.bar_numbers(m)
+        if top is not None and top[0] > step:
+            top_line = P.clean(top[1]) if top[1][:1] == "[" else top[1]
+            tm = P.BAR_RE.match(top_line)
+            if tm:
+                trate, tloss = P.bar_numbers(tm)
+                out.append(Progress(step=top[0], total=int(tm.group("total")), loss=tloss, rate=trate,
+                                    line=top_line[: tm.end()].strip()))
+        if loss is None and loss_line is not None and loss_line is not last:
+            lm = P.BAR_RE.match(P.clean(loss_line) if loss_line[:1] == "[" else loss_line)
+            if lm:
+                loss = P.bar_numbers(lm)[1]
+        out.append(Progress(step=step, total=total, loss=loss, rate=rate, line=last[: m.end()].strip()))
+
+    def _end_bar_run(self, out: list[Event]) -> None:
+        if self._run:
+            self._summarise_run(out)
+        self._emit_run(out)
+        self._run_open = False
+
     # ---- physical lines to logical lines --------------------------------------------------
 
-    def _physical(self, line: str, out: list[Event]) -> None:
-        if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
+    def _physical(self, line: str, out: list[Event], cleaned: bool = False) -> None:
+        if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
             line = P.clean(line)
         if "%|" in line:
             m = P.BAR_RE.match(line)
@@ -202,7 +430,7 @@ class LogParser:
                 self._flush_rich(out)
                 self._flush_oom(out)
                 if self._tb is not None:
-                    self._end_traceback(out)
+                    self._suspend_traceback(out)
                 self._bar(m, line, out)
                 rest = line[m.end():]
                 if rest.strip():
@@ -228,6 +456,12 @@ class LogParser:
                     body = body[: pm.start()]
                 self._logical(body.rstrip(), m.group(1), out)
                 return
+        elif line[:2] == "- ":
+            # Python logging's "%(asctime)s - %(levelname)s - %(message)s", its time already cut.
+            m = P.DASH_LEVEL_RE.match(line)
+            if m:
+                self._logical(m.group(2), m.group(1), out)
+                return
         self._logical(line, None, out)
 
     def _start_rich(self, level: str, line: str, out: list[Event]) -> None:
@@ -250,8 +484,12 @@ class LogParser:
     # ---- progress bars --------------------------------------------------------------------------
 
     def _bar(self, m, line: str, out: list[Event]) -> None:
-        if not P.is_main_bar(m.group("desc")):
+        desc = m.group("desc")
+        if not P.is_main_bar(desc):
             return
+        if desc != self._bar_prefix and desc:
+            self._bar_prefix = desc
+            self._bar_rx = _bar_run_re(desc)
         step = int(m.group("n"))
         total = int(m.group("total"))
         rate, loss = P.bar_numbers(m)
@@ -289,8 +527,11 @@ class LogParser:
             self._flush_oom(out)
         if not s:
             return
-        if ".py" in s or "lux" in s or "LUX" in s:
-            self._family_line(s, out)
+        low = s.lower()
+        if self._name_lines > 0 or self._tb is not None or self._suspended is not None or (
+                level is not None and level not in ("INFO", "DEBUG")):
+            self._name_lines -= 1
+            self._names(s, low, out)
         if self._suspended is not None:
             if level is None and (text[:1].isspace() or P.EXC_LINE_RE.match(s)):
                 self._tb, self._suspended = self._suspended, None
@@ -317,10 +558,12 @@ class LogParser:
         if self._milestone(s, out):
             return
         if level in ("INFO", "DEBUG", "WARNING"):
-            # sd-scripts' own log messages: they report progress, never the crash itself.
-            self._hint(s)
+            # sd-scripts' own log messages: they report progress, never the crash itself; only
+            # a warning may explain a later crash.
+            if level == "WARNING":
+                self._hint(s, low)
             return
-        self._failure_line(s, level, out)
+        self._failure_line(s, level, out, low)
 
     def _in_traceback(self, tb: _Traceback, text: str, s: str, level: str | None, out: list[Event]) -> bool:
         """Take a line that arrives while a traceback is open; False when the traceback ended
@@ -349,8 +592,7 @@ class LogParser:
             if self._milestone(s, found):
                 # Training output in the middle of a traceback: another pipe's line, or the
                 # traceback was cut short. Hold it open for a few lines to tell which.
-                self._end_suspended(out)
-                self._suspended, self._suspended_for, self._tb = tb, 0, None
+                self._suspend_traceback(out)
                 out.extend(found)
                 return True
         tb.add(s)
@@ -417,13 +659,13 @@ class LogParser:
                     return True
         return False
 
-    def _failure_line(self, s: str, level: str | None, out: list[Event]) -> None:
+    def _failure_line(self, s: str, level: str | None, out: list[Event], low: str) -> None:
         """A line that is not an exception line but may still name a failure."""
         if s == "Killed" or s.endswith(" Killed"):
             out.append(Failure(kind="cpu_oom", message="the process was killed (Killed), most likely by the "
                                                         "system's out-of-memory killer", line=s))
             return
-        if not P.SUSPECT_RE.search(s):
+        if not P.SUSPECT_RE.search(low):
             return
         status = P.exit_status(s)
         if status is not None:
@@ -434,22 +676,27 @@ class LogParser:
             if self._oom.done():
                 self._flush_oom(out)
             return
-        if P.CPU_OOM_RE.search(s):
+        if P.CPU_OOM_RE.search(low):
             out.append(Failure(kind="cpu_oom", message=s[:500], line=s))
             return
         kind = P.error_kind(s)
         if kind == "bad_argument" and ".py: error:" in s:
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return
-        low = s[:8].lower()
         if kind != "other" and (level in ("ERROR", "CRITICAL") or low.startswith(("error", "fatal"))):
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return
-        self._hint(s)
+        self._hint(s, low)
 
-    def _hint(self, s: str) -> None:
-        if not P.SUSPECT_RE.search(s):
+    def _hint(self, s: str, low: str | None = None) -> None:
+        if low is None:
+            low = s.lower()
+        if not P.SUSPECT_RE.search(low):
             return
+        if "memory" in low and P.GPU_OOM_RE.search(low):
+            # Wording that says out of memory without being the error itself: a cut traceback
+            # after it is likely an OOM.
+            self._oom_words_at = self._n
         kind = P.hint_kind(s)
         if kind is not None:
             self._hints.append((self._n, kind))
@@ -479,25 +726,42 @@ class LogParser:
             self._tb, self._suspended = self._suspended, None
             self._end_traceback(out)
 
+    def _suspend_traceback(self, out: list[Event]) -> None:
+        """Training output broke into a traceback: hold it open for a few lines (its error line
+        may still follow, from the other stream), then report it cut."""
+        self._end_suspended(out)
+        self._suspended, self._suspended_for, self._tb = self._tb, 0, None
+
     def _end_traceback(self, out: list[Event]) -> None:
-        """A traceback that stopped without its exception line (the log was cut, or other
-        output broke in)."""
+        """A traceback that stopped without its exception line: the log was cut (how users
+        usually paste) or other output broke in. Its frames still say where it failed."""
         tb = self._tb
         self._tb = None
-        if tb is None or not tb.explicit:
+        if tb is None:
+            return
+        if not tb.explicit and not (tb.boxed and any(_BOX_FRAME_RE.search(f) for f in tb.frames)):
             return
         if P.launcher_only(tb.frames):
             out.append(Exited(status=None, line="Traceback (launcher)"))
             return
-        last = next((f for f in reversed(tb.frames) if f.strip()), "")
-        where = P.phase_from_frames(tb.frames)
-        out.append(Failure(kind=self._context_kind(tb.frames),
-                           message="the log ends inside a traceback whose error line is missing"
+        last = next((f for f in reversed(tb.frames) if f.strip() and f.strip()[0] != "^"), "")
+        ev = F.frame_evidence(tb.frames)
+        suspected = None
+        if any(P.GPU_OOM_RE.search(f.lower()) for f in tb.frames) or (
+                self._oom_words_at is not None and self._n - self._oom_words_at <= _HINT_WINDOW):
+            suspected = "oom"
+        else:
+            kind = self._context_kind(tb.frames)
+            suspected = None if kind == "other" else kind
+        out.append(Failure(kind="truncated",
+                           message="the log ends inside a traceback: its error line is missing"
                                    + (f" (last frame: {last[:200]})" if last else ""),
-                           where=where, line=P.TRACEBACK_HEAD))
+                           where=ev.diagnose_phase if ev else None, frame=ev.what if ev else None,
+                           frame_level=ev.level if ev else None, suspected=suspected, line=P.TRACEBACK_HEAD))
 
     def _exception(self, exc_type: str, s: str, frames: list[str] | None, out: list[Event]) -> None:
-        where = P.phase_from_frames(frames) if frames else None
+        ev = F.frame_evidence(frames) if frames else None
+        where = ev.diagnose_phase if ev else None
         if exc_type in P.LAUNCHER_WRAPPERS:
             out.append(Exited(status=P.exit_status(s), line=s))
             return
@@ -506,14 +770,15 @@ class LogParser:
                                line=s))
             return
         if P.is_oom(s):
-            self._oom = _PendingOom(s, where)
+            self._oom = _PendingOom(s, ev)
             if self._oom.done():
                 self._flush_oom(out)
             return
         kind = P.error_kind(s, exc_type)
         if kind == "other":
             kind = self._context_kind(frames)
-        out.append(Failure(kind=kind, message=s[:500], where=where, line=s))
+        out.append(Failure(kind=kind, message=s[:500], where=where, frame=ev.what if ev else None,
+                           frame_level=ev.level if ev else None, line=s))
 
     def _oom_continues(self, s: str) -> bool:
         if s[0] in P.BOX_CHARS or s.startswith((P.TRACEBACK_HEAD, "During handling", "The above exception",
@@ -526,27 +791,34 @@ class LogParser:
         if pending is None:
             return
         self._oom = None
-        out.append(Oom(figures=P.oom_figures(pending.text()), where=pending.where, line=pending.first))
+        ev = pending.evidence
+        out.append(Oom(figures=P.oom_figures(pending.text()), where=ev.diagnose_phase if ev else None,
+                       frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=pending.first))
 
     # ---- state ---------------------------------------------------------------------------------
 
     def _new_run(self) -> None:
+        self._name_lines = _NAME_LINES
         self._nan_reported = False
         self._zero_steps.clear()
         self._zero_reported = False
 
-    def _family_line(self, s: str, out: list[Event]) -> None:
-        found = P.family_hint(s)
-        if found is None:
-            return
-        family, specific = found
-        if family == self._family or (self._family is not None and not specific):
-            return
-        if self._family_specific and not specific:
-            return
-        self._family = family
-        self._family_specific = specific
-        out.append(ModelFamily(family=family, line=s))
+    def _names(self, s: str, low: str, out: list[Event]) -> None:
+        """The wrapper and the model family a line names (frames.toml)."""
+        wrapper, family = F.names_in(s, low)
+        if wrapper is not None and wrapper != self._wrapper and F.wrapper_rank(wrapper) < F.wrapper_rank(self._wrapper):
+            self._wrapper = wrapper
+            out.append(Wrapper(wrapper=wrapper, line=s))
+        if family is not None:
+            name, strength = family
+            # Stronger evidence replaces weaker; equally strong evidence of another family is a
+            # later run of another model.
+            if name != self._family and strength <= self._family_strength:
+                self._family = name
+                self._family_strength = strength
+                out.append(ModelFamily(family=name, strength=strength, line=s))
+            elif name == self._family and strength < self._family_strength:
+                self._family_strength = strength
 
 
 def parse_text(text: str) -> list[Event]:

@@ -65,6 +65,9 @@ RICH_HEAD_RE = re.compile(r"(?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}| {19}) (DEBUG
 # The same record after a tool stripped the leading blanks.
 LOOSE_HEAD_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) +(\S.*)?$")
 RICH_PATH_RE = re.compile(r"\s([\w.\-]+\.py:\d+)\s*$")
+# "- INFO - message" (Python logging's common format once the time is cut), with an optional
+# logger name: "- root - INFO - message".
+DASH_LEVEL_RE = re.compile(r"- (?:[\w.]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) - (.*)$")
 
 # ---- progress bars --------------------------------------------------------------------------
 
@@ -210,20 +213,34 @@ def exit_status(text: str) -> int | None:
 
 # ---- OOM recognition --------------------------------------------------------------------------
 
+# Every pattern below is matched against the lower-cased text: users retype messages ("cuda out
+# of memory. tried to allocate 30.00 mib"), and a case-folding regex is ten times slower than
+# lowering the line once.
+
 # Host memory running out. Checked before the GPU patterns: newer PyTorch raises
 # OutOfMemoryError for the CPU allocator too, and "out of memory" alone says nothing.
 CPU_OOM_RE = re.compile(
-    r"DefaultCPUAllocator|can't allocate memory|not enough memory: you tried to allocate"
-    r"|(?<!\w)MemoryError\b|Unable to allocate [\d.]+ ?[KMGTP]?i?B"
-    r"|paging file is too small|os error 1455|WinError 1455|Cannot allocate memory|std::bad_alloc"
-    r"|Out of memory: Kill|oom-kill|Java heap space",
+    r"defaultcpuallocator|can't allocate memory|not enough memory: you tried to allocate"
+    r"|(?<!\w)memoryerror\b|unable to allocate [\d.]+ ?[kmgtp]?i?b"
+    r"|paging file is too small|os error 1455|winerror 1455|cannot allocate memory|std::bad_alloc"
+    r"|out of memory: kill|oom-kill|java heap space",
 )
 GPU_OOM_RE = re.compile(
-    r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"
-    r"|CUDNN_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_ENOUGH_WORKSPACE|Allocation on device"
-    r"|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|HIP out of memory|hipErrorOutOfMemory"
-    r"|MPS backend out of memory|XPU out of memory|out of memory on device|OOM when allocating"
-    r"|ResourceExhaustedError"
+    r"cuda out of memory|cuda error: out of memory|outofmemoryerror|cublas_status_alloc_failed"
+    r"|cudnn_status_alloc_failed|cudnn_status_not_enough_workspace|allocation on device"
+    r"|cudaerrormemoryallocation|cuda_error_out_of_memory|hip out of memory|hiperroroutofmemory"
+    r"|hip error: out of memory|mps backend out of memory|xpu out of memory|out of memory on device"
+    r"|oom when allocating|resourceexhaustederror"
+)
+# CUDA failures that are not a lack of memory, though their wording mentions memory or looks
+# like an argument error.
+CUDA_ERROR_RE = re.compile(
+    r"illegal memory access|device-side assert|cuda error: invalid argument|cuda error: an illegal"
+    r"|cuda error: misaligned address|cuda error: unspecified launch failure|cudaerrorillegaladdress"
+    r"|cuda error: invalid configuration argument|cuda error: operation not permitted"
+    r"|cublas_status_execution_failed|cublas_status_internal_error|cudnn_status_execution_failed"
+    r"|cudnn_status_internal_error|cudnn_status_mapping_error|hip error: invalid argument"
+    r"|hip error: an illegal memory access"
 )
 # A plain line (no exception name) counts as an OOM only when the signature starts it or
 # comes with PyTorch's figures, so a warning that merely mentions OOM is not one.
@@ -232,48 +249,58 @@ _GPU_OOM_LEAD_RE = re.compile(r"^\W*(?:" + GPU_OOM_RE.pattern + r")")
 
 def is_oom(text: str) -> bool:
     """Whether an error text is a GPU out-of-memory (and not the host running out of RAM)."""
-    return bool(GPU_OOM_RE.search(text)) and not CPU_OOM_RE.search(text)
+    low = text.lower()
+    return bool(GPU_OOM_RE.search(low)) and not CPU_OOM_RE.search(low)
 
 
 def plain_line_is_oom(text: str) -> bool:
-    m = GPU_OOM_RE.search(text)
-    if not m or CPU_OOM_RE.search(text):
+    low = text.lower()
+    m = GPU_OOM_RE.search(low)
+    if not m or CPU_OOM_RE.search(low):
         return False
-    if _GPU_OOM_LEAD_RE.match(text) or "Tried to allocate" in text:
+    if _GPU_OOM_LEAD_RE.match(low) or "tried to allocate" in low:
         return True
-    before = text[: m.start()].lower()
+    before = low[: m.start()]
     return "error" in before or "exception" in before
 
 
 # ---- OOM figures ------------------------------------------------------------------------------
 
-_SIZE = r"([\d.]+)\s*(bytes|[KMGT]i?B)"
-_UNIT = {"bytes": 1 / 1024**3, "KiB": 1 / 1024**2, "KB": 1 / 1024**2, "MiB": 1 / 1024, "MB": 1 / 1024,
-         "GiB": 1.0, "GB": 1.0, "TiB": 1024.0, "TB": 1024.0}
-_TRIED_RE = re.compile(r"Tried to allocate\s+" + _SIZE)
-_DEVICE_RE = re.compile(r"\bGPU\s+(\d+)\b|Allocation on device\s+(\d+)")
-_CAPACITY_NEW_RE = re.compile(r"total capac(?:i)?ty of\s+" + _SIZE + r"\s+of which\s+" + _SIZE + r"\s+is free")
-_IN_USE_RE = re.compile(r"this process has\s+" + _SIZE + r"\s+memory in use")
-_OTHER_PROC_RE = re.compile(r"Process\s+(\d+)\s+has\s+" + _SIZE + r"\s+memory in use")
-_ALLOC_NEW_RE = re.compile(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocated by PyTorch")
-_RESERVED_UNALLOC_RE = re.compile(_SIZE + r"\s+is reserved by PyTorch but unallocated")
-_CAPACITY_OLD_RE = re.compile(_SIZE + r"\s+total capacity")
-_ALLOC_OLD_RE = re.compile(_SIZE + r"\s+already allocated")
-_FREE_OLD_RE = re.compile(_SIZE + r"\s+free\b")
-_RESERVED_OLD_RE = re.compile(_SIZE + r"\s+(?:reserved in total by PyTorch|cached)")
+_SIZE = r"([\d.]+)\s*(bytes|[kmgt]i?b)"
+_UNIT = {"bytes": 1 / 1024**3, "kib": 1 / 1024**2, "kb": 1 / 1024**2, "mib": 1 / 1024, "mb": 1 / 1024,
+         "gib": 1.0, "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
+# Only ever run on an OOM message, so case folding costs nothing here.
+_I = re.I
+_TRIED_RE = re.compile(r"Tried to allocate\s+" + _SIZE, _I)
+_DEVICE_RE = re.compile(r"\bGPU\s+(\d+)\b|Allocation on device\s+(\d+)", _I)
+_CAPACITY_NEW_RE = re.compile(r"total capac(?:i)?ty of\s+" + _SIZE + r"\s+of which\s+" + _SIZE + r"\s+is free", _I)
+_IN_USE_RE = re.compile(r"this process has\s+" + _SIZE + r"\s+memory in use", _I)
+_OTHER_PROC_RE = re.compile(r"Process\s+(\d+)\s+has\s+" + _SIZE + r"\s+memory in use", _I)
+_ALLOC_NEW_RE = re.compile(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocated by PyTorch", _I)
+_RESERVED_UNALLOC_RE = re.compile(_SIZE + r"\s+is reserved by PyTorch but unallocated", _I)
+_CAPACITY_OLD_RE = re.compile(_SIZE + r"\s+total capacity", _I)
+_ALLOC_OLD_RE = re.compile(_SIZE + r"\s+already allocated", _I)
+_FREE_OLD_RE = re.compile(_SIZE + r"\s+free\b", _I)
+_RESERVED_OLD_RE = re.compile(_SIZE + r"\s+(?:reserved in total by PyTorch|cached)", _I)
 _ASYNC_RE = {
-    "allocated": re.compile(r"Currently allocated\s*:\s*" + _SIZE),
-    "tried": re.compile(r"Requested\s*:\s*" + _SIZE),
-    "capacity": re.compile(r"Device limit\s*:\s*" + _SIZE),
-    "free": re.compile(r"Free \(according to CUDA\)\s*:\s*" + _SIZE),
+    "allocated": re.compile(r"Currently allocated\s*:\s*" + _SIZE, _I),
+    "tried": re.compile(r"Requested\s*:\s*" + _SIZE, _I),
+    "capacity": re.compile(r"Device limit\s*:\s*" + _SIZE, _I),
+    "free": re.compile(r"Free \(according to CUDA\)\s*:\s*" + _SIZE, _I),
 }
-OOM_DONE_RE = re.compile(r"Memory Management\s*(?:and PYTORCH_CUDA_ALLOC_CONF|\(\S*\))|PyTorch limit \(set by")
+# Apple's wording: "MPS backend out of memory (MPS allocated: 17.80 GB, other allocations: 1.19 MB,
+# max allowed: 18.13 GB). Tried to allocate 512.00 MB on private pool."
+_MPS_ALLOC_RE = re.compile(r"MPS allocated:\s*" + _SIZE, _I)
+_MPS_OTHER_RE = re.compile(r"other allocations:\s*" + _SIZE, _I)
+_MPS_MAX_RE = re.compile(r"max allowed:\s*" + _SIZE, _I)
+OOM_DONE_RE = re.compile(r"Memory Management\s*(?:and PYTORCH_CUDA_ALLOC_CONF|\(\S*\))|PyTorch limit \(set by"
+                         r"|may cause system failure\)", _I)
 OOM_STAT_LINE_RE = re.compile(r"\s*(?:Currently allocated|Requested|Device limit|Free \(according|PyTorch limit|:)")
 
 
 def _gib(m: re.Match, i: int = 1) -> float | None:
     try:
-        return round(float(m.group(i)) * _UNIT[m.group(i + 1)], 4)
+        return round(float(m.group(i)) * _UNIT[m.group(i + 1).lower()], 4)
     except (ValueError, KeyError):
         return None
 
@@ -319,7 +346,18 @@ def oom_figures(text: str) -> OomFigures:
                 reserved = _gib(m)
                 if reserved is not None:
                     reserved_unalloc = round(max(0.0, reserved - allocated), 4)
-    if "Allocation on device" in text:
+    if capacity is None and "mps allocated" in text.lower():
+        m = _MPS_ALLOC_RE.search(text)
+        if m:
+            allocated = _gib(m)
+        m = _MPS_MAX_RE.search(text)
+        if m:
+            capacity = _gib(m)
+        m = _MPS_OTHER_RE.search(text)
+        if m and capacity is not None and allocated is not None:
+            in_use = round(allocated + (_gib(m) or 0.0), 4)
+            free = round(max(0.0, capacity - in_use), 4)
+    if "allocation on device" in text.lower():
         # cudaMallocAsync's wording: a small table instead of a sentence.
         for key, rx in _ASYNC_RE.items():
             m = rx.search(text)
@@ -334,50 +372,79 @@ def oom_figures(text: str) -> OomFigures:
                 capacity = value
             elif key == "free" and free is None:
                 free = value
+    trainer_pid = None
+    if in_use is None and others and allocated is not None:
+        # In a container PyTorch cannot match NVML's pid to its own and lists itself as
+        # "Process N has X GiB memory in use": the entry whose X is what PyTorch reserved
+        # plus a CUDA context is the trainer, not another program.
+        reserved = allocated + (reserved_unalloc or 0.0)
+        fits = [(abs(g - reserved), pid, g) for pid, g in others if is_own_process(g, reserved)]
+        if fits:
+            _, trainer_pid, in_use = min(fits)
+            others = tuple(o for o in others if o[0] != trainer_pid)
     return OomFigures(tried_gib=tried, capacity_gib=capacity, free_gib=free, process_in_use_gib=in_use,
                       allocated_gib=allocated, reserved_unallocated_gib=reserved_unalloc, message=text[:2000],
-                      device=device, other_processes=others)
+                      device=device, other_processes=others, trainer_pid=trainer_pid)
+
+
+# What a CUDA process holds beyond PyTorch's reserved memory: its context (0.3 to 0.6 GiB on
+# current drivers) plus cuBLAS/cuDNN workspaces and NCCL buffers, which together stay under
+# 1.5 GiB (or 5 % of a very large figure); the printed figures are rounded to 0.01 GiB.
+OWN_PROCESS_BELOW_GIB = 0.05
+OWN_PROCESS_ABOVE_GIB = 1.5
+
+
+def is_own_process(process_gib: float, reserved_gib: float) -> bool:
+    """Whether a "Process N has X GiB" figure is PyTorch's own reserved memory plus a context."""
+    extra = process_gib - reserved_gib
+    return -OWN_PROCESS_BELOW_GIB <= extra <= max(OWN_PROCESS_ABOVE_GIB, 0.05 * process_gib)
 
 
 # ---- failure kinds ------------------------------------------------------------------------------
 
-# Lines worth classifying at all: the rest of a log never names a failure.
+# Lines worth classifying at all: the rest of a log never names a failure. Lower-cased text.
 SUSPECT_RE = re.compile(
     r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|unrecogni[sz]ed"
     r"|exception|abort|no such file|does not exist|not exist|no kernel|not compiled|no cuda|nccl|c10d|xformers"
     r"|bitsandbytes|cublas|cudnn|alloc|expected|mismatch|dtype|not implemented|not supported|paging file"
-    r"|no data found|not correctly cached|exit|signal",
-    re.I,
+    r"|no data found|not correctly cached|exit|signal|device-side assert"
 )
 
+
+def suspect(text: str) -> bool:
+    return SUSPECT_RE.search(text.lower()) is not None
+
+
+# (kind, pattern over the lower-cased text), first match wins.
 _KIND_RULES: tuple[tuple[str, re.Pattern], ...] = (
-    ("xformers", re.compile(r"xformers|memory_efficient_attention|No operator found for", re.I)),
+    ("xformers", re.compile(r"xformers|memory_efficient_attention|no operator found for")),
     ("bitsandbytes", re.compile(
-        r"bitsandbytes|libbitsandbytes|cget_col_row_stats|cadam32bit|CUDA Setup failed|compiled without GPU support"
-        r"|bnb\.optim", re.I)),
+        r"bitsandbytes|libbitsandbytes|cget_col_row_stats|cadam32bit|cuda setup failed|compiled without gpu support"
+        r"|bnb\.optim")),
+    ("cuda_error", CUDA_ERROR_RE),
     ("cuda_unavailable", re.compile(
-        r"Torch not compiled with CUDA|No CUDA GPUs are available|Found no NVIDIA driver|NVIDIA driver on your system"
-        r"|CUDA driver version is insufficient|no CUDA-capable device|torch\.cuda\.is_available\(\) is False"
-        r"|CUDA unknown error|cudaGetDeviceCount|no kernel image is available|requires a GPU|invalid device ordinal"
-        r"|is not compatible with the current PyTorch installation|CUDA initialization", re.I)),
+        r"torch not compiled with cuda|no cuda gpus are available|found no nvidia driver|nvidia driver on your system"
+        r"|cuda driver version is insufficient|no cuda-capable device|torch\.cuda\.is_available\(\) is false"
+        r"|cuda unknown error|cudagetdevicecount|no kernel image is available|requires a gpu|invalid device ordinal"
+        r"|is not compatible with the current pytorch installation|cuda initialization")),
     ("distributed", re.compile(
-        r"NCCL|c10d|rendezvous|init_process_group|DistStoreError|DistBackendError|DistNetworkError|ProcessGroup"
-        r"|use_libuv|Address already in use|EADDRINUSE|MASTER_ADDR|MASTER_PORT|torch\.distributed\.\w*Error"
-        r"|Watchdog caught collective", re.I)),
+        r"nccl|c10d|rendezvous|init_process_group|diststoreerror|distbackenderror|distnetworkerror|processgroup"
+        r"|use_libuv|address already in use|eaddrinuse|master_addr|master_port|torch\.distributed\.\w*error"
+        r"|watchdog caught collective")),
     ("dtype", re.compile(
-        r"expected scalar type|must have the same dtype|not implemented for '(?:Half|BFloat16|Float8\w*)'"
-        r"|unsupported ScalarType|dtype mismatch|(?:Half|BFloat16|bf16|fp16)\w*\) and weight type|and weight type "
-        r"\(\S*(?:Half|BFloat16)|Bfloat16 is only supported|does not support bfloat16|bf16 is not supported"
-        r"|Promotion for Float8 Types is not supported|mixed_precision.*(?:not supported|requires)", re.I)),
+        r"expected scalar type|must have the same dtype|not implemented for '(?:half|bfloat16|float8\w*)'"
+        r"|unsupported scalartype|dtype mismatch|(?:half|bfloat16|bf16|fp16)\w*\) and weight type|and weight type "
+        r"\(\S*(?:half|bfloat16)|bfloat16 is only supported|does not support bfloat16|bf16 is not supported"
+        r"|promotion for float8 types is not supported|mixed_precision.*(?:not supported|requires)")),
     ("bad_argument", re.compile(
         r"error: unrecognized arguments|unrecognized arguments:|error: argument |error: the following arguments"
-        r"|error: ambiguous option|invalid choice:|Invalid user config|ユーザ設定|extra keys not allowed"
-        r"|required key not provided|invalid argument|\.py: error:", re.I)),
+        r"|error: ambiguous option|invalid choice:|invalid user config|ユーザ設定|extra keys not allowed"
+        r"|required key not provided|invalid argument|\.py: error:")),
     ("missing_file", re.compile(
-        r"FileNotFoundError|No such file or directory|\[Errno 2\]|does not exist|not found\.?\s*$"
-        r"|cannot find the (?:file|path)|The system cannot find|not correctly cached|Can't load tokenizer"
-        r"|is not a local folder|No data found|画像がありません|no image files? found|HeaderTooLarge", re.I)),
-    ("nan_loss", re.compile(r"loss is nan|nan loss|NaN detected|Loss is NaN|non-finite loss|avr_loss=nan", re.I)),
+        r"filenotfounderror|no such file or directory|\[errno 2\]|does not exist|not found\.?\s*$"
+        r"|cannot find the (?:file|path)|the system cannot find|not correctly cached|can't load tokenizer"
+        r"|is not a local folder|no data found|画像がありません|no image files? found|headertoolarge")),
+    ("nan_loss", re.compile(r"loss is nan|nan loss|nan detected|non-finite loss|avr_loss=nan")),
 )
 
 
@@ -398,10 +465,11 @@ _WORD_RE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
 
 def error_kind(text: str, exc_type: str | None = None) -> str:
     """The diagnose error.kind for a non-GPU-OOM error text (cpu_oom, …, other)."""
-    if CPU_OOM_RE.search(text) or exc_type == "MemoryError":
+    low = text.lower()
+    if CPU_OOM_RE.search(low) or exc_type == "MemoryError":
         return "cpu_oom"
     for kind, rx in _KIND_RULES:
-        if rx.search(text):
+        if rx.search(low):
             return kind
     if exc_type in ("FileNotFoundError", "IsADirectoryError", "NotADirectoryError"):
         return "missing_file"
@@ -413,51 +481,18 @@ def error_kind(text: str, exc_type: str | None = None) -> str:
     return "other"
 
 
-# A warning or error line that explains a later, otherwise unexplained failure.
-HINT_WORDS_RE = re.compile(r"error|fail|warn|can't|cannot|unable|not found|no module|invalid|not correctly", re.I)
+# A warning or error line that explains a later, otherwise unexplained failure. Lower-cased text.
+HINT_WORDS_RE = re.compile(r"error|fail|warn|can't|cannot|unable|not found|no module|invalid|not correctly")
 
 
 def hint_kind(text: str) -> str | None:
-    if not HINT_WORDS_RE.search(text):
+    if not HINT_WORDS_RE.search(text.lower()):
         return None
     kind = error_kind(text)
     return None if kind in ("other", "cpu_oom") else kind
 
 
-# ---- phase from traceback frames ------------------------------------------------------------
-
-# Checked against each frame line from the outermost frame inwards: the trainer's own loop
-# names the phase before library internals do.
-_FRAME_RULES: tuple[tuple[str, re.Pattern], ...] = (
-    ("saving", re.compile(
-        r"save_model|save_sd_model|sd_saver|save_file\(|save_state|save_checkpoint|serialize_file|save_weights"
-        r"|save_stable_diffusion|save_diffusers|save_lora|\.save_pretrained")),
-    ("sampling", re.compile(r"sample_images|sample_image_inference|generate_sample|sample_image\b")),
-    ("cache_latents", re.compile(r"cache_latents|cache_batch_latents|new_cache_latents|encode_latents|vae\.encode")),
-    ("cache_text_encoder", re.compile(
-        r"cache_text_encoder_outputs|new_cache_text_encoder_outputs|cache_batch_outputs|encode_tokens")),
-    ("model_load", re.compile(
-        r"load_target_model|_load_target_model|load_models|load_stable_diffusion|load_flow_model|load_ae\b"
-        r"|load_clip|load_t5|from_pretrained|load_state_dict|load_checkpoint|prepare_accelerator"
-        r"|init_process_group|setup_train_device|transformer_to|replace_unet_modules|model_to_device"
-        r"|accelerator\.prepare\(|Accelerator\(|load_model")),
-    ("training", re.compile(
-        r"backward|optimizer\.step|\bcall_unet|get_noise_pred|process_batch|for step, batch in|dataloader"
-        r"|training_step|train_step|train_one|\bforward\b")),
-)
-_WEAK_LOAD_RE = re.compile(r"\._apply\(|\.to\(|\.cuda\(")
-
-
-def phase_from_frames(frames: list[str]) -> str | None:
-    for line in frames:
-        for phase, rx in _FRAME_RULES:
-            if rx.search(line):
-                return phase
-    for line in frames:
-        if _WEAK_LOAD_RE.search(line):
-            return "model_load"
-    return None
-
+# ---- launcher frames ---------------------------------------------------------------------------
 
 _LAUNCHER_FRAME_RE = re.compile(
     r"accelerate[\\/]commands|accelerate_cli|simple_launcher|multi_gpu_launcher|[\\/]bin[\\/]accelerate"
@@ -480,28 +515,3 @@ def launcher_only(frames: list[str]) -> bool:
             continue
         return False
     return saw_launcher
-
-
-# ---- model family -------------------------------------------------------------------------------
-
-_SCRIPT_FAMILY_RE = re.compile(
-    r"(?<![\w])(flux_train_network|flux_train|sdxl_train_network|sdxl_train|sd3_train_network|sd3_train"
-    r"|train_network|train_db|fine_tune)\.py")
-_SCRIPT_FAMILY = {"flux_train_network": "flux", "flux_train": "flux", "sdxl_train_network": "sdxl",
-                  "sdxl_train": "sdxl", "train_network": "sd15", "train_db": "sd15", "fine_tune": "sd15"}
-
-
-def family_hint(text: str) -> tuple[str, bool] | None:
-    """(family, specific) named by a line: an entry script path or a FLUX-only message.
-    `train_network.py` is not specific: the SDXL and FLUX trainers run through it too."""
-    if ".py" in text:
-        m = _SCRIPT_FAMILY_RE.search(text)
-        if m:
-            name = m.group(1)
-            fam = _SCRIPT_FAMILY.get(name)
-            if fam:
-                return fam, name != "train_network"
-    if "Flux" in text or "FLUX" in text:
-        if text.startswith(("Building Flux model", "FLUX: Block swap", "Loaded Flux")):
-            return "flux", True
-    return None

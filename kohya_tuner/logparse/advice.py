@@ -6,16 +6,16 @@ caching needs a smaller VAE batch and disk caches; the first step needs a smalle
 gradient checkpointing and a lower resolution; a failure after many good steps is
 fragmentation, then the largest bucket, then activations; sampling needs sampling less or
 smaller; saving needs host RAM. Every sd-scripts key is written exactly as sd-scripts
-spells it, in backticks, so it can be pasted into the config file.
+spells it, in backticks, so it can be pasted into the config file. Settings only one family
+has (block swap and T5-XXL for FLUX, SDPA for SD 1.5/SDXL, …) are advised only when the log
+or the caller names that family; the same advice is never given twice.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    from kohya_tuner.logparse.diagnosis import Diagnosis, DiagnosisDetails
+from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails
 
 FRAG_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
@@ -57,10 +57,9 @@ def _fp8(family: str | None) -> str:
 
 
 def _block_swap(family: str | None, n: int = 18) -> str | None:
-    if family not in ("flux", None):
+    if family != "flux":
         return None
-    which = "" if family == "flux" else " (FLUX only)"
-    return (f"Swap transformer blocks to system RAM{which}: `blocks_to_swap = {n}` (1 to 35; each block frees "
+    return (f"Swap transformer blocks to system RAM: `blocks_to_swap = {n}` (1 to 35; each block frees "
             "about 0.6 GiB and slows every step a little).")
 
 
@@ -69,13 +68,11 @@ def _model_load(family: str | None, details: DiagnosisDetails) -> list[str]:
     swap = _block_swap(family)
     if swap:
         out.append(swap)
-    if family in ("flux", "sdxl", None):
-        note = " (FLUX, SDXL)" if family is None else ""
-        out.append("Keep the text encoders off the GPU during training" + note + ": `cache_text_encoder_outputs = "
+    if family in ("flux", "sdxl"):
+        out.append("Keep the text encoders off the GPU during training: `cache_text_encoder_outputs = "
                    "true` with `network_train_unet_only = true`.")
-    if family in ("flux", None):
-        out.append("Use an fp8 T5-XXL file (t5xxl_fp8_e4m3fn.safetensors) for `t5xxl`" +
-                   (" (FLUX)" if family is None else "") + ".")
+    if family == "flux":
+        out.append("Use an fp8 T5-XXL file (t5xxl_fp8_e4m3fn.safetensors) for `t5xxl`.")
     out.append("If `lowram = true` is set, remove it: it loads every model straight onto the GPU at once.")
     return out
 
@@ -89,13 +86,11 @@ def _first_step(family: str | None) -> list[str]:
         "Lower the training size: `resolution` and `max_bucket_reso` (memory grows with the pixel count; 768 to 512 "
         "saves more than half of the activations).",
     ]
-    if family in ("flux", None):
-        swap = _block_swap(family, 16)
-        if swap:
-            out.append(swap)
-    if family in ("sd15", "sdxl", None):
-        out.append("Use memory-efficient attention: `sdpa = true`" + (" (SD 1.5, SDXL)" if family is None else "") +
-                   ".")
+    swap = _block_swap(family, 16)
+    if swap:
+        out.append(swap)
+    if family in ("sd15", "sdxl"):
+        out.append("Use memory-efficient attention: `sdpa = true`.")
     out.append("Make the optimizer state smaller: `optimizer_type = \"AdamW8bit\"` or \"Adafactor\", and a smaller "
                "`network_dim`.")
     out.append(_fp8(family))
@@ -126,12 +121,11 @@ def _sampling(family: str | None) -> list[str]:
     return out
 
 
-def _saving(family: str | None) -> list[str]:
-    return [
-        "Saving works in system RAM: close other programs, and add swap (Linux) or enlarge the page file "
-        "(Windows) to at least the size of RAM.",
-        "Save smaller files: `save_precision = \"fp16\"` (or \"bf16\").",
-    ]
+def _saving(family: str | None, swap: bool = True) -> list[str]:
+    ram = ("Saving works in system RAM: close other programs, and add swap (Linux) or enlarge the page file "
+           "(Windows) to at least the size of RAM." if swap else
+           "Saving gathers the weights in system RAM before writing them: close other programs while it saves.")
+    return [ram, "Save smaller files: `save_precision = \"fp16\"` (or \"bf16\")."]
 
 
 def _unknown(family: str | None) -> list[str]:
@@ -144,16 +138,15 @@ def _unknown(family: str | None) -> list[str]:
         "`gradient_checkpointing = true`.",
         "Then a lower `resolution` / `max_bucket_reso`, or an 8-bit optimizer (`optimizer_type = \"AdamW8bit\"`).",
     ]
-    if family in ("flux", None):
-        swap = _block_swap(family)
-        if swap:
-            out.append(swap)
+    swap = _block_swap(family)
+    if swap:
+        out.append(swap)
     return out
 
 
-def _oom_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
-    family = details.family
-    phase = diagnosis.phase
+def _oom_advice(diagnosis: Diagnosis, details: DiagnosisDetails, phase: str | None = None) -> list[str]:
+    family = details.advised_family
+    phase = phase or diagnosis.phase
     out: list[str] = []
     others = _other_programs(details)
     if others:
@@ -171,13 +164,12 @@ def _oom_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
         # SD 1.5 has no text-encoder cache in sd-scripts: this is a text-encoder pass gone wrong.
         out += _unknown(family)
     elif phase == "cache_text_encoder":
-        if family in ("flux", None):
-            out.append("Encode captions one at a time: `text_encoder_batch_size = 1`" +
-                       (" (FLUX)" if family is None else "") + ".")
+        if family == "flux":
+            out.append("Encode captions one at a time: `text_encoder_batch_size = 1`.")
         out.append("Cache to disk: `cache_text_encoder_outputs_to_disk = true`, so a retry reuses what is done.")
-        if family in ("flux", None):
+        if family == "flux":
             out.append("Use an fp8 T5-XXL file for `t5xxl` and a shorter `t5xxl_max_token_length` (256 instead of "
-                       "512)" + (" (FLUX)" if family is None else "") + ".")
+                       "512).")
     elif phase == "first_step":
         out += _first_step(family)
     elif phase == "training":
@@ -199,23 +191,22 @@ def _oom_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
 
 
 def _cpu_oom_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
-    family = details.family
+    family = details.advised_family
     out: list[str] = []
     if diagnosis.phase == "saving":
-        out += _saving(family)
+        out += _saving(family, swap=False)
     out += [
         "This is system RAM, not the GPU: fewer data-loader processes, each holding its own copy — "
         "`max_data_loader_n_workers = 1` (or 0) and no `persistent_data_loader_workers`.",
         "Keep caches on disk instead of in RAM: `cache_latents_to_disk = true`" +
-        ("" if family == "sd15" else " and `cache_text_encoder_outputs_to_disk = true`") + ".",
+        (" and `cache_text_encoder_outputs_to_disk = true`" if family in ("sdxl", "flux") else "") + ".",
         "Add swap (Linux) or enlarge the Windows page file (WinError 1455 means it is too small) to at least the "
         "size of RAM, and close other programs while the models load.",
         "`lowram = true` loads models straight to the GPU instead of staging them in RAM: it helps only when the "
         "GPU has more memory than the computer; otherwise leave `lowram` off.",
     ]
-    if family in ("flux", None) and diagnosis.phase in ("model_load", "unknown"):
-        out.append("Use fp8 model files (FLUX transformer and T5-XXL) so less has to pass through RAM"
-                   + (" (FLUX)" if family is None else "") + ".")
+    if family == "flux" and diagnosis.phase in ("model_load", "unknown"):
+        out.append("Use fp8 model files (FLUX transformer and T5-XXL) so less has to pass through RAM.")
     return out
 
 
@@ -251,7 +242,9 @@ def _bad_argument_advice(message: str, family: str | None) -> list[str]:
 def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
     kind = diagnosis.error.kind
     message = diagnosis.error.message
-    family = details.family
+    family = details.advised_family
+    if kind == "truncated":
+        return _truncated_advice(diagnosis, details)
     if kind == "cpu_oom":
         return _cpu_oom_advice(diagnosis, details)
     if kind == "bad_argument":
@@ -260,7 +253,7 @@ def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
         if "cached" in message or "cache" in message.lower():
             return ["A cache file is missing or stale: delete the `*.npz` cache files next to the images and let "
                     "the run cache again (`cache_latents_to_disk = true` writes them once)."]
-        flux_files = {"flux": ", `clip_l`, `t5xxl`, `ae`", None: ", and for FLUX `clip_l`, `t5xxl`, `ae`"}
+        flux_files = {"flux": ", `clip_l`, `t5xxl`, `ae`"}
         return ["A file or folder the run needs is missing: check every path in the config "
                 "(`pretrained_model_name_or_path`, `train_data_dir` or `dataset_config`, `output_dir`, "
                 f"`sample_prompts`{flux_files.get(family, '')}).",
@@ -271,8 +264,8 @@ def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
                     "`learning_rate` is not 0, and that the base model loads correctly."]
         return ["The loss became NaN: the weights are now useless. Use `mixed_precision = \"bf16\"` instead of "
                 "fp16 where the card supports it (RTX 30 and newer); with fp16, do not use `full_fp16`.",
-                "Lower `learning_rate` (and `unet_lr`), and keep `max_grad_norm = 1.0`.",
-                "For SDXL in fp16 add `no_half_vae = true`: the fp16 SDXL VAE overflows."]
+                "Lower `learning_rate` (and `unet_lr`), and keep `max_grad_norm = 1.0`."] + (
+                ["For SDXL in fp16 add `no_half_vae = true`: the fp16 SDXL VAE overflows."] if family == "sdxl" else [])
     if kind == "xformers":
         if family == "flux":
             return ["FLUX always uses PyTorch's own attention: remove `xformers` from the config."]
@@ -283,6 +276,13 @@ def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
         return ["bitsandbytes cannot run on this card or CUDA setup: pick an optimizer without it — "
                 "`optimizer_type = \"AdamW\"` or \"Adafactor\" — or install a bitsandbytes build for your GPU "
                 "and CUDA."]
+    if kind == "cuda_error":
+        return ["This is a CUDA error, not a lack of memory: a GPU kernel failed. Most often an extension built "
+                "for another PyTorch or CUDA (xformers, bitsandbytes, flash-attn) or the driver; `device-side "
+                "assert` usually means a bad index inside the model (a caption or token problem).",
+                "Rerun with the environment variable CUDA_LAUNCH_BLOCKING=1 to see the call that really failed; try "
+                "`sdpa = true` instead of `xformers` and a plain optimizer (`optimizer_type = \"AdamW\"`), and "
+                "update the NVIDIA driver."]
     if kind == "cuda_unavailable":
         return ["PyTorch cannot use the GPU: install a CUDA build of PyTorch that matches the driver (and, for "
                 "RTX 50-series cards, PyTorch 2.7 or newer built for CUDA 12.8); check that nvidia-smi sees the "
@@ -299,7 +299,37 @@ def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
         where = f" ({details.last_checkpoint})" if details.last_checkpoint else ""
         return [f"The final model was saved before the crash{where}: the result is usable. The crash came while "
                 "the trainer was shutting down; if it repeats, update sd-scripts' dependencies."]
+    if not details.error_line:
+        return ["The log holds no error message, so the cause cannot be read from it: pass the whole log with both "
+                "streams (`… > train.log 2>&1`). A process that vanishes without a message was usually killed "
+                "for lack of system RAM (exit status 137)."]
     return ["This is not a memory problem: read the error above; changing memory settings will not fix it."]
+
+
+def _truncated_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
+    """Hedged: the error line is missing, so nothing here is certain."""
+    out = ["The log is cut off inside a traceback, before its error line (the last lines of the traceback name "
+           "the error): look at the end of the full log, or pass all of it."]
+    suspected = details.suspected
+    if suspected == "oom":
+        hedged = _oom_advice(diagnosis, details)
+        if hedged:
+            out.append("The wording suggests it ran out of GPU memory; if the full log confirms that: " + hedged[0])
+            out += hedged[1:3]
+    elif suspected:
+        from kohya_tuner.logparse.result import ErrorInfo
+
+        probe = diagnosis.model_copy(update={"error": ErrorInfo(kind=suspected, message="")})
+        hedged = _error_advice(probe, details)
+        if hedged:
+            out.append(f"A warning before it points to {suspected.replace('_', ' ')}: " + hedged[0])
+            out += hedged[1:2]
+    elif diagnosis.phase != "unknown":
+        hedged = _oom_advice(diagnosis, details)
+        if hedged:
+            out.append(f"If the missing error was out of GPU memory (in {diagnosis.phase.replace('_', ' ')}, as the "
+                       "frames show): " + hedged[0])
+    return out
 
 
 def advise(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
@@ -324,4 +354,5 @@ def advise(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
                    + details.survived[0][:200])
     if details.on_cpu and diagnosis.outcome != "success":
         out.append("The trainer ran on the CPU (`accelerator device: cpu`): PyTorch did not see a GPU.")
-    return out
+    # The same line can come from two rules (a phase's list and the kind's); say it once.
+    return list(dict.fromkeys(out))

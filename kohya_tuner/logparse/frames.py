@@ -1,0 +1,140 @@
+"""The evidence table (frames.toml): traceback frames to phases, and the lines that name the
+wrapper and the model family.
+
+Pure lookups over strings; the table is data so that a frame seen in a new user's log is one
+entry, not a branch. Loaded once, on first use.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+_TABLE = Path(__file__).with_name("frames.toml")
+# The phase a frame rule names for the training step; the progress evidence splits it into
+# first_step and training.
+STEP = "step"
+
+
+@dataclass(frozen=True)
+class FrameRule:
+    phase: str
+    what: str
+    level: int
+    rx: re.Pattern
+
+
+@dataclass(frozen=True)
+class FrameEvidence:
+    """What the frames of one traceback show: the phase (`step` for the training step), the
+    evidence in words, how telling it is (1 = the trainer's own call, 3 = generic internals)
+    and the frame line it came from."""
+
+    phase: str
+    what: str
+    level: int
+    line: str
+
+    @property
+    def diagnose_phase(self) -> str:
+        return "training" if self.phase == STEP else self.phase
+
+
+@dataclass(frozen=True)
+class _Named:
+    name: str
+    strength: int
+    rx: re.Pattern
+    # Plain substrings one of which every match contains: the pattern runs only when one is in
+    # the line.
+    needles: tuple[str, ...]
+
+    def search(self, low: str) -> bool:
+        for needle in self.needles:
+            if needle in low:
+                return self.rx.search(low) is not None
+        return False
+
+
+@dataclass(frozen=True)
+class _Table:
+    frames: tuple[FrameRule, ...]
+    wrappers: tuple[_Named, ...]
+    families: tuple[_Named, ...]
+    # Every needle of every wrapper and family: a line without any is not looked at further.
+    triggers: tuple[str, ...]
+
+
+@lru_cache(maxsize=1)
+def table() -> _Table:
+    data = tomllib.loads(_TABLE.read_text(encoding="utf-8"))
+    frames = tuple(FrameRule(r["phase"], r["what"], int(r["level"]), re.compile(r["match"])) for r in data["frame"])
+    # The list order is the specificity order for wrappers: sd-scripts (last) only when nothing else shows.
+    wrappers = tuple(_Named(r["name"], i, re.compile(r["match"]), tuple(r["needles"]))
+                     for i, r in enumerate(data["wrapper"]))
+    families = tuple(_Named(r["name"], int(r["strength"]), re.compile(r["match"]), tuple(r["needles"]))
+                     for r in data["family"])
+    # Shortest first: a short needle ("xl", ".py"-free "flux") is the likeliest to be found.
+    triggers = tuple(sorted({n for e in wrappers + families for n in e.needles}, key=len))
+    # A needle that contains another is never the first found: drop it from the triggers.
+    triggers = tuple(t for t in triggers if not any(o != t and o in t for o in triggers))
+    return _Table(frames, wrappers, families, triggers)
+
+
+def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
+    """The strongest evidence in a traceback's frames (outermost first within a level)."""
+    best: FrameEvidence | None = None
+    rules = table().frames
+    for line in frames:
+        if not line or line[0] == "^":
+            continue
+        for rule in rules:
+            if best is not None and rule.level >= best.level:
+                continue
+            if rule.rx.search(line):
+                best = FrameEvidence(rule.phase, rule.what, rule.level, line.strip()[:300])
+                if best.level == 1:
+                    return best
+    return best
+
+
+def phase_from_frames(frames: list[str] | tuple[str, ...]) -> str | None:
+    ev = frame_evidence(frames)
+    return ev.diagnose_phase if ev else None
+
+
+def names_in(line: str, low: str | None = None) -> tuple[str | None, tuple[str, int] | None]:
+    """(wrapper, (family, strength)) a line names, each None when it names none. The wrapper
+    is the most specific one in the line; the family the strongest. `low`: the line lower-cased,
+    when the caller has it."""
+    if low is None:
+        low = line.lower()
+    t = table()
+    for trigger in t.triggers:
+        if trigger in low:
+            break
+    else:
+        return None, None
+    wrapper = next((w.name for w in t.wrappers if w.search(low)), None)
+    family = None
+    for f in t.families:
+        if (family is None or f.strength < family[1]) and f.search(low):
+            family = (f.name, f.strength)
+    return wrapper, family
+
+
+def wrapper_rank(name: str | None) -> int:
+    """Lower is more specific; None ranks last."""
+    if name is None:
+        return 1 << 30
+    for w in table().wrappers:
+        if w.name == name:
+            return w.strength
+    return 1 << 29
