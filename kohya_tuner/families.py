@@ -54,6 +54,22 @@ class Family:
     fp16_vae_overflows: bool = False
     # Where the family's facts come from, for docs/families.md and the assumptions.
     source: str = ""
+    # Image pixels per side of one activation token: 8 for the U-Nets (latent pixels), 16 for
+    # the DiTs on an /8 VAE with 2x2 patches, 32 for HunyuanImage's /32 VAE with 1x1 patches.
+    latent_downscale: int = 8
+    # How `blocks_to_swap` = n is split (the scripts' enable_block_swap): "uniform" swaps n
+    # blocks of one list; "double_single" swaps n//2 double and (n - n//2)*2 single blocks.
+    swap_layout: str = ""
+    # Until the family's activations are traced: the traced family whose per-token line is
+    # borrowed, and the factor it is scaled by (hidden width x blocks, relative to that family).
+    activation_proxy: tuple[str, float] | None = None
+    # Per text encoder: the flag that stores it in fp8 while it encodes (HunyuanImage: fp8_vl).
+    te_fp8_flags: dict[str, str] = field(default_factory=dict)
+    # The flag that runs the text encoders on the CPU (HunyuanImage: text_encoder_cpu).
+    te_cpu_flag: str | None = None
+    # sample_sampler picks the sampler of sample images (the U-Net trainers); the DiT
+    # scripts' samplers are fixed (their sample_sampler lines are commented out).
+    uses_sample_sampler: bool = True
 
     @property
     def diffusion(self) -> Component:
@@ -136,6 +152,9 @@ FAMILIES: dict[str, Family] = {
         ),
         variants=("dev", "schnell"),
         attention_flags_apply=False,
+        latent_downscale=16,
+        swap_layout="double_single",
+        uses_sample_sampler=False,
         default_t5_tokens={"dev": 512, "schnell": 256},
     ),
     # ---- families added from the pinned sd-scripts' other LoRA entry scripts. Parameter counts:
@@ -167,6 +186,8 @@ FAMILIES: dict[str, Family] = {
         selects={"v2": True},
         fp16_vae_overflows=True,
         source="train_network.py --v2 (--v_parameterization for 768-v)",
+        # The SD 1.5 U-Net with wider attention: its traced line per latent pixel.
+        activation_proxy=("sd15", 1.0),
     ),
     "sd3": Family(
         name="sd3",
@@ -192,6 +213,10 @@ FAMILIES: dict[str, Family] = {
         # sd3_train_utils: --t5xxl_max_token_length defaults to 256.
         aliases=("sd3m", "sd3medium", "stablediffusion3"),
         source="sd3_train_network.py",
+        latent_downscale=16,
+        swap_layout="uniform",
+        activation_proxy=("flux", 0.211),
+        uses_sample_sampler=False,
     ),
     "sd35m": Family(
         name="sd35m",
@@ -214,6 +239,10 @@ FAMILIES: dict[str, Family] = {
         attention_flags_apply=False,
         aliases=("sd35medium", "sd35mediumx", "sd3.5m", "sd35mid"),
         source="sd3_train_network.py",
+        latent_downscale=16,
+        swap_layout="uniform",
+        activation_proxy=("flux", 0.325),
+        uses_sample_sampler=False,
     ),
     "sd35l": Family(
         name="sd35l",
@@ -237,6 +266,10 @@ FAMILIES: dict[str, Family] = {
         attention_flags_apply=False,
         aliases=("sd35", "sd35large", "sd3.5", "sd3.5l", "sd35largeturbo", "sd35turbo"),
         source="sd3_train_network.py",
+        latent_downscale=16,
+        swap_layout="uniform",
+        activation_proxy=("flux", 0.528),
+        uses_sample_sampler=False,
     ),
     "chroma": Family(
         name="chroma",
@@ -260,6 +293,10 @@ FAMILIES: dict[str, Family] = {
         aliases=("chroma1", "chroma1hd", "chromahd", "chroma1base"),
         selects={"model_type": "chroma"},
         source="flux_train_network.py --model_type chroma",
+        latent_downscale=16,
+        swap_layout="double_single",
+        activation_proxy=("flux", 1.000),
+        uses_sample_sampler=False,
     ),
     "lumina2": Family(
         name="lumina2",
@@ -281,6 +318,10 @@ FAMILIES: dict[str, Family] = {
         attention_flags_apply=False,
         aliases=("lumina", "lumina2", "luminaimage2", "luminaimage20", "lumina20", "netalumina"),
         source="lumina_train_network.py",
+        latent_downscale=16,
+        swap_layout="uniform",
+        activation_proxy=("flux", 0.395),
+        uses_sample_sampler=False,
     ),
     "hunyuan21": Family(
         name="hunyuan21",
@@ -305,7 +346,13 @@ FAMILIES: dict[str, Family] = {
         attention_flags_apply=False,
         aliases=("hunyuan", "hunyuanimage", "hunyuanimage21", "hunyuan2", "hyimage", "hunyuan21image", "hy21"),
         fp8_flags=("fp8_scaled",),
+        te_fp8_flags={"qwen25vl": "fp8_vl"},
+        te_cpu_flag="text_encoder_cpu",
         source="hunyuan_image_train_network.py",
+        latent_downscale=32,
+        swap_layout="double_single",
+        activation_proxy=("flux", 1.228),
+        uses_sample_sampler=False,
     ),
     "anima": Family(
         name="anima",
@@ -329,6 +376,10 @@ FAMILIES: dict[str, Family] = {
         # assert_extra_args turns fp8_base / fp8_base_unet off and sets fp8_scaled False.
         fp8_flags=(),
         source="anima_train_network.py",
+        latent_downscale=16,
+        swap_layout="uniform",
+        activation_proxy=("flux", 0.327),
+        uses_sample_sampler=False,
     ),
 }
 

@@ -232,6 +232,11 @@ def compose(
     for name, settings, why in load_layers(family, job, gpu_class):
         plan.apply(settings, why, name)
 
+    # A variant's own settings live in its model preset ([variant.<name>.settings]).
+    variant_doc = ((_load_toml(presets_dir() / "models" / f"{family.name}.toml", "Preset").get("variant") or {})
+                   .get(variant or "") or {})
+    if variant_doc:
+        plan.apply(*_layer(variant_doc), f"variant:{variant}")
     if variant == "schnell":
         plan.set("guidance_scale", 0.0, "variant:schnell", "schnell is guidance-distilled; train without guidance.")
         plan.set("t5xxl_max_token_length", 256, "variant:schnell", "FLUX.1 schnell uses 256 T5 tokens.")
