@@ -270,3 +270,22 @@ def test_bucket_checks_use_the_rounded_limits_like_sd_scripts():
     res = engine.check({**BASE[SD], "enable_bucket": True, "min_bucket_reso": 520}, SD)
     assert res.ok and [w.rule for w in res.warnings] == ["min_bucket_reso_rounded_down"]
     assert "512" in res.warnings[0].message
+
+
+def test_the_parsed_rules_cache_is_keyed_by_content_and_survives_garbage(tmp_path, monkeypatch):
+    import tomllib
+
+    monkeypatch.setenv("KOHYA_TUNER_HOME", str(tmp_path))
+    fresh = engine._load("rules.toml")
+    (cached,) = (tmp_path / "cache").glob("rules.toml.*.json")
+    assert engine._load("rules.toml") == fresh
+    cached.write_text("{not json")
+    assert engine._load("rules.toml") == fresh == tomllib.loads((engine._HERE / "rules.toml").read_text())
+
+
+def test_docs_list_every_rule():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "check.md").read_text()
+    missing = [r.id for r in engine.rules() if f"`{r.id}`" not in doc]
+    assert missing == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,13 +34,37 @@ class Rule:
 
 
 def _load(name: str) -> dict[str, Any]:
+    """A rules file, parsed. tomllib takes tens of milliseconds for rules.toml and json well
+    under one, so the parsed form is cached as JSON under the user data folder, keyed by the
+    file's content hash (a stale cache can never be read; an unwritable folder just means
+    no cache)."""
+    import hashlib
+    import json
+
+    raw = (_HERE / name).read_bytes()
+    cache = None
+    try:
+        from kohya_tuner.resources import user_data_dir
+
+        cache = user_data_dir() / "cache" / f"{name}.{hashlib.sha256(raw).hexdigest()[:16]}.json"
+        return json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError, ImportError):
+        pass
     try:
         import tomllib
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
         import tomli as tomllib
 
-    with open(_HERE / name, "rb") as fh:
-        return tomllib.load(fh)
+    doc = tomllib.loads(raw.decode("utf-8"))
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(doc), encoding="utf-8")
+            os.replace(tmp, cache)
+        except OSError:
+            pass
+    return doc
 
 
 @lru_cache(maxsize=None)
