@@ -14,12 +14,12 @@ from kohya_tuner.check import engine
 SD, XL, FX, S3 = "train_network.py", "sdxl_train_network.py", "flux_train_network.py", "sd3_train_network.py"
 
 BASE = {
-    SD: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora", "resolution": "512"},
-    XL: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora", "resolution": "1024"},
+    SD: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora", "resolution": "512", "network_dim": 8},
+    XL: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora", "resolution": "1024", "network_dim": 8},
     FX: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_flux",
-         "resolution": "512"},
+         "resolution": "512", "network_dim": 8},
     S3: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_sd3",
-         "resolution": "1024"},
+         "resolution": "1024", "network_dim": 8},
 }
 
 
@@ -81,6 +81,9 @@ EXAMPLES = {
     "validation_split_float_literal": (SD, {"validation_split": 0}, {"validation_split": 0.0}, None),
     "dataset_config_format": (SD, {"dataset_config": "dataset.yaml"}, {"dataset_config": "dataset.toml"}, None),
     "cache_latents_with_augmentation": (SD, {"cache_latents": True}, {"cache_latents": True}, None),
+    "dataset_config_overrides_folders": (SD, {"dataset_config": "d.toml", "train_data_dir": "img"}, {"dataset_config": "d.toml"}, None),
+    "debug_dataset_does_not_train": (SD, {"debug_dataset": True}, {"debug_dataset": False}, None),
+    "network_dim_default": (SD, {"network_dim": None}, {"network_dim": 8}, None),
     "pretrained_model_required": (SD, {"pretrained_model_name_or_path": None}, {}, None),
     "network_module_required": (SD, {"network_module": None}, {}, None),
     "network_args_key_value": (SD, {"network_args": ["conv_dim"]}, {"network_args": ["conv_dim=4"]}, None),
@@ -172,7 +175,7 @@ def test_rule_fires_on_its_example_and_not_on_the_fix(rule_id):
 
 
 FILE_RULES = ("dataset_config_missing", "no_training_images", "subset_image_dir_missing", "caption_file_empty",
-              "pretrained_model_missing", "network_weights_missing", "resume_state_missing")
+              "pretrained_model_missing", "network_weights_missing", "resume_state_missing", "vae_missing")
 
 
 def _tree(tmp_path):
@@ -208,6 +211,8 @@ def _file_case(rule_id, tmp_path):
         return ({**base, "pretrained_model_name_or_path": str(tmp_path / "gone.safetensors")}, None), ({**base, "pretrained_model_name_or_path": "runwayml/stable-diffusion-v1-5"}, None)
     if rule_id == "network_weights_missing":
         return ({**base, "network_weights": str(tmp_path / "gone.safetensors")}, None), ({**base, "network_weights": str(tmp_path / "w.safetensors")}, None)
+    if rule_id == "vae_missing":
+        return ({**base, "vae": str(tmp_path / "vae.safetensors")}, None), ({**base, "vae": str(tmp_path / "w.safetensors")}, None)
     if rule_id == "resume_state_missing":
         return ({**base, "resume": str(tmp_path / "gone")}, None), ({**base, "resume": str(tmp_path / "state")}, None)
     raise AssertionError(rule_id)

@@ -274,7 +274,9 @@ def check(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None
     """Everything the pinned sd-scripts would refuse (problems) or adjust (warnings) in
     `config` (one flat --config_file dict) and its dataset file, for `script`."""
     result = CheckResult(script)
-    if not_lora(script):
+    from kohya_tuner.memory.finetune import family_for as _estimated_fine_tune
+
+    if not_lora(script) and not _estimated_fine_tune(script):
         result.problems.append(Problem("script", not_lora_message(script), "error", ("script",),
                                        f"{script} (not a LoRA script)", "not_lora"))
         return result

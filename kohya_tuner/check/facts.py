@@ -291,7 +291,7 @@ class Context:
         d["@dataset_config_missing"] = bool(self.filesystem and isinstance(ds_path, str)
                                             and not self._path(ds_path).is_file())
         d["@dataset_config_suffix"] = (Path(ds_path).suffix.lower() if isinstance(ds_path, str) else None)
-        for key in ("resume", "network_weights", "pretrained_model_name_or_path", "train_data_dir"):
+        for key in ("resume", "network_weights", "pretrained_model_name_or_path", "train_data_dir", "vae"):
             v = c.get(key)
             exists = not self.filesystem or not isinstance(v, str) or self._path(v).exists()
             if key == "pretrained_model_name_or_path" and isinstance(v, str) and _looks_like_hub_id(v):
