@@ -43,6 +43,8 @@ class _Failed:
     index: int
     phase: str | None
     after_finish: bool
+    # The first milestone logged after it (a wrapper's "Text Encoder Caching failed" report).
+    phase_after: str | None = None
 
 
 @dataclass
@@ -78,6 +80,10 @@ class _Run:
                 # A refresh of the bar after a save or a sample means training went on.
                 self.phase = "training"
         elif isinstance(ev, Milestone):
+            for f in reversed(self.failures):
+                if f.phase_after is not None:
+                    break
+                f.phase_after = ev.phase
             if not done:
                 self.phase = ev.phase
             self.last_milestone = ev.name
@@ -139,6 +145,13 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
     ev = f.event
     where = ev.where
     level = ev.frame_level if ev.frame_level is not None else _STRONG_FRAME
+    if where is None and isinstance(ev, Oom):
+        # The OOM message printed before its own traceback (stderr order) and the traceback
+        # then cut: the frames of the cut traceback that follows are this OOM's.
+        after = next((g.event for g in run.failures if g.index > f.index and isinstance(g.event, Failure)
+                      and g.event.kind == "truncated" and g.event.where), None)
+        if after is not None:
+            where, level = after.where, after.frame_level if after.frame_level is not None else _STRONG_FRAME
     ctx = f.phase
     if where is not None and (level <= _STRONG_FRAME or ctx is None):
         base, evidence = where, "frames"
@@ -153,6 +166,9 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
         # the GPU: an OOM after a save began, with no save in its frames, is the next step's.
         if run.max_step is not None:
             base, evidence = "training", "progress"
+    if base is None and f.phase_after is not None and run.max_step is None:
+        # Nothing before it tells; what the log says right after it does.
+        base, evidence = f.phase_after, "context"
     if base is None:
         if run.max_step is not None:
             base, evidence = "training", "progress"

@@ -134,13 +134,15 @@ class _PendingOom:
 
 
 class _Traceback:
-    __slots__ = ("frames", "explicit", "boxed", "lines")
+    __slots__ = ("frames", "explicit", "boxed", "headless", "lines")
 
-    def __init__(self, explicit: bool, boxed: bool):
+    def __init__(self, explicit: bool, boxed: bool, headless: bool = False):
         self.frames: list[str] = []
-        # explicit: its "Traceback (most recent call last)" header was seen; boxed: drawn by Rich.
+        # explicit: its "Traceback (most recent call last)" header was seen; boxed: drawn by Rich;
+        # headless: it starts at a frame line, the header cut off.
         self.explicit = explicit
         self.boxed = boxed
+        self.headless = headless
         self.lines = 0
 
     def add(self, line: str) -> None:
@@ -424,8 +426,16 @@ class LogParser:
     def _physical(self, line: str, out: list[Event], cleaned: bool = False) -> None:
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
             line = P.clean(line)
-        if "%|" in line:
+        if "%|" in line or "% " in line:
             m = P.BAR_RE.match(line)
+            if m is None and line.endswith("0%|"):
+                m = P.BAR_START_RE.match(line)
+                if m and P.is_main_bar(m.group("desc")):
+                    self._flush_rich(out)
+                    self._flush_oom(out)
+                    out.append(Progress(step=0, total=0, line=line.strip()))
+                    return
+                m = None
             if m:
                 self._flush_rich(out)
                 self._flush_oom(out)
@@ -451,6 +461,12 @@ class LogParser:
             m = P.LOOSE_HEAD_RE.match(line)
             if m:
                 body = m.group(2) or ""
+                g = P.GLOG_REST_RE.match(body)
+                if g:
+                    # vLLM logs every line of a traceback as an ERROR record: read what follows
+                    # the record's head as a line of its own, indentation kept.
+                    self._physical(body[g.end():], out, cleaned=True)
+                    return
                 pm = P.RICH_PATH_RE.search(body)
                 if pm:
                     body = body[: pm.start()]
@@ -549,6 +565,11 @@ class LogParser:
             # The top of a Rich traceback box may have scrolled away; its frames still count.
             self._tb = _Traceback(explicit=False, boxed=True)
             self._tb.add(s.strip("│┃ "))
+            return
+        if level is None and P.FRAME_LINE_RE.match(s):
+            # A paste that starts inside a traceback: its frames still say where it failed.
+            self._tb = _Traceback(explicit=False, boxed=False, headless=True)
+            self._tb.add(s)
             return
         if level is None and not text[:1].isspace():
             m = P.EXC_LINE_RE.match(s)
@@ -657,6 +678,11 @@ class LogParser:
                 if m:
                     out.append(EpochStart(epoch=int(m.group(1)), total=int(m.group(2)), line=s))
                     return True
+                m = P.GLOBAL_STEP_RE.match(s)
+                if m:
+                    # PyTorch Lightning's checkpoint callback: "Epoch 0, global step 499: …".
+                    out.append(Progress(step=int(m.group(1)), total=0, line=s))
+                    return True
         return False
 
     def _failure_line(self, s: str, level: str | None, out: list[Event], low: str) -> None:
@@ -739,7 +765,7 @@ class LogParser:
         self._tb = None
         if tb is None:
             return
-        if not tb.explicit and not (tb.boxed and any(_BOX_FRAME_RE.search(f) for f in tb.frames)):
+        if not tb.explicit and not tb.headless and not (tb.boxed and any(_BOX_FRAME_RE.search(f) for f in tb.frames)):
             return
         if P.launcher_only(tb.frames):
             out.append(Exited(status=None, line="Traceback (launcher)"))

@@ -71,10 +71,16 @@ DASH_LEVEL_RE = re.compile(r"- (?:[\w.]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL)
 
 # ---- progress bars --------------------------------------------------------------------------
 
+# "steps:  17%|█▋        | 1/6 [00:01<00:09,  1.91s/it, avr_loss=1.2]", and the same without the
+# bar ("steps:   0% 0/2300 [00:01<?, ?it/s]") where tqdm writes to a notebook or Colab cell.
 BAR_RE = re.compile(
-    r"(?P<desc>[^|\r\n]*?)\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
+    r"(?P<desc>[^|\r\n]*?)\s*(?P<pct>\d{1,3})%(?:\|[^|]*\||(?= ))\s*(?P<n>\d+)/(?P<total>\d+)\s*"
     r"\[(?:[^<\],]*<[^,\]]*,\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it))?(?P<inner>[^\]]*)\]"
 )
+# A bar cut right after it started ("Steps:   0%|" at the end of a paste): step 0, total unknown.
+BAR_START_RE = re.compile(r"(?P<desc>[^|\r\n]*?)\s*0%\|\s*$")
+# vLLM's and glog-style records: "ERROR 07-30 18:15:55 engine.py:400] <text>", after the level.
+GLOG_REST_RE = re.compile(r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.\-]+:\d+\] ?")
 
 
 def bar_numbers(m: re.Match) -> tuple[float | None, float | None]:
@@ -163,6 +169,21 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
     ("generating sample images", "sampling", "generating sample images"),
     ("saving state at", "saving", "saving state"),
     ("saving last state", "saving", "saving state"),
+    # Other trainers' own words (ai-toolkit, SimpleTuner, OneTrainer, Fizgig): after the
+    # sd-scripts ones, so that "loading settings from" stays the start of a run.
+    ("caching text embeddings", "cache_text_encoder", "caching text encoder outputs"),
+    ("caching text embeds", "cache_text_encoder", "caching text encoder outputs"),
+    ("configuring text embed", "cache_text_encoder", "caching text encoder outputs"),
+    ("moving text encoder", "cache_text_encoder", "caching text encoder outputs"),
+    ("text encoder caching", "cache_text_encoder", "caching text encoder outputs"),
+    ("caching latents", "cache_latents", "caching latents"),
+    ("caching vae", "cache_latents", "caching latents"),
+    ("processing vae cache", "cache_latents", "caching latents"),
+    ("loading ", "model_load", "loading model"),
+    ("quantizing", "model_load", "quantising the model"),
+    ("quantising", "model_load", "quantising the model"),
+    ("moving transformer", "model_load", "moving models"),
+    ("moving model", "model_load", "moving models"),
 )
 MILESTONE_HEADS = tuple(p for p, _, _ in MILESTONE_PREFIXES)
 
@@ -170,6 +191,7 @@ ACCEL_DEVICE_RE = re.compile(r"accelerator device:\s*(\S+)")
 TOTAL_STEPS_RE = re.compile(
     r"(?:total optimization steps\s*/.*?[:：]|override steps\. steps for \d+ epochs is\s*/.*?[:：])\s*(\d+)\s*$")
 EPOCH_RE = re.compile(r"epoch (\d+)/(\d+)\s*$")
+GLOBAL_STEP_RE = re.compile(r"Epoch \d+, global step (\d+):", re.I)
 SAVING_CKPT_RE = re.compile(r"saving checkpoint:\s*(.+?)\s*$")
 SAVE_TRAINED_RE = re.compile(r"save trained model as .*? to\s+(.+?)\s*$")
 SAVING_STATE_RE = re.compile(r"Saving current state to\s+(.+?)\s*$")
@@ -186,6 +208,9 @@ EXC_LINE_RE = re.compile(
     r"|(?:[a-z_]\w*\.)+([A-Z]\w*):\s(.*)$"
 )
 LAUNCHER_WRAPPERS = ("CalledProcessError", "ChildFailedError")
+# A frame line that can open a traceback whose header was cut off: Python's `File "…", line N,
+# in f`, IPython's `File ~/…:N, in f`, `Cell In[3], line 5` and `--> 520 code`.
+FRAME_LINE_RE = re.compile(r'File "[^"]+", line \d+|File [~/\\\w.:-]+:\d+, in |Cell In\[\d+\], line \d+|--> \d+ ')
 BOX_CHARS = "│╭╰┃┏┗"
 BOX_CLOSE = "╰┗"
 
@@ -230,6 +255,7 @@ GPU_OOM_RE = re.compile(
     r"|cudnn_status_alloc_failed|cudnn_status_not_enough_workspace|allocation on device"
     r"|cudaerrormemoryallocation|cuda_error_out_of_memory|hip out of memory|hiperroroutofmemory"
     r"|hip error: out of memory|mps backend out of memory|xpu out of memory|out of memory on device"
+    r"|cuda driver error: out of memory"
     r"|oom when allocating|resourceexhaustederror"
 )
 # CUDA failures that are not a lack of memory, though their wording mentions memory or looks

@@ -1,0 +1,61 @@
+"""Phase accuracy of `diagnose` over every labelled real log, old and new.
+
+Reads the public set (tests/data/public_logs, labels citing their threads) and the older
+shared set (../shared/real-world/logs), diagnoses each file the way `kohya-tuner diagnose`
+does, and prints one line per log (its phase against the label's, and what decided it), then
+the accuracy per set and overall, and how often the wrapper and the model family were named
+when the label names one. A label that cannot tell the first step from a later one accepts
+either.
+
+    python benchmarks/phase_accuracy.py [--quiet]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quiet", action="store_true", help="print the totals only")
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.logparse_labels import all_fixtures, diagnose_fixture
+
+    totals: dict[str, list[int]] = {}
+    named = {"wrapper": [0, 0], "family": [0, 0]}
+    misses = []
+    for fx in all_fixtures():
+        d = diagnose_fixture(fx)
+        ok = d.phase in fx.phases
+        group = fx.name.split("/")[0]
+        t = totals.setdefault(group, [0, 0])
+        t[0] += ok
+        t[1] += 1
+        for key, want, got in (("wrapper", fx.wrapper, d.wrapper), ("family", fx.family, d.family)):
+            if want is not None:
+                named[key][0] += got == want
+                named[key][1] += 1
+        if not ok:
+            misses.append(fx.name)
+        if not args.quiet:
+            evidence = d.details.phase_evidence or "-"
+            if d.details.frame:
+                evidence += f" ({d.details.frame})"
+            print(f"{fx.name:12s} {'ok  ' if ok else 'MISS'} {d.phase:18s} label {'|'.join(sorted(fx.phases)):22s} "
+                  f"{d.outcome}/{d.error.kind if d.error else '-'}  by {evidence}")
+    right = sum(t[0] for t in totals.values())
+    count = sum(t[1] for t in totals.values())
+    for group, (r, n) in sorted(totals.items()):
+        print(f"phase accuracy, {group} logs: {r}/{n} = {r / n:.0%}")
+    print(f"phase accuracy, all labelled logs: {right}/{count} = {right / count:.0%}"
+          + (f" (missed: {', '.join(misses)})" if misses else ""))
+    for key, (r, n) in named.items():
+        if n:
+            print(f"{key} named where the label names one: {r}/{n}")
+
+
+if __name__ == "__main__":
+    main()

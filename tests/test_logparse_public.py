@@ -1,0 +1,132 @@
+"""Every labelled real log is a test: the public set users posted in issue threads
+(tests/data/public_logs, labels with their thread's URL) and the older shared set. What each
+must give comes from its label, read by hand from the text (tests/logparse_labels.py maps only
+the label's words to the parser's)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kohya_tuner.logparse import diagnose, parse_text
+from tests.logparse_labels import PUBLIC, all_fixtures, diagnose_fixture, public_fixtures
+
+FIXTURES = all_fixtures()
+PUBLIC_FIXTURES = public_fixtures()
+_IDS = [fx.name for fx in FIXTURES]
+
+
+def test_the_public_set_is_there_and_every_label_cites_its_thread():
+    files = sorted(p.name for p in PUBLIC.glob("*.log"))
+    assert len(files) >= 20
+    assert sorted(fx.path.name for fx in PUBLIC_FIXTURES) == files
+    for fx in PUBLIC_FIXTURES:
+        assert fx.url and fx.url.startswith("https://"), fx.name
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=_IDS)
+def test_outcome_and_kind_match_the_label(fx):
+    d = diagnose_fixture(fx)
+    kind = fx.kind
+    if kind == "cuda_oom":
+        assert d.outcome == "oom" and d.error is None
+    elif kind == "cpu_oom":
+        assert (d.outcome, d.error.kind) == ("error", "cpu_oom")
+    elif kind in ("cuda_error", "truncated"):
+        assert (d.outcome, d.error.kind) == ("error", kind)
+    elif kind == "other":
+        assert d.outcome == "error" and d.error.kind not in ("cpu_oom", "cuda_error")
+    elif kind == "success":
+        assert d.outcome == "success"
+    else:  # pragma: no cover - a label kind this test does not know
+        pytest.fail(f"unknown label kind {kind}")
+    if fx.label.get("oom") is None and kind == "truncated":
+        # The error line is cut: the diagnosis says so and never that it is not about memory.
+        assert "error line is missing" in d.error.message
+        assert not any("not a memory problem" in a for a in d.advice)
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=_IDS)
+def test_phase_matches_the_label(fx):
+    d = diagnose_fixture(fx)
+    if fx.name == "public/002":
+        # ACE-Step's own "[16s] Step 0: ❌ Training failed: MPS backend out of memory" is the only
+        # evidence; the parser does not read that trainer's lines (a known miss, counted by
+        # benchmarks/phase_accuracy.py).
+        pytest.xfail("ACE-Step's handler lines are not read")
+    assert d.phase in fx.phases, (d.phase, sorted(fx.phases), d.details.phase_evidence, d.details.frame)
+
+
+@pytest.mark.parametrize("fx", [fx for fx in FIXTURES if fx.step is not None or fx.total_steps is not None],
+                         ids=lambda fx: fx.name)
+def test_step_and_total_match_the_label(fx):
+    d = diagnose_fixture(fx)
+    if fx.name == "public/002":
+        pytest.xfail("ACE-Step's handler lines are not read")
+    if fx.step is not None:
+        assert d.step == fx.step
+    if fx.total_steps is not None:
+        assert d.total_steps == fx.total_steps
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=_IDS)
+def test_wrapper_and_family_are_never_wrong(fx):
+    """Named only when the log shows them; a name given must be one the label gives."""
+    d = diagnose_fixture(fx)
+    if d.wrapper is not None:
+        assert d.wrapper in fx.wrappers_named, (d.wrapper, fx.label.get("wrapper") or fx.label.get("tool"))
+    if d.family is not None and fx.family is not None:
+        assert d.family == fx.family
+
+
+_FIGURE_KEYS = {"tried_gib": "tried_gib", "total_gib": "capacity_gib", "free_gib": "free_gib",
+                "allocated_gib": "allocated_gib", "reserved_unallocated_gib": "reserved_unallocated_gib",
+                "process_in_use_gib": "process_in_use_gib"}
+
+
+@pytest.mark.parametrize("fx", [fx for fx in PUBLIC_FIXTURES if fx.label.get("figures")], ids=lambda fx: fx.name)
+def test_oom_figures_match_the_label(fx):
+    d = diagnose_fixture(fx)
+    figures = fx.label["figures"]
+    if d.oom is None:
+        assert fx.kind != "cuda_oom"
+        return
+    for key, ours in _FIGURE_KEYS.items():
+        if key in figures and figures[key] is not None:
+            assert getattr(d.oom, ours) == pytest.approx(figures[key], abs=0.011), key
+    if "reserved_gib" in figures and d.oom.allocated_gib is not None:
+        assert d.oom.allocated_gib + d.oom.reserved_unallocated_gib == pytest.approx(figures["reserved_gib"], abs=0.011)
+    if "other_processes" in figures:
+        assert [list(p) for p in d.details.other_processes] == [
+            [pid, pytest.approx(g, abs=0.011)] for pid, g in figures["other_processes"]]
+
+
+@pytest.mark.parametrize("fx", [fx for fx in PUBLIC_FIXTURES if fx.label.get("process_is_trainer") is not None],
+                         ids=lambda fx: fx.name)
+def test_the_trainers_own_process_is_not_another_program(fx):
+    d = diagnose_fixture(fx)
+    free_first = [a for a in d.advice if a.startswith("Free the GPU first")]
+    if fx.label["process_is_trainer"]:
+        # Either PyTorch said "this process has X" or it listed the trainer as "Process N".
+        assert d.details.other_processes == () and not free_first
+        if "this process has" not in d.details.oom_figures.message:
+            assert d.details.trainer_pid is not None
+            assert not any(str(d.details.trainer_pid) in a for a in d.advice)
+    else:
+        assert d.details.trainer_pid is None and d.details.other_processes
+        assert free_first and str(d.details.other_processes[0][0]) in free_first[0]
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=_IDS)
+def test_reading_from_disk_coalesced_gives_the_same_diagnosis_as_parsing_the_text(fx):
+    text = fx.path.read_bytes().decode("utf-8", errors="replace")
+    assert diagnose(parse_text(text)).to_json() == diagnose_fixture(fx).to_json()
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=_IDS)
+def test_advice_is_plain_and_said_once(fx):
+    d = diagnose_fixture(fx)
+    assert len(d.advice) == len(set(d.advice))
+    assert not any("[bold" in a or "[/" in a for a in d.advice)
+    json.dumps(d.to_json(), allow_nan=False)
