@@ -47,8 +47,10 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     # What the user should know before training (printed and in JSON as "cautions").
     cautions: list[str] = field(default_factory=list)
-    # The job's sample prompts ({trigger} marks the trigger word), written as SAMPLE_PROMPTS_NAME.
+    # The job's sample prompts ({trigger} marks the trigger word), written as SAMPLE_PROMPTS_NAME,
+    # each followed by the model's sample options ({w}, {h}, {seed} filled in).
     sample_prompts: list[str] = field(default_factory=list)
+    sample_options: str = ""
 
     def set(self, key: str, value: Any, layer: str, why: str = "") -> None:
         if value is None:
@@ -233,8 +235,8 @@ def compose(
         plan.apply(settings, why, name)
 
     # A variant's own settings live in its model preset ([variant.<name>.settings]).
-    variant_doc = ((_load_toml(presets_dir() / "models" / f"{family.name}.toml", "Preset").get("variant") or {})
-                   .get(variant or "") or {})
+    model_doc = _load_toml(presets_dir() / "models" / f"{family.name}.toml", "Preset")
+    variant_doc = (model_doc.get("variant") or {}).get(variant or "") or {}
     if variant_doc:
         plan.apply(*_layer(variant_doc), f"variant:{variant}")
     if variant == "schnell":
@@ -242,6 +244,8 @@ def compose(
         plan.set("t5xxl_max_token_length", 256, "variant:schnell", "FLUX.1 schnell uses 256 T5 tokens.")
     _precision(plan, bf16)
     plan.sample_prompts = [str(p) for p in (_job_doc(job).get("sample") or {}).get("prompts", [])]
+    plan.sample_options = str({**(model_doc.get("sample") or {}), **(variant_doc.get("sample") or {})}
+                              .get("options", ""))
 
     for key, value in (inputs or {}).items():
         plan.set(key, value, "input", "From your command line.")
@@ -290,8 +294,9 @@ def sample_prompts_text(plan: Plan, dataset: dict[str, Any] | None) -> str | Non
     """The prompt file for `sample_prompts`, when the plan points it at SAMPLE_PROMPTS_NAME.
 
     Images are drawn at the training resolution because that is what the estimator counts for
-    the sampling phase; the U-Nets sample with classifier-free guidance (a batch of two), FLUX.1
-    with its distilled guidance only, as sd-scripts does by default."""
+    the sampling phase. The options come from the model preset's [sample] table; a model without
+    one gets a negative prompt and a guidance scale only where its sampling runs classifier-free
+    guidance (the estimator's batch of two), as FLUX.1's distilled guidance does not."""
     path = plan.config.get("sample_prompts")
     src = plan.provenance.get("sample_prompts")
     if not plan.sample_prompts or not path or Path(str(path)).name != SAMPLE_PROMPTS_NAME or (
@@ -302,13 +307,18 @@ def sample_prompts_text(plan: Plan, dataset: dict[str, Any] | None) -> str | Non
     w, h = _res_pair(plan.config.get("resolution")) or (plan.family.native_resolution,) * 2
     trigger = _trigger_of(dataset)
     seed = int(plan.config.get("seed") or 42)
-    if plan.family.name == "flux":
-        steps = 4 if plan.variant == "schnell" else 20
-        opts = f"--w {w} --h {h} --s {steps} --d {seed}"
-    else:
-        opts = f"--n lowres, blurry, watermark --w {w} --h {h} --s 28 --l 7 --d {seed}"
-    lines = [f"# Sample prompts for sd-scripts (one per line; --w/--h size, --s steps, --d seed"
-             + ("" if plan.family.name == "flux" else ", --n negative prompt, --l guidance scale") + ")."]
+    template = plan.sample_options
+    if not template:
+        from kohya_tuner.memory.data import family_facts
+
+        try:
+            cfg = family_facts(plan.family.name).cfg
+        except KeyError:
+            cfg = 2
+        template = "--w {w} --h {h} --d {seed}" if cfg == 1 else "--n lowres, blurry --w {w} --h {h} --l 5 --d {seed}"
+    opts = template.format(w=w, h=h, seed=seed)
+    lines = ["# Sample prompts for sd-scripts: one per line, options after the prompt (--w/--h size, --s steps, "
+             "--d seed, --n negative prompt, --l guidance scale)."]
     for template in plan.sample_prompts:
         prompt = template.replace("{trigger}", trigger).strip(" ,")
         lines.append(f"{prompt} {opts}")

@@ -298,8 +298,11 @@ def test_config_writes_the_prompt_file_with_the_trigger_and_training_size(tmp_pa
 
 def test_flux_prompts_have_no_cfg_options(tmp_path):
     f = fitted("flux", "style", 24, tmp_path, trigger="inkwash")
-    text = presets.sample_prompts_text(f.plan, f.dataset)
-    assert "inkwash style" in text and "--l " not in text and "--n " not in text and "--s 20" in text
+    lines = [ln for ln in presets.sample_prompts_text(f.plan, f.dataset).splitlines() if not ln.startswith("#")]
+    assert lines and all("inkwash style" in ln and "--s 20" in ln for ln in lines)
+    assert not any("--l " in ln or "--n " in ln for ln in lines)  # FLUX.1 samples without CFG, as estimated
+    plan = presets.compose("flux", "style", 24, variant="schnell", bf16=True)
+    assert plan.sample_options.startswith("--w {w} --h {h} --s 4")
 
 
 def test_own_prompt_file_is_not_overwritten(tmp_path):
