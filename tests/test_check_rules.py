@@ -12,6 +12,7 @@ import pytest
 from kohya_tuner.check import engine
 
 SD, XL, FX, S3 = "train_network.py", "sdxl_train_network.py", "flux_train_network.py", "sd3_train_network.py"
+LU, HY, AN = "lumina_train_network.py", "hunyuan_image_train_network.py", "anima_train_network.py"
 
 BASE = {
     SD: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora", "resolution": "512", "network_dim": 8},
@@ -19,6 +20,12 @@ BASE = {
     FX: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_flux",
          "resolution": "512", "network_dim": 8},
     S3: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_sd3",
+         "resolution": "1024", "network_dim": 8},
+    LU: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_lumina",
+         "resolution": "1024", "network_dim": 8},
+    HY: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_hunyuan_image",
+         "resolution": "1024", "network_dim": 8},
+    AN: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_anima",
          "resolution": "1024", "network_dim": 8},
 }
 
@@ -125,6 +132,26 @@ EXAMPLES = {
     "sd3_blocks_to_swap_with_cpu_offload": (S3, {"blocks_to_swap": 4, "cpu_offload_checkpointing": True}, {"cpu_offload_checkpointing": True}, None),
     "sd3_blocks_to_swap_max": (S3, {"blocks_to_swap": 37}, {"blocks_to_swap": 36}, None),
     "sd3_te_cache_with_t5_training": (S3, {"cache_text_encoder_outputs": True, "network_args": ["train_t5xxl=True"]}, {"network_args": ["train_t5xxl=True"]}, None),
+    # lumina_train_network.py, hunyuan_image_train_network.py, anima_train_network.py
+    "lumina_te_cache_to_disk_turns_on_cache": (LU, {"cache_text_encoder_outputs_to_disk": True}, {"cache_text_encoder_outputs_to_disk": True, "cache_text_encoder_outputs": True}, None),
+    "lumina_blocks_to_swap_max": (LU, {"blocks_to_swap": 25}, {"blocks_to_swap": 24}, None),
+    "hunyuan_fp16_warning": (HY, {"mixed_precision": "fp16"}, {"mixed_precision": "bf16"}, None),
+    "hunyuan_fp8_base_unsupported": (HY, {"fp8_base": True, "mixed_precision": "bf16"}, {"fp8_scaled": True, "mixed_precision": "bf16"}, None),
+    "hunyuan_fp8_scaled_ignores_fp8_base": (HY, {"fp8_scaled": True, "fp8_base": True, "mixed_precision": "bf16"}, {"fp8_scaled": True, "mixed_precision": "bf16"}, None),
+    "hunyuan_te_cache_to_disk_turns_on_cache": (HY, {"cache_text_encoder_outputs_to_disk": True}, {"cache_text_encoder_outputs_to_disk": True, "cache_text_encoder_outputs": True}, None),
+    "hunyuan_te_cache_with_caption_changes": (HY, {"cache_text_encoder_outputs": True, "caption_dropout_rate": 0.1}, {"cache_text_encoder_outputs": True}, None),
+    "hunyuan_blocks_to_swap_max": (HY, {"blocks_to_swap": 38}, {"blocks_to_swap": 37}, None),
+    "anima_fp8_turned_off": (AN, {"fp8_base": True, "mixed_precision": "bf16"}, {"mixed_precision": "bf16"}, None),
+    "anima_te_cache_to_disk_turns_on_cache": (AN, {"cache_text_encoder_outputs_to_disk": True, "network_train_unet_only": True}, {"cache_text_encoder_outputs_to_disk": True, "cache_text_encoder_outputs": True, "network_train_unet_only": True}, None),
+    # caption_dropout_rate alone is allowed for Anima (cache_supports_dropout=True, library/train_util.py:1106).
+    "anima_te_cache_with_caption_changes": (AN, {"cache_text_encoder_outputs": True, "network_train_unet_only": True, "shuffle_caption": True}, {"cache_text_encoder_outputs": True, "network_train_unet_only": True, "caption_dropout_rate": 0.1}, None),
+    "anima_te_cache_needs_unet_only": (AN, {"cache_text_encoder_outputs": True}, {"cache_text_encoder_outputs": True, "network_train_unet_only": True}, None),
+    "anima_blocks_to_swap_with_cpu_offload": (AN, {"blocks_to_swap": 8, "cpu_offload_checkpointing": True, "gradient_checkpointing": True}, {"blocks_to_swap": 8, "gradient_checkpointing": True}, None),
+    "anima_unsloth_turns_on_checkpointing": (AN, {"unsloth_offload_checkpointing": True}, {"unsloth_offload_checkpointing": True, "gradient_checkpointing": True}, None),
+    "anima_unsloth_with_cpu_offload": (AN, {"unsloth_offload_checkpointing": True, "cpu_offload_checkpointing": True, "gradient_checkpointing": True}, {"unsloth_offload_checkpointing": True, "gradient_checkpointing": True}, None),
+    "anima_unsloth_with_blocks_to_swap": (AN, {"unsloth_offload_checkpointing": True, "blocks_to_swap": 4, "gradient_checkpointing": True}, {"unsloth_offload_checkpointing": True, "gradient_checkpointing": True}, None),
+    "anima_bucket_reso_steps_multiple_of_16": (AN, {"enable_bucket": True, "bucket_reso_steps": 24}, {"enable_bucket": True, "bucket_reso_steps": 32}, None),
+    "anima_blocks_to_swap_max": (AN, {"blocks_to_swap": 27}, {"blocks_to_swap": 26}, None),
 }
 
 # Rules that look at the dataset file: the breaking and the satisfying dataset differ.

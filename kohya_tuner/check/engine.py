@@ -15,7 +15,8 @@ from kohya_tuner.check.facts import Context, parse_resolution
 from kohya_tuner.check.result import CheckResult, Problem
 
 _HERE = Path(__file__).resolve().parent
-LORA_SCRIPTS = ("train_network.py", "sdxl_train_network.py", "flux_train_network.py", "sd3_train_network.py")
+LORA_SCRIPTS = ("train_network.py", "sdxl_train_network.py", "flux_train_network.py", "sd3_train_network.py",
+                "lumina_train_network.py", "hunyuan_image_train_network.py", "anima_train_network.py")
 SEVERITY = {"problem": "error", "warning": "warning"}
 
 
