@@ -64,15 +64,22 @@ def test_a_gpu_oom_after_a_save_began_is_the_next_steps_unless_the_frames_say_sa
     assert (host.phase, host.error.kind) == ("saving", "cpu_oom")
 
 
-def test_frames_decide_only_when_the_log_has_no_context():
+def test_the_trainers_own_frames_outrank_milestones_and_generic_frames_do_not():
     tb = ("Traceback (most recent call last):\n  File \"/sd/train_network.py\", line 1913, in <module>\n"
           "    trainer.train(args)\n  File \"/sd/train_network.py\", line 1500, in train\n"
           "    self.sample_images(accelerator, args, None, global_step)\n  File \"/sd/library/train_util.py\", "
           "line 6000, in sample_images\n    image = pipeline(prompt)\n")
     assert diagnose(parse_text(tb + OOM_TEXT)).phase == "sampling"
-    # With context, the frames refine training only into the step loop's own parts.
     assert diagnose(parse_text(SETUP + TRAINING + steps(1, 2) + tb + OOM_TEXT)).phase == "sampling"
-    assert diagnose(parse_text(SETUP + tb + OOM_TEXT)).phase == "model_load"
+    # sample_at_first: sampling before any step, after the model loaded.
+    d = diagnose(parse_text(SETUP + tb + OOM_TEXT))
+    assert (d.phase, d.details.phase_evidence, d.details.frame) == ("sampling", "frames", "generating sample images")
+    # A module's forward says nothing of its own: the milestone before it decides.
+    generic = ("Traceback (most recent call last):\n  File \"/x/torch/nn/modules/module.py\", line 1553, in "
+               "_wrapped_call_impl\n    return self._call_impl(*args, **kwargs)\n")
+    d = diagnose(parse_text(SETUP + "caching latents...\n" + generic + OOM_TEXT))
+    assert (d.phase, d.details.phase_evidence) == ("cache_latents", "context")
+    assert diagnose(parse_text(generic + OOM_TEXT)).phase == "first_step"  # no context: the frames
 
 
 def test_steps_count_from_the_resume_point():
@@ -178,7 +185,8 @@ def test_figures_drive_the_advice():
 def test_json_is_exactly_the_schema():
     d = diagnose(parse_text(SETUP + TRAINING + steps(1, 2) + OOM_TEXT))
     data = d.to_json()
-    assert list(data) == ["outcome", "phase", "step", "total_steps", "last_loss", "oom", "error", "advice"]
+    assert list(data) == ["outcome", "phase", "step", "total_steps", "last_loss", "oom", "error", "family",
+                          "wrapper", "advice"]
     assert list(data["oom"]) == ["tried_gib", "capacity_gib", "free_gib", "process_in_use_gib", "allocated_gib",
                                  "reserved_unallocated_gib"]
     err = diagnose(parse_text("MemoryError\n")).to_json()
@@ -220,7 +228,7 @@ def _all_diagnoses(family):
         yield phase, diagnose(ctx + [Oom(figures=fig, where="saving" if phase == "saving" else None)],
                               family=family)
         for kind in ("cpu_oom", "missing_file", "bad_argument", "nan_loss", "xformers", "bitsandbytes",
-                     "cuda_unavailable", "distributed", "dtype", "other"):
+                     "cuda_error", "cuda_unavailable", "distributed", "dtype", "truncated", "other"):
             msg = "error: unrecognized arguments: --learning-rate 1e-4 /x/config.toml" if kind == "bad_argument" \
                 else "x"
             yield phase, diagnose(ctx + [Failure(kind=kind, message=msg)], family=family)
@@ -339,6 +347,42 @@ def test_cli_unreadable_input_is_exit_2_with_one_paragraph(tmp_path, make):
     res = _invoke_cli(*["diagnose", str(target)])
     assert res.exit_code == 2
     assert "Traceback" not in res.output and res.output.count("error:") == 1
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="named pipes are POSIX")
+def test_cli_refuses_a_named_pipe_instead_of_waiting_on_it(tmp_path):
+    import os
+
+    fifo = tmp_path / "live.log"
+    os.mkfifo(fifo)
+    res = _invoke_cli(*["diagnose", str(fifo)])  # would block forever if it opened the pipe
+    assert res.exit_code == 2 and "named pipe" in res.output and "Traceback" not in res.output
+    res = _invoke_cli(*["diagnose", "/dev/null", "--json"])
+    assert res.exit_code == 2 and json.loads(res.stdout)["error"]["message"].startswith("/dev/null is a device")
+
+
+def test_cli_prints_log_text_as_it_is_never_as_markup(tmp_path):
+    text = (SETUP + "Traceback (most recent call last):\n  File \"/sd/train_network.py\", line 1, in train\n"
+            "    x = load('[bold]ignored[/bold]')\n"
+            "RuntimeError: [red]not markup[/red] happened in [bold]x[/bold]\n")
+    log = _write(tmp_path, "[red]train[bold].log", text.encode())
+    res = _invoke_cli(*["diagnose", str(log)])
+    assert res.exit_code == 0, res.output
+    assert "[red]not markup[/red] happened in [bold]x[/bold]" in res.stdout
+    assert "[red]train[bold].log" in res.stdout
+    assert "Error:   other" in res.stdout  # the kind itself styled, not shown as "[bold]other[/bold]"
+
+
+def test_cli_says_when_the_error_line_is_cut_off(tmp_path):
+    text = (SETUP + "caching latents...\nTraceback (most recent call last):\n"
+            "  File \"/sd/train_network.py\", line 500, in train\n"
+            "    train_dataset_group.new_cache_latents(vae, accelerator)\n")
+    res = _invoke_cli(*["diagnose", str(_write(tmp_path, "cut.log", text.encode()))])
+    assert res.exit_code == 0, res.output
+    assert "Error:   truncated" in res.stdout and "error line is missing" in res.stdout
+    assert "not a memory problem" not in res.stdout
+    data = json.loads(_invoke_cli(*["diagnose", str(tmp_path / "cut.log"), "--json"]).stdout)
+    assert (data["outcome"], data["phase"], data["error"]["kind"]) == ("error", "cache_latents", "truncated")
 
 
 def test_cli_bad_model_name_is_exit_2(tmp_path):

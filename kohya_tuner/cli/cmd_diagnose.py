@@ -19,48 +19,67 @@ _FIGURES = (("tried_gib", "tried to allocate"), ("capacity_gib", "GPU capacity")
             ("reserved_unallocated_gib", "reserved, unallocated"))
 
 
+_EVIDENCE = {"frames": "from the traceback", "context": "from the lines before it", "progress": "from the step bar"}
+
+
 def _render(diagnosis, source: Path) -> None:
-    from rich.markup import escape
+    # Every piece of user or log text goes in as a Text, never through markup: a path or a
+    # message with "[bold]" in it is printed as it is.
     from rich.table import Table
+    from rich.text import Text
 
     from kohya_tuner.cli.common import console
 
+    def line(label: str, *parts) -> None:
+        console.print(Text.assemble(f"{label:<9}", *parts), soft_wrap=True)
+
     d = diagnosis
+    details = d.details
     style, words = _OUTCOME_STYLE[d.outcome]
-    console.print(f"[bold]{escape(str(source))}[/bold]")
-    console.print(f"Outcome: [bold {style}]{d.outcome}[/bold {style}] — {words}")
-    console.print(f"Phase:   {d.phase} — {_PHASE_WORDS.get(d.phase, d.phase)}")
+    console.print(Text(str(source), style="bold"), soft_wrap=True)
+    line("Outcome:", (d.outcome, f"bold {style}"), f" — {words}")
+    evidence = _EVIDENCE.get(details.phase_evidence or "")
+    how = ""
+    if evidence:
+        how = f" ({evidence}: {details.frame})" if details.phase_evidence == "frames" and details.frame \
+            else f" ({evidence})"
+    line("Phase:", d.phase, f" — {_PHASE_WORDS.get(d.phase, d.phase)}{how}")
     if d.step is not None:
         total = f" of {d.total_steps}" if d.total_steps else ""
-        console.print(f"Step:    {d.step}{total}")
+        line("Step:", f"{d.step}{total}")
     if d.last_loss is not None:
-        console.print(f"Loss:    {d.last_loss:g} (last average)")
+        line("Loss:", f"{d.last_loss:g} (last average)")
+    if d.wrapper or d.family:
+        shown = ", ".join(x for x in (d.wrapper, d.family) if x)
+        source_note = " (as given)" if details.family_source == "given" else ""
+        line("Run by:", f"{shown}{source_note}")
     if d.error is not None:
-        console.print(f"Error:   [bold]{d.error.kind}[/bold] — {d.error.message}", soft_wrap=True, markup=False)
+        line("Error:", (d.error.kind, "bold"), " — ", d.error.message)
     if d.oom is not None:
         table = Table(title="What PyTorch reported", show_header=True, expand=False)
         table.add_column("figure")
         table.add_column("GiB", justify="right")
-        shown = False
+        shown_any = False
         for key, label in _FIGURES:
             value = getattr(d.oom, key)
             if value is not None:
-                table.add_row(label, f"{value:.2f}")
-                shown = True
-        others = d.details.other_processes
-        for pid, gib in others:
-            table.add_row(f"held by process {pid}", f"{gib:.2f}")
-            shown = True
-        if shown:
+                if key == "process_in_use_gib" and details.trainer_pid is not None:
+                    label = f"held by this process (PyTorch called it process {details.trainer_pid})"
+                table.add_row(Text(label), f"{value:.2f}")
+                shown_any = True
+        for pid, gib in details.other_processes:
+            table.add_row(Text(f"held by another process, {pid}"), f"{gib:.2f}")
+            shown_any = True
+        if shown_any:
             console.print(table)
         else:
-            console.print("The out-of-memory message holds no figures.")
-    if d.details.events == 0:
-        console.print("[yellow]No training output in this log.[/yellow]")
+            console.print(Text("The out-of-memory message holds no figures."))
+    if details.events == 0:
+        console.print(Text("No training output in this log.", style="yellow"))
     if d.advice:
-        console.print("[bold]What to do[/bold]")
-        for i, line in enumerate(d.advice, 1):
-            console.print(f"  {i}. {line}", soft_wrap=True, markup=False, highlight=False)
+        console.print(Text("What to do", style="bold"))
+        for i, advice in enumerate(d.advice, 1):
+            console.print(Text(f"  {i}. {advice}"), soft_wrap=True)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -86,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
     log = args.log
     family = get_family(args.model).name if args.model else None
     source = open_log(log)
-    stream = iter_events(source)
+    # Without --events nobody sees single bar updates: fold them, which reads a long log
+    # several times faster and gives the same diagnosis.
+    stream = iter_events(source, coalesce_progress=not args.events)
     if args.events:
         stream = _echo(stream)
     try:

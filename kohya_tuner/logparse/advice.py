@@ -18,6 +18,10 @@ import re
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails
 
 FRAG_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+_PHASE_WORDS = {"model_load": "loading the model", "cache_latents": "caching latents",
+                "cache_text_encoder": "caching text-encoder outputs", "first_step": "running the first training step",
+                "training": "training", "sampling": "generating sample images", "saving": "saving",
+                "unknown": "running"}
 
 
 def _gib(x: float) -> str:
@@ -327,7 +331,7 @@ def _truncated_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[s
     elif diagnosis.phase != "unknown":
         hedged = _oom_advice(diagnosis, details)
         if hedged:
-            out.append(f"If the missing error was out of GPU memory (in {diagnosis.phase.replace('_', ' ')}, as the "
+            out.append(f"If the missing error was out of GPU memory (while {_PHASE_WORDS[diagnosis.phase]}, as the "
                        "frames show): " + hedged[0])
     return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -66,6 +67,16 @@ def open_log(path: str | os.PathLike) -> LogSource:
     if p.is_dir():
         raise UserError(f"{p} is a folder, not a log file.",
                         "Pass the file the training output was saved to (for example train.log).")
+    try:
+        mode = p.stat().st_mode
+    except OSError as exc:
+        raise UserError(f"{p} cannot be read: {exc.strerror or exc}.") from None
+    if not stat.S_ISREG(mode):
+        # Reading a FIFO or a terminal would wait for a writer that may never come.
+        what = "a named pipe" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise UserError(f"{p} is {what}, not a log file: reading it would wait for input instead of reading a log.",
+                        "Save the training output to a file first (`accelerate launch … > train.log 2>&1`) and "
+                        "pass that file.")
     try:
         with open(p, "rb") as fh:
             head = fh.read(_SNIFF)
