@@ -155,16 +155,29 @@ def test_a_later_layer_that_sets_precision_drops_the_caution():
     assert plan.config["mixed_precision"] == "bf16" and presets.precision_caution(plan) is None
 
 
-def test_gpu_arch_flag_is_registered_for_config_and_run():
+def test_gpu_arch_flag_parses_architectures():
     import argparse
 
     from kohya_tuner.cli import plan_options
 
     p = argparse.ArgumentParser()
-    plan_options.add_gpu(p, required=True)
+    plan_options.add_gpu(p, required=True, arch=True)
     assert p.parse_args(["--gpu", "8", "--gpu-arch", "RTX30"]).gpu_arch == "ampere"
     with pytest.raises(SystemExit):
         p.parse_args(["--gpu", "8", "--gpu-arch", "nonsense"])
+
+
+@pytest.mark.parametrize("arch,precision,cautioned", [("turing", "fp16", False), ("ada", "bf16", False),
+                                                      (None, "fp16", True)])
+def test_config_gpu_arch_decides_the_precision(tmp_path, arch, precision, cautioned):
+    from tests.clihelp import invoke
+
+    args = ["config", "--model", "sd15", "--job", "style", "--gpu", "8", "--out", str(tmp_path / "o"), "--json"]
+    res = invoke(*(args + (["--gpu-arch", arch] if arch else [])))
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["config"]["mixed_precision"] == precision
+    assert any("--gpu-arch" in c for c in data["cautions"]) == cautioned
 
 
 # ---- c. cautions ----------------------------------------------------------------------------
@@ -351,5 +364,7 @@ def test_config_refusal_for_flux_with_a_16bit_t5_names_the_fp8_file(tmp_path):
     res = invoke("config", "--model", "flux", "--job", "character", "--gpu", "6", "--out", str(tmp_path / "o"),
                  "--t5xxl", str(tmp_path / "t5xxl_fp16.safetensors"), "--json")
     assert res.exit_code == 2
-    assert "t5xxl_fp8_e4m3fn.safetensors" in json.loads(res.stdout)["error"]["message"]
+    error = json.loads(res.stdout)["error"]
+    assert "t5xxl_fp8_e4m3fn.safetensors" in error["message"]
+    assert "--t5xxl" in error["hint"] and "network_dim" not in error["hint"]
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

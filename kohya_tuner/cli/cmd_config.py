@@ -31,7 +31,7 @@ KEY_SETTINGS = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", required=True, help="Model family: sd15, sdxl or flux.")
     p.add_argument("--job", "-j", required=True, help="What you train: character, style or concept.")
-    plan_options.add_gpu(p, required=True)
+    plan_options.add_gpu(p, required=True, arch=True)
     p.add_argument("--out", "-o", type=Path, required=True, metavar="DIR",
                    help="Folder for config.toml, dataset.toml, launch.sh and launch.bat.")
     plan_options.add_plan_options(p)
@@ -64,6 +64,7 @@ def render_plan_table(plan: presets.Plan, title: str) -> Table:
     """Every setting with its layer and reason: wide by nature, so values and keys never wrap
     and the reason takes what is left."""
     from rich.table import Table
+    from rich.text import Text
 
     from kohya_tuner.config_io import show_value
 
@@ -74,7 +75,9 @@ def render_plan_table(plan: presets.Plan, title: str) -> Table:
     table.add_column("why", ratio=1, min_width=20)
     for key in sorted(plan.config):
         src = plan.provenance.get(key)
-        table.add_row(key, show_value(plan.config[key]), src.layer if src else "", src.why if src else "")
+        # Values are paths and user text: cells are plain Text, never parsed as markup.
+        table.add_row(*(Text(c) for c in (key, show_value(plan.config[key]), src.layer if src else "",
+                                          src.why if src else "")))
     return table
 
 
@@ -108,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from kohya_tuner.gpu import choose
 
     family = get_family(args.model)
-    choice = choose(args.gpu)
+    choice = choose(args.gpu, arch=args.gpu_arch)
     data, out = args.data, args.out
     if data is not None and not data.is_dir():
         raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
@@ -126,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     est = fitted.estimate
     if not fitted.fits and not args.no_fit:
         raise UserError(f"No {family.label} {args.job} config fits {choice.gb} GB: {fitted.fit.message}.",
-                        "Try a smaller --set network_dim or resolution, or --no-fit to write the preset anyway.")
+                        fitted.refusal_hint)
     schema.raise_if_invalid(presets.validate_plan(plan, dataset), "The composed config")
     schema.raise_if_invalid(schema.validate_dataset(dataset, family), "The dataset config")
     checkout = sdscripts.locate(args.sd_scripts)

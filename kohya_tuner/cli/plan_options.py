@@ -9,10 +9,13 @@ from pathlib import Path
 from kohya_tuner.cli.argtypes import gpu_size, steps_int
 
 
-def add_gpu(parser: argparse.ArgumentParser, *, required: bool, default: str | None = None) -> None:
+def add_gpu(parser: argparse.ArgumentParser, *, required: bool, default: str | None = None,
+            arch: bool = False) -> None:
     parser.add_argument("--gpu", "-g", type=gpu_size, required=required, default=default, metavar="GB|auto",
                         help="GPU memory in GB (e.g. 12), or 'auto' to read it through NVML"
                              + (f" (default: {default})" if default else "") + ".")
+    if not arch:
+        return
     parser.add_argument("--gpu-arch", type=_gpu_arch, metavar="ARCH",
                         help="The card's architecture when --gpu gives only a size: pascal, volta, turing, ampere, "
                              "ada, hopper or blackwell (bf16 from ampere on; otherwise fp16). Wins over NVML.")
