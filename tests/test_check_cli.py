@@ -26,8 +26,10 @@ def realish(tmp_path):
     model.write_bytes(b"0")
     img = tmp_path / "img" / "2_mytoken style"
     img.mkdir(parents=True)
-    for i in range(2):
-        (img / f"{i}.png").write_bytes(b"\x89PNG\r\n")
+    from PIL import Image
+
+    for i in range(2):  # like the real trainer's data: 128 px images, cropped to 64 px
+        Image.new("RGB", (128, 128), (i * 90, 40, 200)).save(img / f"{i}.png")
         (img / f"{i}.txt").write_text("mytoken style\n")
     (tmp_path / "tok").mkdir()
     (tmp_path / "out").mkdir()
@@ -82,7 +84,7 @@ def test_each_refused_config_exits_2_naming_its_key(path, realish, tmp_path):
 def test_command_line_and_gui_json_inputs_are_checked(tmp_path, realish):
     sh = tmp_path / "train.sh"
     sh.write_text(f"accelerate launch train_network.py --pretrained_model_name_or_path {realish['@MODEL@']} \\\n"
-                  f"  --train_data_dir {realish['@DATA@']} --resolution 512 --network_module networks.lora \\\n"
+                  f"  --train_data_dir {realish['@DATA@']} --resolution 128 --network_module networks.lora \\\n"
                   "  --persistent_data_loader_workers --max_data_loader_n_workers 0\n")
     res = invoke("check", sh, "--json")
     data = json.loads(res.stdout)
@@ -100,13 +102,13 @@ def test_command_line_and_gui_json_inputs_are_checked(tmp_path, realish):
 
 def test_adjustments_are_warnings_with_exit_0(tmp_path, realish):
     cfg = fill(DATA / "realtrainer_harness.toml", realish, tmp_path / "c.toml")
-    cfg.write_text(cfg.read_text() + "cache_latents_to_disk = true\nfoo_bar = 1\n")
+    cfg.write_text(cfg.read_text() + "sample_every_n_steps = 0\nfoo_bar = 1\n")
     res = invoke("check", cfg, "--model", "sd15")
     assert res.exit_code == 0, res.output
-    assert "cache_latents_to_disk switches cache_latents on" in res.stderr
+    assert "sample_every_n_steps = 0 turns step sampling off" in res.stderr
     assert "foo_bar" in res.stderr  # unknown keys: sd-scripts ignores them, so only a warning
     data = json.loads(invoke("check", cfg, "--model", "sd15", "--json").stdout)
-    assert data["ok"] and {w["keys"][0] for w in data["warnings"]} == {"cache_latents_to_disk", "foo_bar"}
+    assert data["ok"] and {w["keys"][0] for w in data["warnings"]} == {"sample_every_n_steps", "foo_bar"}
 
 
 def test_the_dataset_file_is_checked_too(tmp_path, realish):
@@ -122,7 +124,13 @@ NOT_LORA = ["sdxl_train.py", "train_db.py", "fine_tune.py", "flux_train.py", "sd
             "sdxl_train_control_net_lllite.py", "flux_train_control_net.py"]
 
 
-@pytest.mark.parametrize("script", NOT_LORA)
+def _estimated(script):
+    from kohya_tuner.memory.finetune import family_for
+
+    return family_for(script, None, None) is not None
+
+
+@pytest.mark.parametrize("script", [s for s in NOT_LORA if not _estimated(s)])
 def test_scripts_that_are_not_lora_are_named_by_check_estimate_and_fit(script, tmp_path):
     sh = tmp_path / "train.sh"
     sh.write_text(f"accelerate launch {script} --pretrained_model_name_or_path m.safetensors --learning_rate 1e-6\n")
@@ -135,12 +143,19 @@ def test_scripts_that_are_not_lora_are_named_by_check_estimate_and_fit(script, t
         assert not (tmp_path / "o.toml").exists()
 
 
-def test_a_gui_file_without_network_settings_is_a_full_fine_tune(tmp_path):
+def test_textual_inversion_and_controlnet_are_never_estimated_as_lora():
+    # Full fine-tunes may have their own estimate; these scripts train something else entirely.
+    assert not any(_estimated(s) for s in NOT_LORA if "textual_inversion" in s or "control" in s)
+
+
+def test_a_gui_file_without_network_settings_is_read_as_a_full_fine_tune(tmp_path):
     gui = tmp_path / "db.json"
     gui.write_text(json.dumps({"sdxl": True, "learning_rate": 1e-6, "train_batch_size": 1,
                                "max_resolution": "1024,1024"}))
-    res = invoke("check", gui)
-    assert res.exit_code == 2 and "sdxl_train.py is a full fine-tune of SDXL (not LoRA)" in res.stdout
+    data = json.loads(invoke("check", gui, "--json").stdout)
+    assert data["script"] == "sdxl_train.py"
+    if not _estimated("sdxl_train.py"):
+        assert "(not LoRA)" in data["problems"][0]["message"]
 
 
 def test_estimate_and_fit_refuse_invalid_values_instead_of_estimating_them(tmp_path):

@@ -202,7 +202,8 @@ def test_rule_fires_on_its_example_and_not_on_the_fix(rule_id):
 
 
 FILE_RULES = ("dataset_config_missing", "no_training_images", "subset_image_dir_missing", "caption_file_empty",
-              "pretrained_model_missing", "network_weights_missing", "resume_state_missing", "vae_missing")
+              "pretrained_model_missing", "network_weights_missing", "resume_state_missing", "vae_missing",
+              "fixed_resolution_image_too_large", "fixed_resolution_image_too_small")
 
 
 def _tree(tmp_path):
@@ -238,6 +239,14 @@ def _file_case(rule_id, tmp_path):
         return ({**base, "pretrained_model_name_or_path": str(tmp_path / "gone.safetensors")}, None), ({**base, "pretrained_model_name_or_path": "runwayml/stable-diffusion-v1-5"}, None)
     if rule_id == "network_weights_missing":
         return ({**base, "network_weights": str(tmp_path / "gone.safetensors")}, None), ({**base, "network_weights": str(tmp_path / "w.safetensors")}, None)
+    if rule_id in ("fixed_resolution_image_too_large", "fixed_resolution_image_too_small"):
+        from PIL import Image
+
+        Image.new("RGB", (96, 64)).save(tmp_path / "img" / "2_ohwx" / "a.png")
+        fixed = {**base, "enable_bucket": False, "resolution": "64,64"}
+        if rule_id.endswith("large"):
+            return (fixed, None), ({**fixed, "random_crop": True}, None)
+        return ({**fixed, "resolution": "96,96"}, None), ({**fixed, "enable_bucket": True, "resolution": "96,96", "min_bucket_reso": 64}, None)
     if rule_id == "vae_missing":
         return ({**base, "vae": str(tmp_path / "vae.safetensors")}, None), ({**base, "vae": str(tmp_path / "w.safetensors")}, None)
     if rule_id == "resume_state_missing":

@@ -202,12 +202,38 @@ class Context:
             return not any(p.suffix.lower() in IMAGE_SUFFIXES for p in self._path(d).iterdir())
         if key == "@empty_caption":
             return self._empty_caption(ds, sub)
+        if key in ("@image_too_large", "@image_too_small"):
+            return self._fixed_size_image(key, ds, sub)
         if key in ("@finetune_dataset", "@mixed_subsets"):
             meta = [("metadata_file" in s.values) for s in ds.subsets if s.values]
             if key == "@finetune_dataset":
                 return bool(meta) and all(meta)
             return any(meta) and not all(meta)
         return MISSING
+
+    def _fixed_size_image(self, key: str, ds: Dataset, sub: Subset | None) -> str | None:
+        """Without buckets (and without cached latents) every image must come out exactly at
+        the resolution: a larger one only with random_crop, a smaller one never."""
+        d = sub.values.get("image_dir") if sub else None
+        res = parse_resolution(self.lookup("resolution", ds, sub))
+        if not (self.filesystem and isinstance(d, str) and res and self._path(d).is_dir()):
+            return None
+        from PIL import Image  # only when files are checked
+
+        width, height = res
+        for img in sorted(self._path(d).iterdir()):
+            if img.suffix.lower() not in IMAGE_SUFFIXES:
+                continue
+            try:
+                with Image.open(img) as im:
+                    w, h = im.size
+            except (OSError, ValueError):
+                continue  # unreadable images are the dataset command's business
+            if key == "@image_too_large" and (w > width or h > height):
+                return f"{img} ({w}x{h})"
+            if key == "@image_too_small" and (w < width or h < height):
+                return f"{img} ({w}x{h})"
+        return None
 
     def _empty_caption(self, ds: Dataset, sub: Subset | None) -> str | None:
         d = sub.values.get("image_dir") if sub else None
