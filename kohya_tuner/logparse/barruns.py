@@ -1,0 +1,209 @@
+"""Reading a finished log fast: runs of bar updates folded instead of read one by one.
+
+Most of a long log's bytes are tqdm refreshing one bar. For `diagnose` only the highest step,
+the last update and the last loss of each run of consecutive updates matter, so a run is
+collected with two string tests per line and summarised with a few counts and two regex
+matches over the whole run; only a line whose loss is NaN, infinite or 0 (which may be a
+failure), a coloured line, or a line that turns out not to be a plain update is read the
+usual way. `LogParser(coalesce_progress=True)` mixes this in; `run` keeps one event per update.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kohya_tuner.logparse import patterns as P
+from kohya_tuner.logparse.events import Event, Progress
+from kohya_tuner.logparse.records import MAX_LINE
+
+# Bar updates a coalescing parser must look at one by one: a loss that is NaN, infinite or 0.
+_ZERO_LOSS_RE = re.compile(r"loss=-?0(?:\.0*)?(?:[,\]]|e)")
+# FluxGym's prefix of every line, one of the forms clean() strips.
+_TOOL_PREFIX_RE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] (?:\[INFO\] )?")
+
+
+def _special_positions(text: str) -> list[int]:
+    """Where "nan", "inf" or a zero loss occur, in order (str.find and a literal-led regex
+    are far faster over a long text than one alternation)."""
+    found = [m.start() for m in _ZERO_LOSS_RE.finditer(text)]
+    for word in ("nan", "inf"):
+        i = text.find(word)
+        while i >= 0:
+            found.append(i)
+            i = text.find(word, i + 3)
+    found.sort()
+    return found
+
+def _bar_run_re(prefix: str) -> re.Pattern:
+    """Every line of text that is exactly one update of the bar with this description, with
+    its step and total."""
+    return re.compile(r"(?m)^" + re.escape(prefix) + r"\s*\d{1,3}%\|[^|\n]*\|\s*(\d+)/(\d+)\s*\[[^\]\n]*\]$")
+
+
+class BarRuns:
+    """The coalescing half of LogParser (its state is set up in LogParser.__init__)."""
+
+    def _feed_coalesced(self, chunk: str, out: list[Event]) -> None:
+        nl = chunk.find("\n")
+        if nl < 0:
+            self._append(chunk)
+            return
+        first = self._buf if self._truncated else self._buf + chunk[:nl]
+        self._buf = ""
+        self._truncated = False
+        self._coalesced([first], out)
+        parts = chunk[nl + 1:].split("\n")
+        self._coalesced(parts[:-1], out)
+        self._append(parts[-1])
+
+    def _coalesced(self, lines: list[str], out: list[Event]) -> None:
+        prefix = self._bar_prefix
+        run = self._run
+        append = run.append
+        for line in lines:
+            # The cheap test first: most lines of a long log are updates of the one bar.
+            if prefix is not None and line[-1:] == "]" and line.startswith(prefix) and len(line) < 1024:
+                if not self._run_open:
+                    self._start_bar_run(out)
+                append(line)
+                continue
+            if len(line) > MAX_LINE:
+                line = line[:MAX_LINE]
+            if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
+                # Another tool's prefix (FluxGym's "[time] [INFO]") before every bar update.
+                m = _TOOL_PREFIX_RE.match(line)
+                rest = line[m.end():] if m else ""
+                if rest and rest[0] != "[" and not rest[0].isdigit() and "\x1b" not in line and "[0m" not in line:
+                    line = rest  # what clean() leaves of it, at a third of the cost
+                else:
+                    line = P.clean(line)
+                if prefix is not None and line[-1:] == "]" and line.startswith(prefix) and len(line) < 1024:
+                    if not self._run_open:
+                        self._start_bar_run(out)
+                    append(line)
+                    continue
+            if self._run_open:
+                self._end_bar_run(out)
+            self._physical(line, out, cleaned=True)
+            prefix = self._bar_prefix
+        if run:
+            self._summarise_run(out)
+
+    def _start_bar_run(self, out: list[Event]) -> None:
+        # What a bar line ends, as in _physical.
+        self._flush_rich(out)
+        self._flush_oom(out)
+        if self._tb is not None:
+            self._suspend_traceback(out)
+        self._run_open = True
+
+    def _summarise_run(self, out: list[Event]) -> None:
+        """Fold the pending candidate lines of the current run into its summary."""
+        run = self._run[:]
+        self._run.clear()
+        self._fold_text("\n".join(run), out)
+
+    def _fold_text(self, text: str, out: list[Event]) -> None:
+        """Lines of bar updates (joined by \\n) into the run's summary. A loss of NaN, infinity
+        or 0 is read in its own line (it may be a failure); the stretches around it are folded."""
+        if "\x1b" in text or "[0m" in text:
+            self._one_by_one(text.split("\n"), out)
+            return
+        if "nan" not in text and "inf" not in text and not _ZERO_LOSS_RE.search(text):
+            self._fold(text, out)
+            return
+        pos = 0
+        for at in _special_positions(text):
+            start = text.rfind("\n", 0, at) + 1
+            if start < pos:
+                continue  # a second match in a line already read
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            if start > pos:
+                self._fold(text[pos:start - 1], out)
+            self._emit_run(out)
+            self._physical(text[start:end], out, cleaned=True)
+            pos = end + 1
+        if pos == 0:
+            self._fold(text, out)
+        elif pos < len(text):
+            self._fold(text[pos:], out)
+
+    def _one_by_one(self, run: list[str], out: list[Event]) -> None:
+        self._emit_run(out)
+        for line in run:
+            self._physical(line, out, cleaned=True)
+
+    def _fold(self, text: str, out: list[Event]) -> None:
+        """Plain updates (each line starts with the bar's description and ends with "]")
+        into the run's summary: the highest step, the last update, the last loss."""
+        rx = self._bar_rx
+        lines = text.count("\n") + 1
+        cut = text.rfind("\n") + 1
+        last = text[cut:]
+        # A plain update holds one "%|", one "[" and one "]": counting them checks every line
+        # at a fraction of a regex's cost.
+        if rx is None or text.count("%|") != lines or text.count("[") != lines or text.count("]") != lines:
+            self._one_by_one(text.split("\n"), out)
+            return
+        if " 0%|" in text:
+            # A bar that starts (again) in these lines: its steps need not rise, read them all.
+            found = rx.findall(text)
+            if len(found) != lines:
+                self._one_by_one(text.split("\n"), out)
+                return
+            steps = [int(n) for n, _ in found]
+            top = max(steps)
+            top_line = last if steps[-1] == top else text.split("\n")[steps.index(top)]
+        else:
+            # Within one bar tqdm's count only rises: the highest step is the first or the last.
+            first = text[:text.find("\n")] if lines > 1 else last
+            fm = rx.match(first)
+            lm = rx.match(last)
+            if fm is None or lm is None:
+                self._one_by_one(text.split("\n"), out)
+                return
+            a, b = int(fm.group(1)), int(lm.group(1))
+            top, top_line = (b, last) if b >= a else (a, first)
+        if self._run_max is None or top > self._run_max[0]:
+            self._run_max = (top, top_line)
+        self._run_last = last
+        i = text.rfind("loss=")
+        if i >= 0:
+            # A finite, non-zero loss in the stretch: the zero-loss streak is over.
+            self._zero_steps.clear()
+            j = text.find("\n", i)
+            self._run_loss_line = text[text.rfind("\n", 0, i) + 1:j if j >= 0 else None]
+
+    def _emit_run(self, out: list[Event]) -> None:
+        last = self._run_last
+        if last is None:
+            return
+        top = self._run_max
+        loss_line = self._run_loss_line
+        self._run_max = self._run_last = self._run_loss_line = None
+        if last[:1] == "[":
+            last = P.clean(last)
+        m = P.BAR_RE.match(last)
+        if m is None:
+            return
+        step, total = int(m.group("n")), int(m.group("total"))
+        rate, loss = P.bar_numbers(m)
+        if top is not None and top[0] > step:
+            top_line = P.clean(top[1]) if top[1][:1] == "[" else top[1]
+            tm = P.BAR_RE.match(top_line)
+            if tm:
+                trate, tloss = P.bar_numbers(tm)
+                out.append(Progress(step=top[0], total=int(tm.group("total")), loss=tloss, rate=trate,
+                                    line=top_line[: tm.end()].strip()))
+        if loss is None and loss_line is not None and loss_line is not last:
+            lm = P.BAR_RE.match(P.clean(loss_line) if loss_line[:1] == "[" else loss_line)
+            if lm:
+                loss = P.bar_numbers(lm)[1]
+        out.append(Progress(step=step, total=total, loss=loss, rate=rate, line=last[: m.end()].strip()))
+
+    def _end_bar_run(self, out: list[Event]) -> None:
+        if self._run:
+            self._summarise_run(out)
+        self._emit_run(out)
+        self._run_open = False

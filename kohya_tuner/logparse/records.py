@@ -1,0 +1,91 @@
+"""What the parser holds while a record, an OOM message or a traceback is still open.
+
+At most one of each at a time, each bounded, so that memory stays flat on any log.
+"""
+
+from __future__ import annotations
+
+from kohya_tuner.logparse import frames as F
+from kohya_tuner.logparse import patterns as P
+
+# One physical line is cut here; a log line this long is binary noise or a runaway print.
+MAX_LINE = 65536
+_MAX_RECORD = 16384
+_MAX_FRAMES = 300
+
+
+class _RichRecord:
+    __slots__ = ("level", "parts", "width", "line_width", "last", "size")
+
+    def __init__(self, level: str, first: str, width: int | None, line_width: int):
+        self.level = level
+        self.width = width
+        self.line_width = line_width
+        self.parts: list[str] = []
+        self.last: str | None = None
+        self.size = 0
+        self.add(first, line_width)
+
+    def add(self, fragment: str, raw_width: int) -> None:
+        frag = fragment.strip()
+        if not frag:
+            self.last = None
+            return
+        if self.size > _MAX_RECORD:
+            return
+        self.size += len(frag)
+        last = self.last
+        if last is not None and self.width and P.cell_len(last) == self.width:
+            # A full line followed by more text may be one long word (a path) folded in two.
+            # Rich pads every line to the console width and starts a long word on a fresh line,
+            # so its folds are lines without a space. Wrappers that do not pad (textwrap) fill
+            # the line with the word's beginning: a fold there is a word too long to have been
+            # moved to the next line whole.
+            if raw_width == self.line_width:
+                fold = " " not in last
+            else:
+                last_tok = last.rsplit(" ", 1)[-1]
+                first_tok = frag.split(" ", 1)[0]
+                fold = P.cell_len(last_tok) + P.cell_len(first_tok) > self.width
+            if fold:
+                self.parts[-1] += frag
+                self.last = frag
+                return
+        self.parts.append(frag)
+        self.last = frag
+
+    def text(self) -> str:
+        return " ".join(self.parts)
+
+
+class _PendingOom:
+    __slots__ = ("parts", "evidence", "first")
+
+    def __init__(self, text: str, evidence: F.FrameEvidence | None):
+        self.parts = [text]
+        self.evidence = evidence
+        self.first = text
+
+    def text(self) -> str:
+        return " ".join(self.parts)
+
+    def done(self) -> bool:
+        return bool(P.OOM_DONE_RE.search(self.text()))
+
+
+class _Traceback:
+    __slots__ = ("frames", "explicit", "boxed", "headless", "lines")
+
+    def __init__(self, explicit: bool, boxed: bool, headless: bool = False):
+        self.frames: list[str] = []
+        # explicit: its "Traceback (most recent call last)" header was seen; boxed: drawn by Rich;
+        # headless: it starts at a frame line, the header cut off.
+        self.explicit = explicit
+        self.boxed = boxed
+        self.headless = headless
+        self.lines = 0
+
+    def add(self, line: str) -> None:
+        self.lines += 1
+        if len(self.frames) < _MAX_FRAMES:
+            self.frames.append(line)
