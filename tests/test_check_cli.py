@@ -187,3 +187,22 @@ def test_bad_input_is_one_paragraph(tmp_path):
 def test_check_is_listed_in_help():
     res = invoke("--help")
     assert re.search(r"^\s+check\s+", res.stdout, re.M)
+
+
+@pytest.mark.parametrize("item,key", [("train_batch_size=0", "train_batch_size"), ("network_dim=-4", "network_dim"),
+                                      ("learning_rate=nan", "learning_rate"), ("resolution=64", "min_bucket_reso"),
+                                      ("max_data_loader_n_workers=0", "persistent_data_loader_workers")])
+def test_config_refuses_a_set_that_sd_scripts_would_refuse(item, key, tmp_path):
+    out = tmp_path / "plan"
+    res = invoke("config", "--model", "sd15", "--job", "character", "--gpu", "12", "--out", out, "--set", item)
+    assert res.exit_code == 2, res.output
+    assert key in res.stderr and "Traceback" not in res.output
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("name", ["../../escape", "a/b", "..", "x\\y"])
+def test_the_lora_name_cannot_leave_the_output_folder(name, tmp_path):
+    out = tmp_path / "plan"
+    res = invoke("config", "--model", "sd15", "--job", "character", "--gpu", "12", "--out", out, "--name", name)
+    assert res.exit_code == 2 and "--name" in res.stderr
+    assert not out.exists() or not any(out.iterdir())
