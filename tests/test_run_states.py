@@ -90,3 +90,26 @@ def test_publish_lora_never_writes_over_a_file(tmp_path):
     assert path == str(other) and "left as it is" in note
     assert (tmp_path / "mine.safetensors").read_bytes() == b"the user's"
     json.dumps(note)
+
+
+def test_a_resumed_runs_lora_is_published_with_the_runs_step_count(tmp_path):
+    import struct
+
+    header = json.dumps({"__metadata__": {"ss_steps": "3", "ss_network_dim": "16"},
+                         "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    src = tmp_path / "lora-attempt2.safetensors"
+    src.write_bytes(struct.pack("<Q", len(header)) + header + b"\1\2\3\4\5\6\7\10")
+    before = src.read_bytes()
+    path, note = publish_lora(str(src), "lora", {"ss_steps": "8"})
+    dest = tmp_path / "lora.safetensors"
+    assert path == str(dest) and note is None and src.read_bytes() == before
+    data = dest.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    head = json.loads(data[8:8 + n])
+    assert head["__metadata__"] == {"ss_steps": "8", "ss_network_dim": "16"} and n % 8 == 0
+    assert data[8 + n:] == b"\1\2\3\4\5\6\7\10"
+    from kohya_tuner.run.states import _safetensors_whole
+
+    assert _safetensors_whole(dest)
+    # Publishing again finds the same tensors there and leaves it.
+    assert publish_lora(str(src), "lora", {"ss_steps": "8"}) == (str(dest), None)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from kohya_tuner.run import durable
 from kohya_tuner.run import journal as jr
 from kohya_tuner.run.journal import AttemptRecord, Journal, StateRecord
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, _get, decide
@@ -69,9 +70,12 @@ class Supervisor:
         if self._events_fh is not None:
             import json
 
-            self._events_fh.write(json.dumps({"event": kind, "time": jr.now_iso(), **data}, ensure_ascii=False,
-                                             default=str) + "\n")
-            self._events_fh.flush()
+            try:
+                self._events_fh.write(json.dumps({"event": kind, "time": jr.now_iso(), **data}, ensure_ascii=False,
+                                                 default=str) + "\n")
+                self._events_fh.flush()
+            except OSError:
+                self._events_fh = None  # a full disk ends the event stream, not the run
         self.on_event(ev)
 
     # -- files --
@@ -93,9 +97,11 @@ class Supervisor:
         if self.events_file is not None:
             self.events_file.parent.mkdir(parents=True, exist_ok=True)
             self._events_fh = open(self.events_file, "a", encoding="utf-8")
+        durable.make_reserve(self.s.out_dir)
         try:
             return self._loop(first, first_attempt, probe_first)
         finally:
+            durable.free_reserve(self.s.out_dir)
             if self._events_fh is not None:
                 self._events_fh.close()
                 self._events_fh = None
@@ -202,6 +208,7 @@ class Supervisor:
                                move=plan.move, resume_from=plan.resume_from, probe=probing,
                                start_step=plan.start_step, end_step=plan.start_step, total_steps=total,
                                note=plan.note)
+        durable.write_pending(self.s.out_dir, durable.snapshot(record, None, "running"))
         self.emit("attempt_start", attempt=attempt, reason=plan.reason, note=plan.note, probe=probing,
                   changes=[c.__dict__ for c in plan.changes], resume_from=plan.resume_from,
                   start_step=plan.start_step, total_steps=total, command=launcher.format_command(argv),
@@ -250,9 +257,11 @@ class Supervisor:
         if sampler is not None:
             sampler.start()
         try:
-            result = launcher.run_process(argv, env, on_line=on_line, log_path=log_path,
-                                          hang_timeout_s=self.s.hang_minutes * 60, stop=self.stop, tick=tick,
-                                          tick_s=1.0)
+            result = launcher.run_process(
+                argv, env, on_line=on_line, log_path=log_path, hang_timeout_s=self.s.hang_minutes * 60,
+                stop=self.stop, tick=tick, tick_s=1.0,
+                on_interrupt=lambda: durable.write_pending(self.s.out_dir,
+                                                           durable.snapshot(record, progress, "interrupted")))
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -277,7 +286,7 @@ class Supervisor:
         facts = AttemptFacts(exit_status=exit_status, end_step=progress.step, hung=result.hung,
                              interrupted=result.interrupted, killed=killed["seen"] or exit_status in (137, -9),
                              final_model=final if final_exists and exit_status == 0 else None,
-                             hang_minutes=self.s.hang_minutes)
+                             hang_minutes=self.s.hang_minutes, failure=result.failure)
         if progress.reported_total and not probing and not plan.resume_from:
             record.total_steps = int(progress.reported_total)
         record.duration_s = round(result.duration_s, 2)
@@ -289,7 +298,9 @@ class Supervisor:
             record.vram = jr.thin([[round(t, 2), round(v, 3)] for t, v in sampler.samples])
             record.peak_vram_gib = round(sampler.peak_gib, 3) if sampler.peak_gib is not None else None
         outcome = _get(diagnosis, "outcome") or "incomplete"
-        if result.interrupted:
+        if result.failure:
+            outcome = "error"
+        elif result.interrupted:
             outcome = "interrupted"
         elif result.hung:
             outcome = "hang"
@@ -303,6 +314,8 @@ class Supervisor:
         record.phase = _get(diagnosis, "phase")
         record.oom = _as_dict(_get(diagnosis, "oom")) or None
         record.error = _as_dict(_get(diagnosis, "error")) or None
+        if result.failure:
+            record.error = {"kind": "supervision", "message": result.failure}
         record.advice = list(_get(diagnosis, "advice") or [])
         record.final_model = facts.final_model
         self.journal.append(record)
@@ -333,7 +346,10 @@ class Supervisor:
         lora = None
         lora_note = None
         if last is not None and stop.status == "success" and last.final_model:
-            lora, lora_note = publish_lora(last.final_model, base_name(self.s.plan_config))
+            # The last attempt's trainer counted only its own steps; the file says the run's.
+            stamp = ({"ss_steps": str(self.s.total_steps), "ss_max_train_steps": str(self.s.total_steps)}
+                     if last.start_step else None)
+            lora, lora_note = publish_lora(last.final_model, base_name(self.s.plan_config), stamp)
         cont = (f"kohya-tuner run --continue {_quote(self.s.out_dir)}"
                 if stop.status != "success" and stop.can_continue else None)
         history_note = None

@@ -250,24 +250,78 @@ def lineage(attempts: list[AttemptRecord]) -> list[AttemptRecord]:
     return runs[start:]
 
 
-def publish_lora(path: str, base: str) -> tuple[str, str | None]:
+def publish_lora(path: str, base: str, metadata: Mapping[str, str] | None = None) -> tuple[str, str | None]:
     """Put the finished LoRA at `<output_dir>/<output_name>.<ext>`, the name the plan gave it,
     without writing over anything: a hard link (a copy where links are not possible) when
-    that name is free, the attempt's own file when something else already holds it."""
+    that name is free, the attempt's own file when something else already holds it.
+
+    `metadata` (safetensors only) is written into that copy's header: a resumed attempt's
+    trainer stamps its own step count as `ss_steps`, not the run's."""
     src = Path(path)
     dest = src.with_name(base + src.suffix)
     if dest == src:
         return str(src), None
     if dest.exists():
-        if dest.is_file() and dest.stat().st_size == src.stat().st_size and dest.read_bytes() == src.read_bytes():
+        if dest.is_file() and _same_tensors(dest, src):
             return str(dest), None
         return str(src), f"{dest} already exists and is not this run's LoRA; it was left as it is"
+    tmp = dest.with_name(dest.name + ".part")
+    if metadata and src.suffix == ".safetensors" and restamp_safetensors(src, tmp, metadata):
+        os.replace(tmp, dest)
+        return str(dest), None
     try:
         os.link(src, dest)
     except OSError:
         import shutil
 
-        tmp = dest.with_name(dest.name + ".part")
         shutil.copy2(src, tmp)
         os.replace(tmp, dest)
     return str(dest), None
+
+
+def _same_tensors(a: Path, b: Path) -> bool:
+    """Same file, or the same tensor bytes (a restamped copy differs only in its header)."""
+    if a.read_bytes() == b.read_bytes():
+        return True
+    ha, hb = _header(a), _header(b)
+    if ha is None or hb is None:
+        return False
+    (na, ja), (nb, jb) = ha, hb
+    ja.pop("__metadata__", None)
+    jb.pop("__metadata__", None)
+    return ja == jb and a.read_bytes()[8 + na:] == b.read_bytes()[8 + nb:]
+
+
+def _header(path: Path) -> tuple[int, dict] | None:
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if n <= 0 or 8 + n > path.stat().st_size:
+                return None
+            header = json.loads(f.read(n))
+    except (OSError, ValueError):
+        return None
+    return (n, header) if isinstance(header, dict) else None
+
+
+def restamp_safetensors(src: Path, dest: Path, metadata: Mapping[str, str]) -> bool:
+    """Copy a .safetensors file with `metadata` merged into its header (tensor bytes as they
+    were). False when the source is not a readable safetensors file."""
+    if not _safetensors_whole(src):
+        return False
+    head = _header(src)
+    if head is None:
+        return False
+    n, header = head
+    meta = dict(header.get("__metadata__") or {})
+    meta.update({str(k): str(v) for k, v in metadata.items()})
+    header["__metadata__"] = meta
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)  # the format allows space padding; 8-byte alignment for the data
+    with open(src, "rb") as f, open(dest, "wb") as out:
+        f.seek(8 + n)
+        out.write(len(raw).to_bytes(8, "little"))
+        out.write(raw)
+        for block in iter(lambda: f.read(1 << 20), b""):
+            out.write(block)
+    return True

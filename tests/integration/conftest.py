@@ -1,0 +1,42 @@
+"""The integration suite on the real, pinned sd-scripts (marker `realtrainer`).
+
+It needs the harness that ../shared/realtrainer/build.sh makes, named by the variables
+that script prints; without them every test here is skipped with the reason. At the end
+the suite prints one line per scenario: optimizer steps planned, trained (counted by the
+fault-injection ledger, not from logs) and redone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from harness import SCENARIOS
+
+VARS = ("KOHYA_TUNER_REAL_SDSCRIPTS", "KOHYA_TUNER_REAL_PYTHON", "KOHYA_TUNER_REAL_MODEL",
+        "KOHYA_TUNER_REAL_TOKCACHE", "KOHYA_TUNER_REAL_DATA")
+
+def pytest_collection_modifyitems(config, items):
+    missing = [v for v in VARS if not os.environ.get(v)]
+    if not missing:
+        return
+    skip = pytest.mark.skip(reason=f"the real-trainer harness is not configured ({', '.join(missing)} unset); "
+                                   "build it with ../shared/realtrainer/build.sh and export what it prints")
+    for item in items:
+        if "realtrainer" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not SCENARIOS:
+        return
+    terminalreporter.section("real trainer: optimizer steps per scenario")
+    for row in SCENARIOS:
+        terminalreporter.write_line(
+            f"{row['scenario']:<44} planned {row['planned']:>3}  trained {row['trained']:>3}  "
+            f"redone {row['redone']:>3}  attempts {row['attempts']}  {row['wall_s']:>6.1f}s")
+    path = os.environ.get("KOHYA_TUNER_REAL_SUMMARY")
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(SCENARIOS, f, indent=1)

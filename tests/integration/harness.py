@@ -1,0 +1,150 @@
+"""Drives `kohya-tuner run` against the real trainer and reads back what really happened."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# One row per finished scenario, printed by conftest at the end of the session.
+SCENARIOS: list[dict] = []
+INJECT = HERE / "inject"
+
+
+@dataclass
+class Real:
+    sd_scripts: Path
+    python: Path
+    model: Path
+    tokcache: Path
+    data: Path
+
+    @classmethod
+    def from_env(cls) -> "Real":
+        e = os.environ
+        return cls(Path(e["KOHYA_TUNER_REAL_SDSCRIPTS"]), Path(e["KOHYA_TUNER_REAL_PYTHON"]),
+                   Path(e["KOHYA_TUNER_REAL_MODEL"]), Path(e["KOHYA_TUNER_REAL_TOKCACHE"]),
+                   Path(e["KOHYA_TUNER_REAL_DATA"]))
+
+    def images(self) -> list[Path]:
+        return sorted(p for p in self.data.rglob("*.png"))
+
+
+def image_folder(real: Real, dest: Path, count: int) -> Path:
+    """`count` images with captions in one folder (no repeats prefix), cycling the harness's."""
+    dest.mkdir(parents=True, exist_ok=True)
+    src = real.images()
+    for i in range(count):
+        shutil.copyfile(src[i % len(src)], dest / f"img_{i:02d}.png")
+        (dest / f"img_{i:02d}.txt").write_text(f"mytoken, picture {i}", encoding="utf-8")
+    return dest
+
+
+# What a CPU run of the real trainer needs at 64 px (see the harness README): a fixed
+# resolution without buckets, SDPA, the local tokenizer, fp32 (bf16 autocast is slow on a
+# CPU), no data-loader workers, and no sampling (28 sampler steps per image would dominate).
+CPU_SETS = ("resolution=64,64", "enable_bucket=false", "sdpa=true", "mixed_precision=no",
+            "sample_every_n_steps=1000", "max_data_loader_n_workers=0", "persistent_data_loader_workers=false")
+
+
+@dataclass
+class Run:
+    out: Path
+    tmp: Path
+    ledger: Path
+    snapshots: Path
+    env: dict[str, str]
+    python_wrapper: Path
+    results: list[subprocess.CompletedProcess] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def output(self) -> Path:
+        return self.out / "output"
+
+    def summary(self) -> dict:
+        return json.loads((self.out / "summary.json").read_text(encoding="utf-8"))
+
+    def attempts(self) -> list[dict]:
+        return [json.loads(line) for line in (self.out / "attempts.jsonl").read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+
+    def trained(self) -> Counter:
+        """Backward passes really completed, per attempt number (batch size 1 or more, one
+        backward per optimizer step: the suite trains without gradient accumulation)."""
+        counts: Counter = Counter()
+        if not self.ledger.exists():
+            return counts
+        for line in self.ledger.read_text(encoding="utf-8").splitlines():
+            _pid, _, config = line.partition(" ")
+            name = Path(config).name  # attempt-N.config.toml
+            if name.startswith("attempt-") and name.endswith(".config.toml"):
+                counts[int(name[len("attempt-"):-len(".config.toml")])] += 1
+        return counts
+
+    def earlier_files_untouched(self) -> int:
+        """Every file an earlier attempt left (snapshot at each launch) is still there, unchanged.
+        Returns how many files were checked."""
+        sys.path.insert(0, str(HERE))
+        from snapshot_python import snapshot
+
+        now = snapshot(self.output)
+        checked = 0
+        for snap in sorted(self.snapshots.glob("*.json")):
+            before = json.loads(snap.read_text(encoding="utf-8"))
+            for rel, digest in before.items():
+                assert rel in now, f"{rel} (there when {snap.stem} started) is gone"
+                assert now[rel] == digest, f"{rel} (there when {snap.stem} started) was written over"
+                checked += 1
+        return checked
+
+
+def new_run(tmp: Path, real: Real, **inject: str) -> Run:
+    out = tmp / "run"
+    ledger = tmp / "ledger.txt"
+    snapshots = tmp / "snapshots"
+    wrapper = tmp / "python"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {HERE / 'snapshot_python.py'} \"$@\"\n", encoding="utf-8")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SDS_", "ACCELERATE_"))}
+    env.update({
+        "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "KOHYA_TUNER_HOME": str(tmp / "home"),
+        "COLUMNS": "400",  # kohya-tuner's own lines unwrapped, for the assertions on them
+        "PYTHONPATH": os.pathsep.join([str(INJECT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
+        "SDS_BACKWARD_LEDGER": str(ledger), "SNAPSHOT_REAL_PYTHON": str(real.python),
+        "SNAPSHOT_OUTPUT_DIR": str(out / "output"), "SNAPSHOT_DIR": str(snapshots),
+    })
+    env.update({k: str(v) for k, v in inject.items()})
+    return Run(out=out, tmp=tmp, ledger=ledger, snapshots=snapshots, env=env, python_wrapper=wrapper)
+
+
+def run_args(run: Run, real: Real, data: Path, *, steps: int, job: str = "character", extra: tuple = ()) -> list[str]:
+    args = ["run", "--gpu", "8", "--model", "sd15", "--job", job, "--steps", str(steps), "--cpu",
+            "--data", str(data), "--out", str(run.out), "--sd-scripts", str(real.sd_scripts),
+            "--python", str(run.python_wrapper), "--base", str(real.model),
+            "--set", f"tokenizer_cache_dir={real.tokcache}"]
+    for s in CPU_SETS:
+        args += ["--set", s]
+    return args + list(extra)
+
+
+def cli(run: Run, args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "kohya_tuner", *args], env=run.env, capture_output=True, text=True,
+                         timeout=timeout, encoding="utf-8")
+    run.wall_s += time.monotonic() - t0
+    run.results.append(res)
+    return res
+
+
+def explain(res: subprocess.CompletedProcess) -> str:
+    return f"exit {res.returncode}\n--- stdout ---\n{res.stdout[-6000:]}\n--- stderr ---\n{res.stderr[-4000:]}"

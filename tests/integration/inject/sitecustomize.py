@@ -1,0 +1,141 @@
+"""Fault injection for the real sd-scripts on a CPU: a copy of the realtrainer harness's
+inject/sitecustomize.py (same variables, same behaviour) with two more hooks.
+
+Put this folder first on the trainer's PYTHONPATH. Without any SDS_* variable it does
+nothing and imports nothing.
+
+From the harness:
+  SDS_INJECT_OOM_AT_BACKWARD=N   the N-th top-level torch.autograd.backward raises
+                                 torch.OutOfMemoryError with the caching allocator's text
+  SDS_INJECT_OOM_MESSAGE         overrides that text
+  SDS_INJECT_ONCE_MARKER=FILE    inject only in a process that finds no FILE (it creates it)
+  SDS_BACKWARD_LEDGER=FILE       one line "<pid> <config file>" per completed top-level backward
+Added here:
+  SDS_INJECT_OOM_AT_LOAD=1       safetensors.torch.load_file raises torch.OutOfMemoryError at
+                                 its first call (sd-scripts reads the checkpoint with it)
+  SDS_INJECT_LOAD_ONCE_MARKER=FILE  the once-marker of the load hook, apart from the other
+  SDS_INJECT_ERROR_AT_BACKWARD=N the N-th backward raises a RuntimeError that is not about
+                                 memory (a device mismatch), once per SDS_INJECT_ONCE_MARKER
+"""
+
+import os
+import sys
+
+_AT = os.environ.get("SDS_INJECT_OOM_AT_BACKWARD")
+_ERR = os.environ.get("SDS_INJECT_ERROR_AT_BACKWARD")
+_ONCE = os.environ.get("SDS_INJECT_ONCE_MARKER")
+if _ONCE and os.path.exists(_ONCE):
+    _AT = _ERR = None
+_LOAD = os.environ.get("SDS_INJECT_OOM_AT_LOAD")
+_LOAD_ONCE = os.environ.get("SDS_INJECT_LOAD_ONCE_MARKER")
+if _LOAD and _LOAD_ONCE and os.path.exists(_LOAD_ONCE):
+    _LOAD = None
+_LEDGER = os.environ.get("SDS_BACKWARD_LEDGER")
+
+DEFAULT_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 7.75 GiB of which "
+    "1.12 GiB is free. Including non-PyTorch memory, this process has 6.62 GiB memory in use. Of the "
+    "allocated memory 5.91 GiB is allocated by PyTorch, and 498.27 MiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+    "Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+)
+ERROR_MESSAGE = "Expected all tensors to be on the same device, but found at least two devices, cpu and meta!"
+
+
+def _config_file():
+    argv = sys.argv
+    for i, a in enumerate(argv):
+        if a == "--config_file" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--config_file="):
+            return a.split("=", 1)[1]
+    return "-"
+
+
+def _mark(path):
+    if path:
+        open(path, "w").close()
+
+
+def _patch_torch(torch):
+    oom_at = int(_AT) if _AT else -1
+    err_at = int(_ERR) if _ERR else -1
+    message = os.environ.get("SDS_INJECT_OOM_MESSAGE", DEFAULT_MESSAGE)
+    real_backward = torch.autograd.backward
+    state = {"calls": 0, "depth": 0}
+
+    def backward(*args, **kwargs):
+        if state["depth"] == 0:  # nested calls (reentrant checkpointing) are not new steps
+            state["calls"] += 1
+            if state["calls"] == oom_at:
+                _mark(_ONCE)
+                raise torch.OutOfMemoryError(message)
+            if state["calls"] == err_at:
+                _mark(_ONCE)
+                raise RuntimeError(ERROR_MESSAGE)
+        state["depth"] += 1
+        try:
+            result = real_backward(*args, **kwargs)
+        finally:
+            state["depth"] -= 1
+        if state["depth"] == 0 and _LEDGER:
+            with open(_LEDGER, "a") as f:
+                f.write(f"{os.getpid()} {_config_file()}\n")
+        return result
+
+    torch.autograd.backward = backward
+
+
+def _patch_safetensors(module):
+    real_load = module.load_file
+
+    def load_file(*args, **kwargs):
+        global _LOAD
+        if _LOAD:
+            _LOAD = None
+            _mark(_LOAD_ONCE)
+            import torch
+
+            raise torch.OutOfMemoryError(os.environ.get("SDS_INJECT_OOM_MESSAGE", DEFAULT_MESSAGE))
+        return real_load(*args, **kwargs)
+
+    module.load_file = load_file
+
+
+class _AfterImport:
+    """Meta-path finder that patches a module right after its import finishes."""
+
+    def __init__(self, name, patch):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        real_exec = spec.loader.exec_module
+        patch = self.patch
+
+        def exec_module(module):
+            real_exec(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if _AT or _ERR or _LEDGER:
+    if "torch" in sys.modules:
+        _patch_torch(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", _patch_torch))
+if _LOAD:
+    if "safetensors.torch" in sys.modules:
+        _patch_safetensors(sys.modules["safetensors.torch"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("safetensors.torch", _patch_safetensors))

@@ -1,0 +1,160 @@
+"""`kohya-tuner run` on the real pinned sd-scripts (CPU, random-weight SD 1.5, 64 px).
+
+Each scenario goes through the installed CLI and the real `accelerate launch`, with faults
+injected by tests/integration/inject/sitecustomize.py and the backward passes each launch
+really completed counted in a ledger. What is checked everywhere: optimizer steps really
+trained = planned + the steps an OOM threw away after the last state (and summary.json
+says so), the final LoRA is where summary.json says, and no file an earlier attempt left
+was removed or written over (hashed at every launch).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harness import SCENARIOS, Real, cli, explain, image_folder, new_run, run_args
+
+pytestmark = pytest.mark.realtrainer
+
+
+@pytest.fixture(scope="module")
+def real() -> Real:
+    return Real.from_env()
+
+
+@pytest.fixture(scope="module")
+def twelve(real, tmp_path_factory) -> Path:
+    return image_folder(real, tmp_path_factory.mktemp("img12"), 12)
+
+
+def _metadata(path: Path) -> dict:
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n)).get("__metadata__") or {}
+
+
+def _check_accounting(run, name: str, planned: int) -> dict:
+    """The invariants of every finished scenario; returns the summary."""
+    summary = run.summary()
+    attempts = run.attempts()
+    trained = run.trained()
+    # Each attempt's own count of steps agrees with the ledger's.
+    for a in attempts:
+        assert trained.get(a["attempt"], 0) == a["end_step"] - a["start_step"], (a["attempt"], trained, a)
+    total = sum(trained.values())
+    redone = summary["steps_redone"]
+    assert total == planned + redone, (trained, summary)
+    assert summary["steps_done"] == total and summary["total_steps"] == planned
+    if summary["status"] == "success":
+        assert summary["reached_step"] == planned
+        lora = Path(summary["lora"])
+        assert lora.is_file() and lora.name == "lora.safetensors" and lora.parent == run.output
+        assert _metadata(lora)["ss_steps"] == str(planned)
+        page = (run.out / "report.html").read_text(encoding="utf-8")
+        assert f"{planned} of {planned} planned; {total} trained, {redone} of them redone" in page
+    checked = run.earlier_files_untouched()
+    SCENARIOS.append({"scenario": name, "planned": planned, "trained": total, "redone": redone,
+                      "attempts": len(attempts), "wall_s": round(run.wall_s, 1), "files_hashed": checked})
+    return summary
+
+
+def test_users_run_oom_at_the_6th_backward_trains_exactly_8_steps(real, twelve, tmp_path):
+    """The reported case: 12 images, batch 4 (3 batches an epoch), OOM at the 6th backward,
+    so the relaunch resumes from the step-5 state, past an epoch boundary."""
+    run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=6, SDS_INJECT_ONCE_MARKER=tmp_path / "once")
+    res = cli(run, run_args(run, real, twelve, steps=8))
+    assert res.returncode == 0, explain(res)
+    attempts = run.attempts()
+    assert [a["outcome"] for a in attempts] == ["oom", "success"]
+    assert attempts[1]["start_step"] == 5 and attempts[1]["resume_from"].endswith("lora-step00000005-state")
+    summary = _check_accounting(run, "user: --steps 8, 12 images, OOM at backward 6", 8)
+    assert summary["steps_done"] == 8 and summary["steps_redone"] == 0
+    assert "steps: 8 of 8" in res.stdout
+    # The live lines name the absolute step of each state the relaunch saved.
+    lines = [line for line in res.stdout.splitlines() if "state saved at step 6:" in line]
+    assert lines and lines[0].rstrip().endswith("lora-attempt2-step00000001-state"), res.stdout
+
+
+def test_oom_in_the_first_epoch_with_quiet_logs_resumes_from_the_state_on_disk(real, twelve, tmp_path):
+    """console_log_level = WARNING: no state line reaches the log; the states on disk decide."""
+    run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=3, SDS_INJECT_ONCE_MARKER=tmp_path / "once")
+    res = cli(run, run_args(run, real, twelve, steps=6, extra=("--set", "console_log_level=WARNING")))
+    assert res.returncode == 0, explain(res)
+    log1 = (run.out / "attempt-1.log").read_text(encoding="utf-8", errors="replace")
+    assert "saving state" not in log1 and "Saving current state" not in log1
+    attempts = run.attempts()
+    assert [a["outcome"] for a in attempts] == ["oom", "success"]
+    assert attempts[1]["start_step"] == 2 and attempts[1]["resume_from"].endswith("lora-step00000002-state")
+    summary = _check_accounting(run, "first epoch, console_log_level WARNING", 6)
+    assert summary["steps_redone"] == 0
+
+
+def test_oom_at_load_then_before_any_state_restarts_from_step_0(real, tmp_path):
+    """Attempt 1 runs out of memory reading the checkpoint; attempt 2 after one step, before
+    the first state (every 2 steps): it restarts from step 0, says so, and the step it threw
+    away is counted as redone."""
+    data = image_folder(real, tmp_path / "img", 4)
+    run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_LOAD=1, SDS_INJECT_LOAD_ONCE_MARKER=tmp_path / "once-load",
+                  SDS_INJECT_OOM_AT_BACKWARD=2, SDS_INJECT_ONCE_MARKER=tmp_path / "once")
+    res = cli(run, run_args(run, real, data, steps=4, extra=("--set", "train_batch_size=2",
+                                                             "--set", "save_every_n_steps=2")))
+    assert res.returncode == 0, explain(res)
+    attempts = run.attempts()
+    assert [a["outcome"] for a in attempts] == ["oom", "oom", "success"]
+    assert attempts[0]["phase"] == "model_load" and attempts[0]["end_step"] == 0
+    assert attempts[1]["end_step"] == 1 and attempts[2]["resume_from"] is None and attempts[2]["start_step"] == 0
+    assert "no saved state yet, so it starts from step 0" in (attempts[2]["note"] or "")
+    assert "starts from step 0" in res.stdout
+    summary = _check_accounting(run, "OOM at load, then OOM before any state", 4)
+    assert summary["steps_redone"] == 1
+
+
+def test_a_crash_that_is_not_oom_is_not_retried(real, tmp_path):
+    data = image_folder(real, tmp_path / "img", 4)
+    run = new_run(tmp_path, real, SDS_INJECT_ERROR_AT_BACKWARD=2, SDS_INJECT_ONCE_MARKER=tmp_path / "once")
+    res = cli(run, run_args(run, real, data, steps=4, extra=("--set", "train_batch_size=2")))
+    assert res.returncode == 1, explain(res)
+    attempts = run.attempts()
+    assert len(attempts) == 1 and attempts[0]["outcome"] == "error"
+    assert "not retried" in run.summary()["reason"]
+    assert run.trained()[1] == 1
+    SCENARIOS.append({"scenario": "non-OOM crash at backward 2", "planned": 4, "trained": sum(run.trained().values()),
+                      "redone": 0, "attempts": 1, "wall_s": round(run.wall_s, 1), "files_hashed": 0})
+
+
+def test_ctrl_c_then_continue_finishes_the_run(real, twelve, tmp_path):
+    from kohya_tuner.run.states import state_complete
+
+    run = new_run(tmp_path, real)
+    args = run_args(run, real, twelve, steps=6)
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "kohya_tuner", *args], env=run.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, encoding="utf-8")
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            states = [d for d in run.output.glob("lora-step*-state")] if run.output.is_dir() else []
+            if any(state_complete(d) for d in states):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the run ended before a state was saved"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run.wall_s += time.monotonic() - t0
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "--continue" in out
+    res = cli(run, ["run", "--continue", str(run.out)])
+    assert res.returncode == 0, explain(res)
+    attempts = run.attempts()
+    assert [a["outcome"] for a in attempts] == ["interrupted", "success"]
+    assert attempts[1]["start_step"] >= 1 and attempts[1]["resume_from"]
+    _check_accounting(run, "Ctrl-C, then run --continue", 6)
