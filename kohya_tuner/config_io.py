@@ -24,7 +24,7 @@ import tomli_w
 from kohya_tuner import schema
 from kohya_tuner.errors import UserError
 from kohya_tuner.fileio import atomic_write, write_new  # noqa: F401  (the writers live in fileio)
-from kohya_tuner.families import FAMILIES, Family, family_for_script, get_family
+from kohya_tuner.families import FAMILIES, Family, family_for_config, family_for_script, get_family
 
 
 @dataclass
@@ -91,9 +91,12 @@ def _guess_family(config: dict[str, Any], script: str | None, model: str | None,
     if model:
         return get_family(model)
     if script:
-        fam = family_for_script(script)
+        fam = family_for_script(script, config)
         if fam:
             return fam
+    fam = family_for_config(config)
+    if fam:
+        return fam
     nm = str(config.get("network_module", ""))
     if nm.endswith("lora_flux") or any(k in config for k in ("t5xxl", "ae", "blocks_to_swap", "clip_l")):
         return FAMILIES["flux"]

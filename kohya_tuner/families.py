@@ -70,6 +70,9 @@ class Family:
     # sample_sampler picks the sampler of sample images (the U-Net trainers); the DiT
     # scripts' samplers are fixed (their sample_sampler lines are commented out).
     uses_sample_sampler: bool = True
+    # Among families sharing a script and network module (SD3 Medium / 3.5 Medium / 3.5 Large),
+    # a model file name matching this pattern (lower case) names this one.
+    path_pattern: str | None = None
 
     @property
     def diffusion(self) -> Component:
@@ -238,6 +241,7 @@ FAMILIES: dict[str, Family] = {
         ),
         attention_flags_apply=False,
         aliases=("sd35medium", "sd35mediumx", "sd3.5m", "sd35mid"),
+        path_pattern=r"3[._-]?5[._-]?m(edium)?\b|35m",
         source="sd3_train_network.py",
         latent_downscale=16,
         swap_layout="uniform",
@@ -265,6 +269,7 @@ FAMILIES: dict[str, Family] = {
         ),
         attention_flags_apply=False,
         aliases=("sd35", "sd35large", "sd3.5", "sd3.5l", "sd35largeturbo", "sd35turbo"),
+        path_pattern=r"3[._-]?5[._-]?l(arge)?\b|35l",
         source="sd3_train_network.py",
         latent_downscale=16,
         swap_layout="uniform",
@@ -412,16 +417,48 @@ def get_family(name: str) -> Family:
     )
 
 
+def _select(candidates: list[Family], config: dict[str, Any] | None) -> Family | None:
+    """The candidate a config's own values (selects) or model file name (path_pattern) name."""
+    import re
+
+    if not config:
+        return None
+    for fam in candidates:
+        if fam.selects and all(config.get(k) == v for k, v in fam.selects.items()):
+            return fam
+    path = str(config.get("pretrained_model_name_or_path") or "").replace("\\", "/").rsplit("/", 1)[-1].lower()
+    for fam in candidates:
+        if fam.path_pattern and path and re.search(fam.path_pattern, path):
+            return fam
+    return None
+
+
 def family_for_script(script: str, config: dict[str, Any] | None = None) -> Family | None:
     """The family whose entry script is `script` (a path or a bare name), if any. With the
-    config, a family that shares the script and whose `selects` values the config holds wins
-    (model_type = "chroma" is Chroma, v2 = true is SD 2.x)."""
+    config, a family that shares the script and that the config names wins: by `selects`
+    (model_type = "chroma" is Chroma, v2 = true is SD 2.x) or by the model file name."""
     base = script.replace("\\", "/").rsplit("/", 1)[-1]
     name = _SCRIPT_TO_FAMILY.get(base)
     if name is None:
         return None
-    if config:
-        for fam in FAMILIES.values():
-            if fam.script == base and fam.selects and all(config.get(k) == v for k, v in fam.selects.items()):
-                return fam
-    return FAMILIES[name]
+    chosen = _select([f for f in FAMILIES.values() if f.script == base], config)
+    return chosen or FAMILIES[name]
+
+
+def family_for_config(config: dict[str, Any]) -> Family | None:
+    """The family a script-less config names through its network_module, when that settles it:
+    the module of one family only (lora_lumina, lora_hunyuan_image, lora_anima), or one that
+    `selects` / the model file name picks out (lora_flux + model_type chroma; networks.lora +
+    v2; lora_sd3 + an SD3.5 file name), else the first family of that module's script (lora_sd3:
+    SD3 Medium). networks.lora alone (SD 1.5 or SDXL) is left to the caller."""
+    nm = str(config.get("network_module") or "")
+    candidates = [f for f in FAMILIES.values() if f.network_module == nm]
+    if not candidates:
+        return None
+    chosen = _select(candidates, config)
+    if chosen:
+        return chosen
+    scripts = {f.script for f in candidates}
+    if len(scripts) == 1:
+        return FAMILIES[_SCRIPT_TO_FAMILY[scripts.pop()]]
+    return None

@@ -12,6 +12,7 @@ from typing import Any
 
 from kohya_tuner import history, ladder, memory
 from kohya_tuner.errors import UserError
+from kohya_tuner.families import FAMILIES
 from kohya_tuner.presets import SAMPLE_PROMPTS_NAME, Plan, precision_caution
 
 
@@ -100,9 +101,11 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
                       assumed=assumed, cautions=cautions)
 
 
-def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps) -> tuple[dict[str, Any], list[str]]:
-    """The plan's input layer, and the model files still missing."""
-    given = {"pretrained_model_name_or_path": base, "clip_l": clip_l, "t5xxl": t5xxl, "ae": ae}
+def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps,
+                 files: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The plan's input layer, and the model files still missing. `files`: sd-scripts key ->
+    path for the other model files (clip_g, gemma2, text_encoder, byt5, qwen3, vae)."""
+    given = {"pretrained_model_name_or_path": base, "clip_l": clip_l, "t5xxl": t5xxl, "ae": ae, **(files or {})}
     inputs: dict[str, Any] = {}
     missing = []
     for key, flag in family.required_files.items():
@@ -113,7 +116,9 @@ def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps) -> tuple[
             missing.append(flag)
     extra = [k for k, v in given.items() if v and k not in family.required_files]
     if extra:
-        raise UserError(f"{family.label} does not use {', '.join('--' + k.replace('_', '-') for k in extra)}.")
+        flags = {k: f for fam in FAMILIES.values() for k, f in fam.required_files.items()}
+        raise UserError(f"{family.label} does not use "
+                        f"{', '.join(flags.get(k, '--' + k.replace('_', '-')) for k in extra)}.")
     inputs["output_dir"] = str((Path(out) / "output").absolute())
     # The prompt file config writes beside config.toml; sampling happens only where the job sets a cadence.
     inputs["sample_prompts"] = str((Path(out) / SAMPLE_PROMPTS_NAME).absolute())

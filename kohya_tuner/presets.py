@@ -214,6 +214,7 @@ def compose(
     variant: str | None = None,
     inputs: dict[str, Any] | None = None,
     bf16: bool | None = None,
+    network: str | None = None,
 ) -> Plan:
     family = get_family(model)
     if family.name not in preset_models():
@@ -239,6 +240,10 @@ def compose(
     variant_doc = (model_doc.get("variant") or {}).get(variant or "") or {}
     if variant_doc:
         plan.apply(*_layer(variant_doc), f"variant:{variant}")
+    if network:
+        from kohya_tuner import networks
+
+        networks.apply(plan, networks.parse(network, family))
     if variant == "schnell":
         plan.set("guidance_scale", 0.0, "variant:schnell", "schnell is guidance-distilled; train without guidance.")
         plan.set("t5xxl_max_token_length", 256, "variant:schnell", "FLUX.1 schnell uses 256 T5 tokens.")

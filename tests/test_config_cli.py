@@ -74,7 +74,7 @@ def test_existing_files_are_refused_then_backed_up_with_force(tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--model", "sd3", "--job", "style", "--gpu", "8"], "model family"),
+    (["--model", "sd4", "--job", "style", "--gpu", "8"], "model family"),
     (["--model", "sdxl", "--job", "portrait", "--gpu", "8"], "job"),
     (["--model", "sdxl", "--job", "style", "--gpu", "3"], "below 4"),
     (["--model", "sdxl", "--job", "style", "--gpu", "twelve"], "number of GB"),

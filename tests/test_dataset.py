@@ -289,7 +289,7 @@ def test_bad_job_and_model_fail_fast(tmp_path):
     with pytest.raises(UserError, match="Unknown job"):
         dataset.check(root, "portraits", "sdxl")
     with pytest.raises(UserError, match="Unknown model family"):
-        dataset.check(root, "character", "sd3")
+        dataset.check(root, "character", "sd4")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")

@@ -29,7 +29,8 @@ KEY_SETTINGS = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", "-m", required=True, help="Model family: sd15, sdxl or flux.")
+    p.add_argument("--model", "-m", required=True,
+                   help="Model family: sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima.")
     p.add_argument("--job", "-j", required=True, help="What you train: character, style or concept.")
     plan_options.add_gpu(p, required=True, arch=True)
     p.add_argument("--out", "-o", type=Path, required=True, metavar="DIR",
@@ -117,9 +118,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
                         "Point --data at the folder that holds your training images.")
     inputs, missing = planning.model_inputs(family, base=args.base, clip_l=args.clip_l, t5xxl=args.t5xxl,
-                                            ae=args.ae, name=args.name, out=out, steps=args.steps)
+                                            ae=args.ae, name=args.name, out=out, steps=args.steps,
+                                            files=plan_options.model_files(args))
     plan = presets.compose(family.name, args.job, choice.gb, preset_file=args.preset, sets=args.sets or [],
-                           variant=args.variant, inputs=inputs, bf16=choice.bf16)
+                           variant=args.variant, inputs=inputs, bf16=choice.bf16, network=args.network)
     images_dir = data if data is not None else Path(out) / "images"
     dataset = presets.build_dataset(plan, images_dir, args.trigger)
     fitted = planning.fit_plan(plan, dataset, choice.gb, others_gib=choice.others_gib,

@@ -271,7 +271,8 @@ def _continue(out: Path, *, max_attempts: int | None, hang_timeout: float | None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", "-m", help="Model family: sd15, sdxl or flux.")
+    p.add_argument("--model", "-m",
+                   help="Model family: sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima.")
     p.add_argument("--job", "-j", help="What you train: character, style or concept.")
     plan_options.add_gpu(p, required=False, default="auto")
     p.add_argument("--out", "-o", type=Path, metavar="DIR", help="Run folder: configs, logs, states, LoRA, report.")
@@ -353,13 +354,15 @@ def run(args: argparse.Namespace) -> int:
             sd_scripts=sd_scripts, python=python, dry_run=dry_run, max_attempts=max_attempts,
             probe_steps=probe_steps, emulate_vram=emulate_vram, gpus=gpus, accelerate_config=accelerate_config,
             json_events=json_events, strict=strict, strict_pin=strict_pin, hang_timeout=hang_timeout, cpu=cpu,
-            policy=policy, no_fit=no_fit, force=force, as_json=as_json)
+            policy=policy, no_fit=no_fit, force=force, as_json=as_json,
+            files=plan_options.model_files(a), network=a.network)
     return code
 
 
 def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, name, steps, variant, preset, sets,
              sd_scripts, python, dry_run, max_attempts, probe_steps, emulate_vram, gpus, accelerate_config,
-             json_events, strict, strict_pin, hang_timeout, cpu, policy, no_fit, force, as_json) -> int:
+             json_events, strict, strict_pin, hang_timeout, cpu, policy, no_fit, force, as_json,
+             files=None, network=None) -> int:
     from kohya_tuner import dataset as dataset_mod
     from kohya_tuner import gpu as gpu_mod
     from kohya_tuner import history, ladder, memory, planfiles, planning, presets, schema
@@ -410,13 +413,14 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     images = len(report.trainable)
 
     inputs, missing_files = planning.model_inputs(family, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae, name=name, out=out,
-                                         steps=steps)
+                                         steps=steps, files=files)
     if missing_files:
         raise UserError(f"{family.label} needs {', '.join(missing_files)}.",
                         f"Give the model file{'s' if len(missing_files) > 1 else ''}, e.g. {missing_files[0]} "
                         "/models/file.safetensors.")
     plan = presets.compose(family.name, job, plan_gb, preset_file=preset, sets=sets, variant=variant,
-                           inputs=inputs, bf16=None if emulate_vram is not None and choice.info is None else choice.bf16)
+                           inputs=inputs, bf16=None if emulate_vram is not None and choice.info is None else choice.bf16,
+                           network=network)
     if cpu and plan.config.get("mixed_precision") == "fp16":
         plan.set("mixed_precision", "bf16", "--cpu", "accelerate refuses fp16 on the CPU.")
         if plan.config.get("full_fp16"):

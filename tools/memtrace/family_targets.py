@@ -254,7 +254,9 @@ def arch_entry(fam: str, sds: str) -> dict:
     comps[den_name] = {"class": type(den).__name__, "impl": "sd-scripts", "built_as": den_cls,
                        "modules": len(den_loras), "targets": rows, "params_per_rank": ppr,
                        "lora_params_at_rank_1": lora_params_rank1(den_loras), "n_params": n_params(den)}
-    if spec["network"] == "networks.lora":
+    # What network_args conv_dim adds (an empty list where the wrapped modules hold no convolutions or
+    # the module ignores the key): the estimator reads it for any conv_dim, LyCORIS' included.
+    if True:
         conv = [lo for lo in lora_modules(spec, with_conv=True) if lo.lora_name.startswith("lora_unet")]
         base = {lo.lora_name for lo in den_loras}
         extra = [lo for lo in conv if lo.lora_name not in base]
