@@ -1,12 +1,14 @@
 """How well the memory model agrees with what people published.
 
 Reads `real-world/vram_reports.json` (sd-scripts doc statements, FluxGym tier targets,
-measured peaks from an sd-scripts pull request), turns each usable record into an
-sd-scripts config, and prints per record: the prediction, the published figure, its kind
-(measured / fits-within / exceeds) and whether it holds. Then one summary line:
-constraints satisfied, median relative error on measured figures.
+measured peaks from an sd-scripts pull request) and `benchmarks/data/vram_figures_extra.json`
+(the newer families, full fine-tunes, and two real-world readings to explain), turns each
+usable record into an sd-scripts config, and prints per record: the prediction, the published
+figure, its kind (measured / fits-within / exceeds / explained) and whether it holds. Then the
+summary lines: constraints satisfied, median relative error on measured figures, and the
+explained records with the figure each explanation computes.
 
-    python benchmarks/estimator_accuracy.py [path/to/vram_reports.json] [--json]
+    python benchmarks/estimator_accuracy.py [path/to/vram_reports.json] [--extra PATH] [--json]
 
 A fits-within statement ("works on a 16 GB card") holds when the estimate fits that card by
 the same rule `fit` uses (peak within budget_gib). A measured figure is compared as GiB: the
@@ -32,12 +34,18 @@ sys.path.insert(0, str(ROOT))
 
 from kohya_tuner.families import FAMILIES  # noqa: E402
 from kohya_tuner.memory import budget_gib, estimate  # noqa: E402
+from kohya_tuner.memory.finetune import family_for as fine_tune_family  # noqa: E402
 
 DEFAULT_REPORTS = ROOT.parent / "shared" / "real-world" / "vram_reports.json"
+DEFAULT_EXTRA = ROOT / "benchmarks" / "data" / "vram_figures_extra.json"
+REAL_CONFIGS = ROOT.parent / "shared" / "real-world" / "configs"
 
-FAMILY_OF = {"flux-dev": "flux", "flux-schnell": "flux", "sdxl": "sdxl", "sd1.5": "sd15", "sd15": "sd15"}
+FAMILY_OF = {"flux-dev": "flux", "flux-schnell": "flux", "sdxl": "sdxl", "sd1.5": "sd15", "sd15": "sd15",
+             "sd2": "sd2", "sd3": "sd3", "sd3.5-medium": "sd35m", "sd3.5-large": "sd35l", "chroma": "chroma",
+             "lumina2": "lumina2", "hunyuan21": "hunyuan21", "anima": "anima"}
 KIND_OF = {"doc_fits_within": "fits-within", "doc_preset_target": "fits-within", "reported_usage": "measured",
-           "doc_approx_usage": "measured", "doc_exceeds": "exceeds", "reported_oom": "exceeds"}
+           "doc_approx_usage": "measured", "doc_exceeds": "exceeds", "reported_oom": "exceeds",
+           "monitor_reading": "explained", "reported_oom_old_code": "explained"}
 
 # What an unstated setting becomes. sd-scripts' own defaults where it has one (AdamW, no caching,
 # text-encoder LoRA trained, batch 1); the family's native resolution; bf16 mixed precision
@@ -83,13 +91,15 @@ def record_config(r: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
     fam = FAMILY_OF.get(str(r.get("model_family", "")).lower())
     if fam is None:
         return None, f"{r.get('model_family')} is not a model family kohya-tuner supports", []
-    if r.get("training_type") != "lora":
-        return None, f"{r.get('training_type')} is not LoRA training (the memory model covers LoRA)", []
+    if r.get("training_type") not in ("lora", "full_finetune"):
+        return None, f"{r.get('training_type')} is not LoRA or full fine-tune training", []
     if KIND_OF.get(r.get("vram_kind", "")) is None:
         return None, f"unknown figure kind {r.get('vram_kind')!r}", []
     family = FAMILIES[fam]
     a: list[str] = []
     c: dict[str, Any] = {"network_module": family.network_module}
+    if r.get("training_type") == "full_finetune":
+        c = {}
     mp_text = str(r.get("mixed_precision") or "")
     if not mp_text:
         c["mixed_precision"] = "bf16"
@@ -111,29 +121,37 @@ def record_config(r: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
         a.append(f"batch size: {UNSTATED['batch_size']}")
     c["train_batch_size"] = int(batch)
     rank = r.get("network_rank")
-    if rank is None:
+    if r.get("training_type") == "full_finetune":
+        rank = 0
+    elif rank is None:
         rank = 4
         a.append(f"rank: {UNSTATED['network_rank']}")
     elif isinstance(rank, str):
         nums = [int(x) for x in re.findall(r"\d+", rank)]
         rank = max(nums) if nums else 4
         a.append(f"rank {r['network_rank']!r}: {rank}, the larger")
-    c["network_dim"] = int(rank)
+    if rank:
+        c["network_dim"] = int(rank)
     opt, args, note = _optimizer(r.get("optimizer"))
+    if "fused_backward_pass" in str(r.get("optimizer") or ""):
+        c["fused_backward_pass"] = True
     c["optimizer_type"] = opt
     if args:
         c["optimizer_args"] = args
     if note:
         a.append(f"optimizer: {note}")
     for key, ck in (("gradient_checkpointing", "gradient_checkpointing"), ("cache_latents", "cache_latents"),
-                    ("cache_text_encoder_outputs", "cache_text_encoder_outputs"), ("fp8_base", "fp8_base")):
+                    ("cache_text_encoder_outputs", "cache_text_encoder_outputs"), ("fp8_base", "fp8_base"),
+                    ("fp8_scaled", "fp8_scaled")):
         v = r.get(key)
         if v is None and key in UNSTATED:
             a.append(f"{key.replace('_', ' ')}: {UNSTATED[key]}")
         if v:
             c[ck] = True
     unet_only = r.get("unet_only")
-    if unet_only is None:
+    if r.get("training_type") == "full_finetune":
+        pass
+    elif unet_only is None:
         a.append(f"text encoder: {UNSTATED['unet_only']}")
     elif unet_only:
         c["network_train_unet_only"] = True
@@ -151,12 +169,20 @@ def record_config(r: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
             a.append("attention: sdpa (every memory statement assumes a memory-efficient kernel)")
     quant = str(r.get("quantization") or "")
     if fam == "flux":
-        c["t5xxl"] = "t5xxl_fp8_e4m3fn.safetensors" if "t5xxl" in quant.lower() else "t5xxl_fp16.safetensors"
+        c["t5xxl"] = r.get("t5xxl") or (
+            "t5xxl_fp8_e4m3fn.safetensors" if "t5xxl" in quant.lower() else "t5xxl_fp16.safetensors")
         c["pretrained_model_name_or_path"] = "flux1-dev.safetensors"
     excerpt = str(r.get("command_excerpt") or "") + " " + str(r.get("notes") or "")
-    if "--highvram" in excerpt or "highvram" in excerpt:
+    if "--highvram" in excerpt or "highvram" in excerpt or r.get("highvram"):
         c["highvram"] = True
     return c, fam, a
+
+
+def record_family(r: dict[str, Any], cfg: dict[str, Any], fam: str):
+    """The family a record trains: a full fine-tune is the family trained by its own script."""
+    if r.get("training_type") == "full_finetune":
+        return fine_tune_family(r.get("script"), cfg, fam)
+    return FAMILIES[fam]
 
 
 def _gpu_gb(r: dict[str, Any]) -> float | None:
@@ -164,13 +190,12 @@ def _gpu_gb(r: dict[str, Any]) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def make_feasible(cfg: dict[str, Any], fam: str, r: dict[str, Any], assumed: list[str]) -> dict[str, Any]:
+def make_feasible(cfg: dict[str, Any], family, r: dict[str, Any], assumed: list[str]) -> dict[str, Any]:
     """Apply FEASIBILITY_SAVERS to a measured record whose run could not have happened
     with them off."""
     gb = _gpu_gb(r)
     if gb is None or KIND_OF.get(r.get("vram_kind", "")) != "measured":
         return cfg
-    family = FAMILIES[fam]
     cfg = dict(cfg)
     for key in FEASIBILITY_SAVERS:
         if estimate(cfg, family).fits(gb):
@@ -183,25 +208,71 @@ def make_feasible(cfg: dict[str, Any], fam: str, r: dict[str, Any], assumed: lis
     return cfg
 
 
-def run(path: Path) -> dict[str, Any]:
-    records = json.loads(path.read_text(encoding="utf-8"))
+GIB = float(1024 ** 3)
+
+
+def _explain(r: dict[str, Any], e, family, row: dict[str, Any]) -> None:
+    """The figure an explained record's explanation computes, and whether it accounts for it."""
+    if r["vram_kind"] == "reported_oom_old_code":
+        # The code of the time moved the models to the GPU in fp32 (accelerator.prepare of the U-Net and
+        # the trained text encoders) and cast them to the training dtype only afterwards.
+        trained = [t for t, on in zip(family.text_encoders, e.settings.get("text_encoders_trained", [])) if on]
+        names = set(e.settings.get("text_encoders_trained", []))
+        params = family.diffusion.params + sum(t.params for t in family.text_encoders if t.name in names)
+        load = params * 4 / GIB + e.phases_gib["model_load"] - sum(
+            v for k, v in e.phase_components_gib["model_load"].items() if k.endswith("_weights"))
+        row["explained_gib"] = round(load, 2)
+        row["explanation"] = (f"pinned code: peak {e.peak_gib:.2f} GiB fits; code of the time moved the fp32 U-Net "
+                              f"and {len(trained) or len(names)} trained text encoder(s) before casting: model load "
+                              f"{load:.2f} GiB > {row['figure']:.2f} GiB")
+        row["holds"] = load > row["figure"]
+    else:
+        ratio = row["figure"] / e.peak_gib if e.peak_gib else 0.0
+        row["explained_gib"] = round(e.peak_gib, 2)
+        row["rel_error"] = round((e.peak_gib - row["figure"]) / row["figure"], 4)
+        row["explanation"] = (f"a monitor reading of the whole card is {ratio:.2f}x the allocated peak; highvram "
+                              f"places nothing differently (it only skips cache emptying while caching latents)")
+        row["holds"] = None
+
+
+def _records(paths: list[Path]) -> list[dict[str, Any]]:
+    out = []
+    for path in paths:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        out += doc["records"] if isinstance(doc, dict) else doc
+    return out
+
+
+def run(path: Path | list[Path]) -> dict[str, Any]:
+    records = _records(path if isinstance(path, list) else [path])
     rows = []
     skipped = []
     for r in records:
-        cfg, fam, assumed = record_config(r)
-        if cfg is None:
-            skipped.append({"id": r.get("id"), "why": fam})
-            continue
-        cfg = make_feasible(cfg, fam, r, assumed)
+        if r.get("config_file"):
+            from kohya_tuner import config_io
+
+            loaded = config_io.read_config(REAL_CONFIGS / r["config_file"])
+            cfg, fam, assumed = loaded.config, loaded.family.name, ["the user's own config file"]
+            family = loaded.family
+        else:
+            cfg, fam, assumed = record_config(r)
+            if cfg is None:
+                skipped.append({"id": r.get("id"), "why": fam})
+                continue
+            family = record_family(r, cfg, fam)
+        cfg = make_feasible(cfg, family, r, assumed)
         t0 = time.perf_counter()
-        e = estimate(cfg, FAMILIES[fam])
+        e = estimate(cfg, family)
         ms = (time.perf_counter() - t0) * 1000
         kind = KIND_OF[r["vram_kind"]]
         figure = float(r["vram_gb"])
-        row = {"id": r.get("id"), "source": r.get("source", {}).get("repo", ""), "model": fam, "kind": kind,
+        model = fam if family.script == FAMILIES[fam].script else f"{fam}:{family.script.split('.')[0]}"
+        row = {"id": r.get("id"), "source": r.get("source", {}).get("repo", ""), "model": model, "kind": kind,
                "figure": figure, "predicted_gib": round(e.peak_gib, 2), "peak_phase": e.peak_phase,
                "assumed": assumed, "ms": round(ms, 2)}
-        if kind == "fits-within":
+        if kind == "explained":
+            _explain(r, e, family, row)
+        elif kind == "fits-within":
             b = budget_gib(figure)
             row["budget_gib"] = round(b, 2)
             row["holds"] = e.fits(figure)
@@ -212,37 +283,49 @@ def run(path: Path) -> dict[str, Any]:
             row["rel_error"] = round(rel, 4)
             row["holds"] = abs(rel) <= 0.10
         rows.append(row)
-    constraints = [r for r in rows if r["kind"] != "measured"]
+    constraints = [r for r in rows if r["kind"] in ("fits-within", "exceeds")]
     measured = [r for r in rows if r["kind"] == "measured"]
+    explained = [r for r in rows if r["kind"] == "explained"]
+    new = [r for r in constraints + measured if r["model"].split(":")[0] not in ("sd15", "sdxl", "flux")
+           or ":" in r["model"]]
     docs = [r for r in constraints if r["source"] == "kohya-ss/sd-scripts"]
     med = statistics.median(abs(r["rel_error"]) for r in measured) if measured else None
     return {"rows": rows, "skipped": skipped,
             "summary": {"constraints": len(constraints), "constraints_ok": sum(r["holds"] for r in constraints),
                         "sd_scripts_docs": len(docs), "sd_scripts_docs_ok": sum(r["holds"] for r in docs),
                         "measured": len(measured), "measured_within_10pct": sum(r["holds"] for r in measured),
-                        "median_abs_rel_error": med}}
+                        "median_abs_rel_error": med,
+                        "new_families_and_full_finetunes": len(new),
+                        "new_families_and_full_finetunes_ok": sum(bool(r["holds"]) for r in new),
+                        "explained": [{"id": r["id"], "figure": r["figure"], "predicted_gib": r["predicted_gib"],
+                                       "explanation": r["explanation"], "accounts": r["holds"]} for r in explained]}}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("reports", nargs="?", default=os.environ.get("KOHYA_TUNER_VRAM_REPORTS", str(DEFAULT_REPORTS)))
+    ap.add_argument("--extra", default=str(DEFAULT_EXTRA),
+                    help="more records in the same form (default benchmarks/data/vram_figures_extra.json; '' for none)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = ap.parse_args(argv)
     path = Path(args.reports)
     if not path.is_file():
         print(f"error: {path} not found (give the path to vram_reports.json)", file=sys.stderr)
         return 2
-    res = run(path)
+    paths = [path] + ([Path(args.extra)] if args.extra else [])
+    res = run(paths)
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
-    print(f"{'id':5} {'model':5} {'kind':11} {'figure':>7} {'predicted':>9} {'budget':>7} {'error':>7}  holds  "
+    print(f"{'id':5} {'model':16} {'kind':11} {'figure':>7} {'predicted':>9} {'budget':>7} {'error':>7}  holds  "
           f"peak phase / assumed")
     for r in res["rows"]:
         err = f"{r['rel_error'] * 100:+.1f}%" if "rel_error" in r else ""
         bud = f"{r['budget_gib']:.2f}" if "budget_gib" in r else ""
-        print(f"{r['id']:5} {r['model']:5} {r['kind']:11} {r['figure']:7.2f} {r['predicted_gib']:9.2f} {bud:>7} "
-              f"{err:>7}  {'yes' if r['holds'] else 'NO ':5}  {r['peak_phase']}"
+        holds = "-" if r["holds"] is None else ("yes" if r["holds"] else "NO ")
+        print(f"{r['id']:5} {r['model']:16} {r['kind']:11} {r['figure']:7.2f} {r['predicted_gib']:9.2f} {bud:>7} "
+              f"{err:>7}  {holds:5}  {r['peak_phase']}"
+              + (f"; {r['explanation']}" if r.get("explanation") else "")
               + (f"; assumed: {'; '.join(r['assumed'])}" if r["assumed"] else ""))
     for s in res["skipped"]:
         print(f"{s['id']:5} skipped: {s['why']}")
@@ -251,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"summary: constraints satisfied {s['constraints_ok']}/{s['constraints']} (sd-scripts docs "
           f"{s['sd_scripts_docs_ok']}/{s['sd_scripts_docs']}); median relative error on measured figures {med} "
           f"({s['measured_within_10pct']}/{s['measured']} within ±10 %)")
+    print(f"summary: new families and full fine-tunes {s['new_families_and_full_finetunes_ok']}/"
+          f"{s['new_families_and_full_finetunes']} hold")
+    for x in s["explained"]:
+        print(f"explained: {x['id']} figure {x['figure']:.2f} predicted {x['predicted_gib']:.2f} GiB: "
+              f"{x['explanation']}")
     return 0
 
 

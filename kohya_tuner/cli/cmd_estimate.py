@@ -36,7 +36,9 @@ def load_inputs(config_path: Path, model: str | None, dataset_path: Path | None
     loaded = config_io.read_config(config_path, model)
     from kohya_tuner.check import not_lora, not_lora_message
 
-    if not_lora(loaded.script):
+    from kohya_tuner.memory.finetune import family_for as fine_tune_family
+
+    if not_lora(loaded.script) and not fine_tune_family(loaded.script):
         raise UserError(not_lora_message(loaded.script))
     if loaded.family is None:
         raise UserError(f"Cannot tell which model {config_path} trains (no script name, network module or model "

@@ -55,8 +55,9 @@ def _lines() -> dict[tuple, ActivationLine]:
                               float(row["intercept_gib"]), bool(row.get("cpu_offload_checkpointing", False)))
         key = (line.arch, line.precision, line.ckpt, line.fp8, line.attn, line.cpu_offload)
         prev = out.get(key)
-        if prev is None or IMPL_PREFERENCE.index(line.impl if line.impl in IMPL_PREFERENCE else "diffusers") < \
-                IMPL_PREFERENCE.index(prev.impl if prev.impl in IMPL_PREFERENCE else "diffusers"):
+        pref = impl_preference(line.arch)
+        if prev is None or pref.index(line.impl if line.impl in pref else "diffusers") < \
+                pref.index(prev.impl if prev.impl in pref else "diffusers"):
             out[key] = line
     return out
 
@@ -72,3 +73,54 @@ def math_attention() -> dict[str, Any]:
 
 def lora_arch(arch: str) -> dict[str, Any]:
     return lora_targets()["archs"][arch]
+
+
+@lru_cache(maxsize=None)
+def _families_doc() -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    with open(_DATA / "memory_families.toml", "rb") as fh:
+        return tomllib.load(fh)
+
+
+@dataclass(frozen=True)
+class FamilyFacts:
+    """How a family's trainer turns images and captions into tokens, and what it does with
+    its text encoders (data/memory_families.toml)."""
+
+    tokens: str
+    latent_channels: int
+    text_tokens: int = 77
+    text_tokens_arg: str | None = None
+    text_tokens_extra: int = 0
+    te_output_width: int = 768
+    te_cache: str = "none"
+    cfg: int = 2
+    convolutional: bool = False
+    vae_factor: int = 8
+
+
+def family_facts(name: str) -> FamilyFacts:
+    raw = _families_doc()["families"].get(name)
+    if raw is None:
+        raise KeyError(f"memory_families.toml has no entry for {name}")
+    return FamilyFacts(**raw)
+
+
+def te_dims(name: str) -> tuple[int, int, int, int, int]:
+    """(width, MLP width, layers, heads, token-embedding params) of a text encoder."""
+    raw = _families_doc()["text_encoders"].get(name)
+    if raw is None:
+        return (768, 3072, 12, 12, 0)
+    return (raw["width"], raw["mlp"], raw["layers"], raw["heads"], raw["embedding"])
+
+
+def impl_preference(arch: str) -> tuple[str, ...]:
+    """The traced implementation to trust first for `arch`: the coefficient file may name one
+    per arch (chosen against measured figures, see docs/memory-tracer.md)."""
+    chosen = coefficients().get("impl_preference", {}).get(arch)
+    if chosen:
+        return (chosen,) + tuple(i for i in IMPL_PREFERENCE if i != chosen)
+    return IMPL_PREFERENCE

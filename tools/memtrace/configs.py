@@ -76,14 +76,45 @@ TOKEN_UNITS = {
     "sd15": "latent pixels (res/8)^2",
     "sdxl": "latent pixels (res/8)^2",
     "flux": "image tokens (res/16)^2 + T5 tokens",
+    "sd2": "latent pixels (res/8)^2",
+    "sd3": "image tokens (res/16)^2 + 77 CLIP + T5 tokens",
+    "sd35m": "image tokens (res/16)^2 + 77 CLIP + T5 tokens",
+    "sd35l": "image tokens (res/16)^2 + 77 CLIP + T5 tokens",
+    "chroma": "image tokens (res/16)^2 + T5 tokens",
+    "lumina2": "image tokens (res/16)^2 + Gemma2 tokens",
+    "hunyuan21": "image tokens (res/32)^2 + text tokens (Qwen2.5-VL + ByT5)",
+    "anima": "image tokens (res/16)^2 (cross-attention to a fixed text length)",
 }
 
+# Text tokens each sd-scripts trainer feeds by default (its *_max_token_length arguments); the
+# joint-attention models count them like image tokens.  HunyuanImage pads its Qwen2.5-VL captions
+# to the longest in the batch (up to 1024) and ByT5 to 128; 256 + 128 is a long caption.
+TEXT_TOKENS = {"flux": 512, "chroma": 512, "sd3": 256, "sd35m": 256, "sd35l": 256, "lumina2": 256,
+               "hunyuan21": 256, "anima": 512}
+BYT5_TOKENS = 128
+ANIMA_T5_TOKENS = 512
 
-def tokens(arch: str, res_h: int, res_w: int | None = None, t5_tokens: int = 512) -> int:
+# (latent factor, patch) of each arch's image tokens, and the text tokens added to them.
+_PATCH = {"flux": 16, "chroma": 16, "sd3": 16, "sd35m": 16, "sd35l": 16, "lumina2": 16, "hunyuan21": 32, "anima": 16}
+
+
+def text_tokens_in_unit(arch: str, text_tokens: int) -> int:
+    if arch in ("sd3", "sd35m", "sd35l"):
+        return 77 + text_tokens
+    if arch == "hunyuan21":
+        return text_tokens + BYT5_TOKENS
+    if arch in ("flux", "chroma", "lumina2"):
+        return text_tokens
+    return 0
+
+
+def tokens(arch: str, res_h: int, res_w: int | None = None, t5_tokens: int | None = None) -> int:
     """Token count the activation coefficients are expressed in (per sample)."""
     res_w = res_h if res_w is None else res_w
-    if arch == "flux":
-        return (res_h // 16) * (res_w // 16) + t5_tokens
+    if arch in _PATCH:
+        p = _PATCH[arch]
+        txt = TEXT_TOKENS.get(arch, 0) if t5_tokens is None else t5_tokens
+        return (res_h // p) * (res_w // p) + text_tokens_in_unit(arch, txt)
     return (res_h // 8) * (res_w // 8)
 
 

@@ -55,7 +55,7 @@ def is_multistep(row: dict) -> bool:
 def row_tokens(row: dict) -> int:
     h = row.get("res_h", row["res"])
     w = row.get("res_w", row["res"])
-    return configs.tokens(row["arch"], h, w, row.get("t5tokens", 512) or 512)
+    return configs.tokens(row["arch"], h, w, row.get("t5tokens") or None)
 
 
 def linfit(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -247,7 +247,7 @@ def layout_checks(rows: list[dict]) -> list[dict]:
     for row in rows:
         calls = row.get("attn_calls")
         key = (row["arch"], row.get("impl", "diffusers"))
-        if not calls or key in done:
+        if not calls or key in done or row["arch"] not in configs.CONFIGS:
             continue
         done.add(key)
         traced = sorted(list(c) for c in calls)

@@ -197,5 +197,8 @@ def build(arch: str, impl: str, rank: int, precision: str, fp8: bool, checkout: 
     if impl == "sd-scripts":
         if not checkout:
             raise SystemExit("--impl sd-scripts needs --sdscripts PATH (a checkout of the pinned sd-scripts commit)")
+        if arch != "flux":
+            import models_sdscripts
+            return models_sdscripts.build(arch, rank, precision, fp8, checkout)
         return build_sdscripts(arch, rank, precision, fp8, checkout)
     return build_diffusers(arch, rank, precision, fp8)

@@ -14,6 +14,9 @@ Groups (--groups, default: all that can run):
   diffusers_steps   two full steps with AdamW (steady state with optimizer states)   (6 traces)
   sdscripts_flux    the pinned sd-scripts FLUX model + networks.lora_flux: 512/768/1024, checkpointing
                     off/on/cpu_offload, fp8 base, batch 2, full_bf16, AdamW steps  (needs --sdscripts)
+  sdscripts_families  the other sd-scripts families from their own classes and LoRA modules (SD 1.x/2.x and
+                    SDXL U-Nets, SD3 / SD3.5 M / L, Chroma, Lumina 2, HunyuanImage-2.1, Anima): two sizes,
+                    checkpointing off/on, batch 2, fp8 base                  (70 traces, needs --sdscripts)
 --quick runs a reduced version of each selected group (2 sizes, no scaling sweeps) into a scratch folder.
 """
 from __future__ import annotations
@@ -95,8 +98,32 @@ def sdscripts_flux(quick: bool) -> list[list[str]]:
     return runs
 
 
-GROUPS = {"diffusers_matrix": diffusers_matrix, "diffusers_steps": diffusers_steps, "sdscripts_flux": sdscripts_flux}
-NEEDS_SDSCRIPTS = {"sdscripts_flux"}
+# The other families sd-scripts trains, each from its own model class (tools/memtrace/models_sdscripts.py),
+# and sd-scripts' own SD 1.x/2.x and SDXL U-Nets beside the diffusers ones.  Sizes: the family's
+# native resolution and half of it (HunyuanImage-2.1 is a 2048 px model).
+FAMILY_SIZES = {"sd15": (512, 768), "sd2": (512, 768), "sdxl": (512, 1024), "sd3": (512, 1024),
+                "sd35m": (512, 1024), "sd35l": (512, 1024), "chroma": (512, 1024), "lumina2": (512, 1024),
+                "hunyuan21": (1024, 2048), "anima": (512, 1024)}
+
+
+def sdscripts_families(quick: bool) -> list[list[str]]:
+    runs = []
+    for arch, sizes in FAMILY_SIZES.items():
+        base = ["--arch", arch, "--impl", "sd-scripts", "--precision", "amp"]
+        for res in sizes[:1] if quick else sizes:
+            for ck in ([], ["--ckpt"]):
+                runs.append([*base, "--res", str(res), *ck])
+        if not quick:
+            runs.append([*base, "--res", str(sizes[0]), "--batch", "2", "--ckpt"])
+            if arch not in ("sd15", "sd2", "sdxl"):
+                runs.append([*base, "--res", str(sizes[1]), "--ckpt", "--fp8"])
+                runs.append([*base, "--res", str(sizes[0]), "--ckpt", "--fp8"])
+    return runs
+
+
+GROUPS = {"diffusers_matrix": diffusers_matrix, "diffusers_steps": diffusers_steps, "sdscripts_flux": sdscripts_flux,
+          "sdscripts_families": sdscripts_families}
+NEEDS_SDSCRIPTS = {"sdscripts_flux", "sdscripts_families"}
 
 
 def run_one(python: str, argv: list[str], sdscripts: str | None, timeout: int) -> dict:

@@ -25,7 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
-from tracer import LiveMem, SavedCounter, install_attn_flag  # noqa: E402
+from tracer import LiveMem, SavedCounter, ShadowInts, install_attn_flag  # noqa: E402
 
 t_import = time.time() - t_start
 GiB = 2 ** 30
@@ -33,7 +33,8 @@ GiB = 2 ** 30
 
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", required=True, choices=["sd15", "sdxl", "flux"])
+    ap.add_argument("--arch", required=True, choices=["sd15", "sdxl", "flux", "sd2", "sd3", "sd35m", "sd35l", "chroma",
+                                                      "lumina2", "hunyuan21", "anima"])
     ap.add_argument("--impl", choices=["diffusers", "sd-scripts"], default="diffusers")
     ap.add_argument("--sdscripts", help="sd-scripts checkout to import the model classes from (with --impl sd-scripts)")
     ap.add_argument("--res", type=int, default=512, help="square resolution in pixels")
@@ -49,12 +50,18 @@ def parse(argv=None):
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--opt", action="store_true", help="also run AdamW.step() on the LoRA parameters")
     ap.add_argument("--steps", type=int, default=1, help="with --opt: training steps to trace (2 = steady state)")
-    ap.add_argument("--t5", type=int, default=512, help="T5 tokens (FLUX)")
+    ap.add_argument("--t5", type=int, default=None,
+                    help="text tokens (FLUX/Chroma/SD3 T5, Lumina Gemma2, ...; default: the trainer's default length)")
     args = ap.parse_args(argv)
     if args.precision == "amp" and args.device == "meta":
         ap.error("meta tensors bypass autocast: --precision amp needs --device fake")
     if args.cpu_offload_ckpt:
         args.ckpt = True
+    if args.impl == "diffusers" and args.arch not in ("sd15", "sdxl", "flux"):
+        ap.error(f"{args.arch} is traced from sd-scripts' classes only: --impl sd-scripts")
+    if args.t5 is None:
+        import configs
+        args.t5 = configs.TEXT_TOKENS.get(args.arch, 512)
     return args
 
 
@@ -88,7 +95,9 @@ def main(argv=None) -> int:
         import sdscripts_import
         sd_commit = sdscripts_import.add_checkout(args.sdscripts)["commit"]
 
-    with mode_ctx:
+    # Real copies of masks and lengths, for the models that read them back (see ShadowInts).
+    shadow_ctx = ShadowInts() if args.device == "fake" else contextlib.nullcontext()
+    with mode_ctx, shadow_ctx:
         if args.device == "fake":
             for m in setup.modules:
                 m.to_empty(device="cpu")

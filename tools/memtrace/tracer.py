@@ -180,3 +180,75 @@ def install_attn_flag(tracker: LiveMem, flash_on_meta: bool = False, calls: list
     F.scaled_dot_product_attention = sdpa
     torch.nn.functional.scaled_dot_product_attention = sdpa
     return orig
+
+
+class ShadowInts(TorchDispatchMode):
+    """Keep a real copy beside every integer/boolean fake tensor whose inputs are all known.
+
+    Some sd-scripts models read sequence lengths back from their masks (`.item()`, `.tolist()`,
+    slicing by a 0-d tensor); fake tensors have no data, so those reads would fail.  Masks, ids and
+    lengths are small and never float: this mode recomputes every op whose tensor inputs all have a
+    real copy (factory ops have none) on the real copies, with every mode switched off so nothing is
+    counted, and answers `_local_scalar_dense` (what `.item()`, `bool()` and `__index__` dispatch) and
+    `tolist()` from the copy.  Float tensors stay fake: their values never decide a shape here.
+    """
+
+    LIMIT = 1 << 24
+
+    def __init__(self):
+        super().__init__()
+        self.real = WeakIdKeyDictionary()
+        self._orig_tolist = None
+
+    @staticmethod
+    def _is_fake(t) -> bool:
+        from torch._subclasses.fake_tensor import FakeTensor
+        return isinstance(t, FakeTensor)
+
+    def _has(self, t) -> bool:
+        # A real tensor (a constant such as the True of `mask[:n] = True`) is its own copy.
+        return isinstance(t, torch.Tensor) and (not self._is_fake(t) or t in self.real)
+
+    def _real(self, t):
+        return self.real[t] if self._is_fake(t) else t
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        from torch.utils._python_dispatch import _disable_current_modes
+        if func is torch.ops.aten._local_scalar_dense.default and self._is_fake(args[0]) and args[0] in self.real:
+            with _disable_current_modes():
+                return self.real[args[0]].item()
+        out = func(*args, **kwargs)
+        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        if not outs or any(t.dtype.is_floating_point or t.dtype.is_complex or t.numel() > self.LIMIT for t in outs):
+            return out
+        flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        if not all(self._has(t) for t in flat):
+            return out
+        from torch.utils._pytree import tree_map
+        r_args, r_kwargs = tree_map(lambda t: self._real(t) if isinstance(t, torch.Tensor) else t, (args, kwargs))
+        with _disable_current_modes():
+            r_out = func(*r_args, **r_kwargs)
+        for f, r in zip(tree_flatten(out)[0], tree_flatten(r_out)[0]):
+            if isinstance(f, torch.Tensor) and isinstance(r, torch.Tensor):
+                self.real[f] = r
+        return out
+
+    def __enter__(self):
+        orig = torch.Tensor.tolist
+        mode = self
+
+        def tolist(t):
+            if t in mode.real:
+                from torch.utils._python_dispatch import _disable_current_modes
+                with _disable_current_modes():
+                    return mode.real[t].tolist()
+            return orig(t)
+
+        self._orig_tolist = orig
+        torch.Tensor.tolist = tolist
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self._orig_tolist
+        return super().__exit__(*exc)

@@ -1,0 +1,160 @@
+"""Trainable parameters of a LyCORIS network (`network_module = "lycoris.kohya"`), per algorithm.
+
+The layers LyCORIS' default preset wraps in each family are listed in `data/lycoris_targets.json`
+(tools/memtrace/lycoris_targets.py, from the models on the meta device). Each algorithm's size per
+wrapped layer follows from its published structure, for a layer in -> out with a k x k kernel
+(k = 1 for a Linear); r is network_dim for Linears and 1x1 convs, conv_dim (default network_dim) for
+larger kernels:
+
+* lora / locon / dylora: a down (in*k*k -> r) and an up (r -> out) projection: r*(in*k^2 + out);
+  with a Tucker core (use_tucker / use_cp) for k > 1: r*in + r^2*k^2 + r*out.
+* loha: the Hadamard product of two such low-rank pairs: 2*r*(in*k^2 + out) (Tucker: 2*(r^2*k^2 +
+  r*in + r*out)).
+* lokr: the Kronecker product of w1 (out_l x in_m) and w2 (out_k x in_n*k^2), where out = out_l*out_k
+  and in = in_m*in_n are split by `factor` (default -1: the divisor pair with the smallest sum, the
+  smaller one first). w2 is itself a rank-r pair (r*out_k + r*in_n*k^2) unless r >= max(out_k, in_n)/2
+  or full_matrix; w1 is a pair only with decompose_both (and r < max(out_l, in_m)/2).
+* ia3: one learned scale per output feature: out.
+* full: the wrapped weights themselves: in*out*k^2 (+ out for a bias).
+* dora_wd adds one magnitude per output feature.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+_DATA = Path(__file__).resolve().parent.parent / "data" / "lycoris_targets.json"
+
+ALGOS = ("lora", "locon", "loha", "lokr", "ia3", "dylora", "full")
+
+
+@lru_cache(maxsize=None)
+def targets() -> dict[str, Any]:
+    with open(_DATA, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
+    """(m, n) with m * n = dimension and m <= n: m = factor when it divides, else the divisor
+    pair with the smallest sum whose smaller member does not exceed factor (any, for -1)."""
+    if factor > 0 and dimension % factor == 0:
+        m, n = factor, dimension // factor
+        return (n, m) if m > n else (m, n)
+    limit = dimension if factor < 0 else factor
+    m, n = 1, dimension
+    while m < n:
+        cand = m + 1
+        while dimension % cand:
+            cand += 1
+        if cand + dimension // cand > m + n or cand > limit:
+            break
+        m, n = cand, dimension // cand
+    return (n, m) if m > n else (m, n)
+
+
+@dataclass(frozen=True)
+class Options:
+    algo: str = "lora"
+    rank: int = 4
+    conv_rank: int = 4
+    factor: int = -1
+    tucker: bool = False
+    decompose_both: bool = False
+    full_matrix: bool = False
+    dora: bool = False
+
+
+def layer_params(n_in: int, n_out: int, k: int, o: Options) -> int:
+    r = o.rank if k == 1 else o.conv_rank
+    if r <= 0 and o.algo not in ("ia3", "full"):
+        return 0
+    kk = k * k
+    tucker = o.tucker and k > 1
+    if o.algo in ("lora", "locon", "dylora"):
+        n = r * n_in + r * r * kk + r * n_out if tucker else r * (n_in * kk + n_out)
+    elif o.algo == "loha":
+        n = 2 * (r * r * kk + r * n_in + r * n_out) if tucker else 2 * r * (n_in * kk + n_out)
+    elif o.algo == "lokr":
+        out_l, out_k = factorization(n_out, o.factor)
+        in_m, in_n = factorization(n_in, o.factor)
+        if o.decompose_both and r < max(out_l, in_m) / 2 and not o.full_matrix:
+            w1 = r * (out_l + in_m)
+        else:
+            w1 = out_l * in_m
+        if r >= max(out_k, in_n) / 2 or o.full_matrix:
+            w2 = out_k * in_n * kk
+        elif tucker:
+            w2 = r * out_k + r * in_n + r * r * kk
+        else:
+            w2 = r * out_k + r * in_n * kk
+        n = w1 + w2
+    elif o.algo == "ia3":
+        n = n_out
+    elif o.algo == "full":
+        n = n_in * n_out * kk + n_out
+    else:
+        n = r * (n_in * kk + n_out)
+    return n + (n_out if o.dora and o.algo not in ("ia3", "full") else 0)
+
+
+def _bool(v: str | None) -> bool:
+    return str(v).strip().lower() in ("true", "1", "yes")
+
+
+def _int(v: str | None, default: int) -> int:
+    try:
+        return int(float(v)) if v is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def options(rank: int, net_args: dict[str, str]) -> Options:
+    algo = (net_args.get("algo") or "lora").strip().lower()
+    return Options(
+        algo=algo, rank=rank, conv_rank=_int(net_args.get("conv_dim"), rank) or rank,
+        factor=_int(net_args.get("factor"), -1),
+        tucker=any(_bool(net_args.get(k)) for k in ("use_tucker", "use_cp", "use_conv_cp"))
+        or (net_args.get("disable_conv_cp") is not None and not _bool(net_args.get("disable_conv_cp"))),
+        decompose_both=_bool(net_args.get("decompose_both")),
+        full_matrix=_bool(net_args.get("full_matrix")) or (algo == "lokr" and rank >= 10000),
+        dora=_bool(net_args.get("dora_wd")),
+    )
+
+
+@dataclass
+class Count:
+    by_component: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    known: bool = True
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_component.values())
+
+
+def count(family_name: str, rank: int, net_args: dict[str, str], *, train_unet: bool,
+          train_te: bool) -> Count:
+    """LyCORIS' trainable parameters for a family, or known=False when the family's layers
+    are not in lycoris_targets.json."""
+    arch = targets()["archs"].get(family_name)
+    out = Count()
+    if arch is None or not arch.get("unet"):
+        out.known = False
+        return out
+    o = options(rank, net_args)
+    if o.algo not in ALGOS:
+        out.notes.append(f"LyCORIS algo {o.algo!r} is not modelled; counted as LoCon of the same ranks")
+        o = Options("locon", o.rank, o.conv_rank)
+    if net_args.get("preset") not in (None, "full"):
+        out.notes.append(f"LyCORIS preset {net_args.get('preset')!r} is not modelled; counted with the default "
+                         f"preset's layers (full)")
+    if train_unet:
+        out.by_component["denoiser"] = sum(layer_params(a, b, k, o) * n for a, b, k, n, _kind in arch["unet"])
+    if train_te and arch.get("text_encoder"):
+        out.by_component["text_encoders"] = sum(
+            layer_params(a, b, k, o) * n for a, b, k, n, _kind in arch["text_encoder"])
+    return out
