@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kohya_tuner.config_io import atomic_write
+from kohya_tuner.run import durable
 
 # How an attempt ended: cpu_oom is host RAM (the kernel's OOM killer or an allocator error on
 # the CPU side), oom the GPU's.
@@ -164,12 +165,16 @@ class Journal:
     def append(self, record: AttemptRecord) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         line = json.dumps(record.to_json(), ensure_ascii=False, default=str)
-        with open(self.attempts_path, "a", encoding="utf-8", newline="\n") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        durable.with_room(self.out, lambda: durable.append_line(self.attempts_path, line))
+        durable.clear_pending(self.out, record.attempt)
 
     def attempts(self) -> list[AttemptRecord]:
+        """Every attempt, including one whose final line never got written (its pending
+        record: the supervisor was killed, or stopped by a second signal)."""
+        out = self._journaled()
+        return out + durable.pending_records(self.out, {a.attempt for a in out}, AttemptRecord.from_json)
+
+    def _journaled(self) -> list[AttemptRecord]:
         if not self.attempts_path.is_file():
             return []
         out = []
@@ -191,7 +196,8 @@ class Journal:
     # -- outcome --
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write(self.summary_path, json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n")
+        text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
+        durable.with_room(self.out, lambda: atomic_write(self.summary_path, text))
 
     def read_summary(self) -> dict[str, Any] | None:
         try:
@@ -200,7 +206,7 @@ class Journal:
             return None
 
     def write_report(self, html: str) -> None:
-        atomic_write(self.report_path, html)
+        durable.with_room(self.out, lambda: atomic_write(self.report_path, html))
 
 
 def known_states(attempts: list[AttemptRecord]) -> list[StateRecord]:

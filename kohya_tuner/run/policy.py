@@ -70,6 +70,8 @@ class AttemptFacts:
     killed: bool = False  # SIGKILL without traceback: the kernel's OOM killer (host RAM)
     final_model: str | None = None
     hang_minutes: float | None = None
+    # Supervision itself failed (the log could not be written): the trainer was stopped.
+    failure: str | None = None
 
 
 @dataclass
@@ -229,6 +231,10 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     outcome = _get(diagnosis, "outcome")
     phase = _get(diagnosis, "phase")
     error_kind = _get(_get(diagnosis, "error"), "kind")
+    if facts.failure:
+        return Stop(f"{facts.failure}; the saved states are kept",
+                    advice=("Free some space (or fix the folder), then `kohya-tuner run --continue` resumes from "
+                            "the newest state.",))
     if facts.interrupted:
         return Stop("interrupted; the saved states are kept", status="interrupted")
     if facts.exit_status == 0 and facts.final_model and Path(facts.final_model).name:

@@ -40,9 +40,10 @@ def fill(disk: Path, leave: int = 0) -> None:
         try:
             while True:
                 st = os.statvfs(disk)
-                if st.f_bavail * st.f_frsize <= leave:
+                free = st.f_bavail * st.f_frsize
+                if free <= leave:
                     break
-                fh.write(b"\0" * 4096)
+                fh.write(b"\0" * max(4096, min(1 << 20, (free - leave) // 2)))
                 fh.flush()
         except OSError:
             pass
