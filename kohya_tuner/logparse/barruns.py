@@ -90,12 +90,16 @@ class BarRuns:
             self._summarise_run(out)
 
     def _start_bar_run(self, out: list[Event]) -> None:
+        # What a bar ends (an open record, OOM message, traceback) is ended once the run's lines
+        # prove to be bars (_fold): a line that only looks like one must not end them.
+        self._run_open = True
+
+    def _bars_begin(self, out: list[Event]) -> None:
         # What a bar line ends, as in _physical.
         self._flush_rich(out)
         self._flush_oom(out)
         if self._tb is not None:
             self._suspend_traceback(out)
-        self._run_open = True
 
     def _summarise_run(self, out: list[Event]) -> None:
         """Fold the pending candidate lines of the current run into its summary."""
@@ -165,6 +169,7 @@ class BarRuns:
                 return
             a, b = int(fm.group(1)), int(lm.group(1))
             top, top_line = (b, last) if b >= a else (a, first)
+        self._bars_begin(out)
         if self._run_max is None or top > self._run_max[0]:
             self._run_max = (top, top_line)
         self._run_last = last

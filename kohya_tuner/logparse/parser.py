@@ -78,6 +78,7 @@ class LogParser(BarRuns):
         self._family_strength = 1 << 30
         self._wrapper: str | None = None
         self._name_lines = _NAME_LINES
+        self._last_source: str | None = None
         self._nan_reported = False
         self._zero_steps: set[int] = set()
         self._zero_reported = False
@@ -220,6 +221,7 @@ class LogParser(BarRuns):
         if pm:
             width = line_width - P.RICH_MESSAGE_COLUMN - len(pm.group(1)) - 1
             body = body[: pm.start()]
+            self._source_file(pm.group(1), out)
         self._rich = _RichRecord(level, body, width if width and width > 0 else None, line_width)
 
     def _flush_rich(self, out: list[Event]) -> None:
@@ -560,6 +562,14 @@ class LogParser(BarRuns):
         self._nan_reported = False
         self._zero_steps.clear()
         self._zero_reported = False
+
+    def _source_file(self, where: str, out: list[Event]) -> None:
+        """Rich's right-hand column names the file that logged (`sdxl_train.py:761`): a name
+        too, looked at once per file."""
+        name = where.rsplit(":", 1)[0]
+        if name != self._last_source:
+            self._last_source = name
+            self._names(name, name.lower(), out)
 
     def _names(self, s: str, low: str, out: list[Event]) -> None:
         """The wrapper and the model family a line names (frames.toml)."""
