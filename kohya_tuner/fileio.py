@@ -98,6 +98,9 @@ def write_new(path: str | os.PathLike, text: str, force: bool = False, *, execut
     backup = None
     if p.is_dir():
         raise UserError(f"{p} is a directory; cannot write a file there.")
+    if p.exists() and not p.is_file():
+        # Renaming over /dev/null or a named pipe would replace it for every program.
+        raise UserError(f"{p} is not a regular file (a device or a pipe); cannot write a file there.")
     if os.path.lexists(p):
         try:
             if p.read_text(encoding="utf-8") == text:

@@ -112,7 +112,8 @@ def write(files: PlanFiles, out_dir: Path, force: bool = False) -> Written:
     out_dir = Path(out_dir)
     paths = files.paths(out_dir)
     if not force:
-        clash = [p for name, p in paths.items() if p.exists() and p.read_bytes() != files.texts[name].encode()]
+        clash = [p for name, p in paths.items()
+                 if p.exists() and (not p.is_file() or p.read_bytes() != files.texts[name].encode())]
         if clash:
             names = ", ".join(str(p) for p in clash)
             raise UserError(f"{names} already exist{'s' if len(clash) == 1 else ''}; kohya-tuner never overwrites "

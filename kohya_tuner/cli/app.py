@@ -112,6 +112,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         return _report_error(exc.message.rstrip(".") + ".", f"`{exc.prog} --help` lists the options.", want_json)
     except UserError as exc:
         return _report_error(exc.message, exc.hint, want_json)
+    except OSError as exc:
+        # The filesystem refusing a path the user gave (a name too long, a device gone):
+        # their input or their machine, said in one line rather than a traceback.
+        from kohya_tuner.fileio import why
+
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        return _report_error(f"{where}{why(exc)}.", None, want_json)
     except KeyboardInterrupt:
         sys.stderr.write("Interrupted.\n")
         return 130

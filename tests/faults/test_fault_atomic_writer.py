@@ -134,3 +134,11 @@ def test_config_into_a_read_only_folder_exits_2_and_changes_nothing(tmp_path, ma
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert "read-only" in res.output
     assert _listing(folder) == {"config.toml": b"mine = true\n"}
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="POSIX device")
+def test_a_device_is_never_replaced_even_with_force():
+    """Renaming a temporary file over /dev/null (root may) would break the machine."""
+    with pytest.raises(UserError, match="not a regular file"):
+        fileio.write_new("/dev/null", "x = 1\n", force=True)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
