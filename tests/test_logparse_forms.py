@@ -294,3 +294,24 @@ def test_coalescing_folds_a_run_of_updates_into_the_highest_and_the_last():
     # The first update is read alone (it tells the parser which bar this is); the rest fold.
     assert [(b.step, b.loss) for b in bars] == [(1, 0.01), (79, 0.79)]
     assert not of(events, Failure) and not of(events, Oom)
+
+
+def test_advice_and_diagnosis_do_not_import_each_other():
+    import ast
+    from pathlib import Path
+
+    import kohya_tuner.logparse as pkg
+
+    def imports(name):
+        tree = ast.parse((Path(pkg.__file__).parent / f"{name}.py").read_text(encoding="utf-8"))
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        return found
+
+    assert "kohya_tuner.logparse.diagnosis" not in imports("advice")
+    assert "kohya_tuner.logparse.advice" in imports("diagnosis")
+    assert "kohya_tuner.logparse.diagnosis" not in imports("result")
