@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+from tests.refdata import REPO, SHARED, shared_path  # noqa: F401 - re-exported for older imports
 
 
 @pytest.fixture(autouse=True)
@@ -16,10 +15,3 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KOHYA_TUNER_HOME", str(home))
     monkeypatch.delenv("KOHYA_SD_SCRIPTS", raising=False)
     yield
-
-
-def shared_path(*parts: str) -> Path:
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"reference data {path} is not present")
-    return path

@@ -9,7 +9,7 @@ import toml
 from kohya_tuner import config_io, schema
 from kohya_tuner.errors import UserError
 
-from conftest import shared_path
+from tests.refdata import shared_path
 
 
 def test_sd_scripts_toml_is_flattened_like_sd_scripts(tmp_path):

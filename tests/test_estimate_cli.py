@@ -11,7 +11,7 @@ import pytest
 from tests.clihelp import invoke as _invoke_cli
 
 from kohya_tuner.memory import budget_gib
-from conftest import shared_path
+from tests.refdata import shared_path
 
 REAL = ["01_kohya-ss_sd-scripts_648.toml", "05_bmaltais_kohya_ss_156.sh", "09_cocktailpeanut_fluxgym_360.sh",
         "11_bmaltais_kohya_ss_1184.json"]

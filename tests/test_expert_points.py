@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import toml
 
-from conftest import shared_path
+from tests.refdata import shared_path
 from kohya_tuner import config_io, gpu, ladder, planfiles, planning, presets, schema
 from kohya_tuner.families import FAMILIES, get_family
 from kohya_tuner.memory import budget_gib, estimate

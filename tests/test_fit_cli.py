@@ -8,7 +8,7 @@ import pytest
 import toml
 from tests.clihelp import invoke as _invoke_cli
 
-from conftest import shared_path
+from tests.refdata import shared_path
 from kohya_tuner import config_io, schema
 from kohya_tuner.memory import budget_gib, estimate
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import shared_path
+from tests.refdata import shared_path
 from kohya_tuner.logparse import (
     Exited, Failure, Finished, LogParser, ModelFamily, Oom, Progress, Resumed, Saved, TotalSteps, Wrapper, diagnose,
     is_oom, parse_text,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fill
+from tests.faults.conftest import fill
 from kohya_tuner import fileio, planfiles, presets
 from kohya_tuner.errors import UserError
 

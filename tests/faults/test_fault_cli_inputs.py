@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from conftest import fill
+from tests.faults.conftest import fill
 from kohya_tuner.errors import UserError
 from tests.clihelp import invoke
 

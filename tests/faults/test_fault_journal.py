@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import fill
+from tests.faults.conftest import fill
 from kohya_tuner.run import durable
 from kohya_tuner.run.journal import AttemptRecord, Journal, StateRecord
 

@@ -65,7 +65,7 @@ def test_log_write_failure_stops_the_trainer_with_a_reason(tmp_path):
 
 
 def test_log_on_a_disk_that_fills_mid_run(tmp_path, tiny_disk):
-    from conftest import fill
+    from tests.faults.conftest import fill
 
     pids = []
     log = tiny_disk / "attempt-1.log"

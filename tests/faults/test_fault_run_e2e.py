@@ -160,7 +160,7 @@ def test_a_disk_that_fills_mid_run_ends_it_with_the_reason(tmp_path, inputs, tin
                       _env(tmp_path, STANDIN_STEP_SECONDS="0.2"))
         try:
             _wait_for_state(events, proc)
-            from conftest import fill
+            from tests.faults.conftest import fill
 
             fill(big, leave=0)
             stdout, stderr = proc.communicate(timeout=120)
