@@ -17,9 +17,11 @@ def continuation_preview(journal: Journal, settings: RunSettings, action: Retry,
 
     attempt = journal.next_attempt_number()
     cfg_path = journal.config_path(attempt)
-    config = probe_config(action.config, settings.probe_steps, settings.out_dir) if probe else action.config
+    total = settings.probe_steps if probe else settings.total_steps
+    config = probe_config(action.config, total, settings.out_dir) if probe else action.config
+    # As the loop builds it (run/loop.py, Supervisor._attempt), so the preview is the command.
     run_config = attempt_config(config, resume_from=action.resume_from, resume_step=action.start_step,
-                                stored_step=None)
+                                total_steps=total, attempt=None if probe else attempt)
     argv, env = command_for(settings, cfg_path, run_config)
     return {
         "dry_run": True, "continue": str(settings.out_dir), "attempt": attempt, "reason": action.reason,
