@@ -18,6 +18,10 @@ from kohya_tuner.logparse.records import MAX_LINE
 
 # Bar updates a coalescing parser must look at one by one: a loss that is NaN, infinite or 0.
 _ZERO_LOSS_RE = re.compile(r"loss=-?0(?:\.0*)?(?:[,\]]|e)")
+# A bar description no line starts with (no bar seen yet).
+_NEVER = "\x00\x00"
+# First characters that make clean() look for another prefix.
+_CLEANED_ON = frozenset("[0123456789")
 # FluxGym's prefix of every line, one of the forms clean() strips.
 _TOOL_PREFIX_RE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] (?:\[INFO\] )?")
 
@@ -57,42 +61,41 @@ class BarRuns:
         self._append(parts[-1])
 
     def _coalesced(self, lines: list[str], out: list[Event]) -> None:
-        prefix = self._bar_prefix
+        prefix = self._bar_prefix or _NEVER
+        # A description that clean() would go on stripping cannot follow a tool's prefix here.
+        after_tool = prefix[:1] not in _CLEANED_ON
+        tool = _TOOL_PREFIX_RE.match
         run = self._run
         append = run.append
         for line in lines:
-            # The cheap test first: most lines of a long log are updates of the one bar.
-            if prefix is not None and line[-1:] == "]" and line.startswith(prefix) and len(line) < 1024:
-                if not self._run_open:
-                    self._start_bar_run(out)
-                append(line)
-                continue
+            # The cheap tests first: most lines of a long log are updates of the one bar, bare
+            # or behind FluxGym's "[time] [INFO] ".
+            if line[-1:] == "]" and len(line) < 1024:
+                if line.startswith(prefix):
+                    self._run_open = True
+                    append(line)
+                    continue
+                if after_tool and line[:1] == "[":
+                    m = tool(line)
+                    if m and line.startswith(prefix, m.end()) and "\x1b" not in line and "[0m" not in line:
+                        self._run_open = True
+                        append(line[m.end():])  # what clean() leaves of it
+                        continue
             if len(line) > MAX_LINE:
                 line = line[:MAX_LINE]
             if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
-                # Another tool's prefix (FluxGym's "[time] [INFO]") before every bar update.
-                m = _TOOL_PREFIX_RE.match(line)
-                rest = line[m.end():] if m else ""
-                if rest and rest[0] != "[" and not rest[0].isdigit() and "\x1b" not in line and "[0m" not in line:
-                    line = rest  # what clean() leaves of it, at a third of the cost
-                else:
-                    line = P.clean(line)
-                if prefix is not None and line[-1:] == "]" and line.startswith(prefix) and len(line) < 1024:
-                    if not self._run_open:
-                        self._start_bar_run(out)
+                line = P.clean(line)
+                if line[-1:] == "]" and line.startswith(prefix) and len(line) < 1024:
+                    self._run_open = True
                     append(line)
                     continue
             if self._run_open:
                 self._end_bar_run(out)
             self._physical(line, out, cleaned=True)
-            prefix = self._bar_prefix
+            prefix = self._bar_prefix or _NEVER
+            after_tool = prefix[:1] not in _CLEANED_ON
         if run:
             self._summarise_run(out)
-
-    def _start_bar_run(self, out: list[Event]) -> None:
-        # What a bar ends (an open record, OOM message, traceback) is ended once the run's lines
-        # prove to be bars (_fold): a line that only looks like one must not end them.
-        self._run_open = True
 
     def _bars_begin(self, out: list[Event]) -> None:
         # What a bar line ends, as in _physical.
