@@ -14,6 +14,8 @@ from typing import Any
 
 from kohya_tuner.cli import plan_options
 from kohya_tuner.cli.argtypes import finite_float, int_range, positive_int
+from rich.markup import escape
+
 from kohya_tuner.cli.common import console, err_console, print_json, warn
 from kohya_tuner.errors import UserError
 
@@ -147,7 +149,7 @@ class LiveDisplay:
                           + (f", exit status {d['exit_status']}" if d.get("exit_status") not in (0, None) else ""))
             err = d.get("error") or {}
             if d["outcome"] not in ("success", "oom", "interrupted") and err.get("message"):
-                console.print(f"  [red]{err.get('kind', 'error')}:[/red] {err['message']}")
+                console.print(f"  [red]{err.get('kind', 'error')}:[/red] {escape(err['message'])}")
 
     def close(self) -> None:
         self._stop_bar()
@@ -158,7 +160,7 @@ def _print_outcome(summary: dict[str, Any]) -> None:
     colour = {"success": "green", "interrupted": "yellow"}.get(status, "red")
     console.print(f"\n[bold {colour}]{status.upper()}[/bold {colour}]: {summary['reason']}")
     for a in summary.get("advice") or []:
-        console.print(f"  {a}")
+        console.print(f"  {escape(a)}")
     if summary.get("lora"):
         console.print(f"  LoRA: [bold]{summary['lora']}[/bold]")
     console.print(f"  attempts: {summary['attempts']} ({summary['failed_attempts']} failed), time lost to failures: "
