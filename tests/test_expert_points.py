@@ -270,8 +270,6 @@ def test_gui_json_family_from_flags_is_no_guess(tmp_path):
     assert loaded.family.name == "sdxl" and "'xl'" in loaded.assumptions[0]
 
 
-@pytest.mark.xfail(strict=True, reason="estimate does not yet merge LoadedConfig.assumptions into its Assumed list "
-                                      "(cmd_estimate wiring); drop this marker when it does")
 def test_estimate_cli_puts_the_guess_in_assumptions():
     from tests.clihelp import invoke
 

@@ -74,7 +74,8 @@ def resolve_gpu(gpu: str | None) -> tuple[GpuChoice | None, str | None]:
     return choice, (choice.info.name if choice.info else None)
 
 
-def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: float = 0.0) -> None:
+def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: float = 0.0,
+                    assumptions: list[str] | None = None, cautions: list[str] = ()) -> None:
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
@@ -117,9 +118,12 @@ def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: flo
         console.print(f"On your {gpu_gb} GB card: budget {b:.2f} GiB"
                       + (f" (after {others_gib:.2f} GiB held by other processes)" if others_gib else "")
                       + f" — {verdict}.")
-    if est.assumptions:
+    for c in cautions:
+        console.print(Text.assemble(("caution: ", "bold yellow"), c))
+    assumptions = list(est.assumptions) if assumptions is None else assumptions
+    if assumptions:
         console.print("[bold]Assumed[/bold] (the input left these unsaid):")
-        for line in est.assumptions:
+        for line in assumptions:
             console.print(f"  • {line}", soft_wrap=True, markup=False)
 
 
@@ -148,8 +152,21 @@ def run(args: argparse.Namespace) -> int:
     hist = [] if args.no_history or not gpu_name else history.load()
     est = estimate(loaded.config, family, dataset=ds, gpus=args.gpus, history=hist, gpu_name=gpu_name)
     others = choice.others_gib if choice else 0.0
+    # What the reader guessed (a family read from a truncated GUI file) comes first: it
+    # changes everything below it.
+    assumptions = list(getattr(loaded, "assumptions", []) or []) + list(est.assumptions)
+    cautions: list[str] = []
+    if choice is not None:
+        from kohya_tuner.ladder import cautions as budget_cautions
+
+        budget = budget_gib(choice.gb, other_processes_gib=others)
+        # Cautions are for a config that fits; one that does not gets the plain verdict.
+        if est.peak_gib <= budget:
+            cautions = budget_cautions(est.peak_gib, budget, choice.gb)
     if args.json:
         out = est.to_json()
+        out["assumptions"] = assumptions
+        out["cautions"] = cautions
         out["input"] = {"path": str(args.config), "format": loaded.fmt, "script": loaded.script, "notes": notes}
         if choice is not None:
             b = budget_gib(choice.gb, other_processes_gib=others)
@@ -158,5 +175,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for n in notes:
         warn(n)
-    render_estimate(est, gpu_gb=choice.gb if choice else None, others_gib=others)
+    render_estimate(est, gpu_gb=choice.gb if choice else None, others_gib=others, assumptions=assumptions,
+                    cautions=cautions)
     return 0

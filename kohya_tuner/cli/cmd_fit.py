@@ -159,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
             "out": str(written) if written else None,
             "dataset_out": str(dataset_written) if dataset_written else None,
             "input": {"path": str(config), "format": loaded.fmt, "script": loaded.script, "notes": notes},
-            "assumptions": list(result.after.assumptions),
+            "assumptions": list(getattr(loaded, "assumptions", []) or []) + list(result.after.assumptions),
+            "cautions": list(result.cautions),
         })
     else:
         for n in notes:
@@ -177,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
         if not result.resume_safe:
             console.print("[yellow]A state saved with the old config cannot be resumed under the new one "
                           "(rank, alpha, network_args, optimizer or text-encoder training changed).[/yellow]")
+        for c in result.cautions:
+            say(f"caution: {c}", "yellow")
+        for a in getattr(loaded, "assumptions", []) or []:
+            say(f"assumed: {a}")
         if written:
             say(f"Wrote {written}" + (f" and {dataset_written}" if dataset_written else "") + ".")
     if not result.fits:
