@@ -368,3 +368,24 @@ def test_a_new_family_refuses_another_familys_file_flag(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ---- logs ---------------------------------------------------------------------------------------
+
+
+def test_logs_name_anima_and_chroma():
+    """anima_train_network.py logs its DiT load; flux_train_network.py's loader logs "Building Chroma
+    model" after the script line, and the later evidence of equal strength names the family."""
+    from kohya_tuner.logparse.diagnosis import diagnose
+    from kohya_tuner.logparse.parser import parse_text
+
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity "
+           "of 11.76 GiB of which 1.00 MiB is free.\n")
+    anima = ("2026-01-01 12:00:00 INFO     Loading Anima DiT model with attn_mode=torch, split_attn: False...   "
+             "anima_train_network.py:107\n")
+    assert diagnose(parse_text(anima + oom)).family == "anima"
+    chroma = ('  File "/sd/flux_train_network.py", line 1, in <module>\n'
+              "2026-01-01 12:00:00 INFO     Building Chroma model                  flux_utils.py:150\n")
+    assert diagnose(parse_text(chroma + oom)).family == "chroma"
+    flux = '  File "/sd/flux_train_network.py", line 1, in <module>\n'
+    assert diagnose(parse_text(flux + oom)).family == "flux"
