@@ -105,6 +105,13 @@ def not_lora(script: str | None) -> str | None:
     return _rules_doc()["not_lora"].get(base)
 
 
+def _estimated_fine_tune(script: str) -> bool:
+    # Imported only for a script that is not LoRA: the memory package is heavy to import.
+    from kohya_tuner.memory.finetune import family_for
+
+    return family_for(script) is not None
+
+
 def not_lora_message(script: str) -> str:
     return (f"{script} is {not_lora(script)} (not LoRA): kohya-tuner checks, estimates and fits LoRA training "
             f"only (train_network.py, sdxl_train_network.py, flux_train_network.py, sd3_train_network.py).")
@@ -275,8 +282,6 @@ def check(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None
     """Everything the pinned sd-scripts would refuse (problems) or adjust (warnings) in
     `config` (one flat --config_file dict) and its dataset file, for `script`."""
     result = CheckResult(script)
-    from kohya_tuner.memory.finetune import family_for as _estimated_fine_tune
-
     if not_lora(script) and not _estimated_fine_tune(script):
         result.problems.append(Problem("script", not_lora_message(script), "error", ("script",),
                                        f"{script} (not a LoRA script)", "not_lora"))

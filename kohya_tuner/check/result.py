@@ -44,7 +44,7 @@ class CheckResult:
                 "warnings": [w.as_json() for w in self.warnings]}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
 
     def summary(self) -> str:
         """One sentence naming every problem, for an error paragraph."""

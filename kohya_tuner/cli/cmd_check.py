@@ -35,12 +35,8 @@ def _dataset(args: argparse.Namespace, named: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.text import Text
-
     from kohya_tuner import config_io
     from kohya_tuner.check import check, not_lora
-    from kohya_tuner.check.argschema import pinned_commit
-    from kohya_tuner.cli.common import console, print_json, warn
     from kohya_tuner.errors import UserError
 
     loaded = config_io.read_config(args.config, args.model)
@@ -51,8 +47,17 @@ def run(args: argparse.Namespace) -> int:
     dataset = None if not_lora(script) else _dataset(args, loaded.config.get("dataset_config"))
     result = check(loaded.config, script, dataset=dataset, complete=True, filesystem=True)
     if args.json:
-        print_json(result.to_dict())
+        import sys
+
+        # Written directly: a script reading this JSON should not wait for rich to import.
+        sys.stdout.write(result.to_json() + "\n")
+        sys.stdout.flush()
         return 0 if result.ok else 2
+    from rich.text import Text
+
+    from kohya_tuner.check.argschema import pinned_commit
+    from kohya_tuner.cli.common import console, warn
+
     for note in loaded.notes:
         warn(note)
     for w in result.warnings:
