@@ -91,6 +91,7 @@ EXAMPLES = {
     "dataset_config_overrides_folders": (SD, {"dataset_config": "d.toml", "train_data_dir": "img"}, {"dataset_config": "d.toml"}, None),
     "debug_dataset_does_not_train": (SD, {"debug_dataset": True}, {"debug_dataset": False}, None),
     "network_dim_default": (SD, {"network_dim": None}, {"network_dim": 8}, None),
+    "initial_step_overrides_resumed_step": (SD, {"resume": "state", "initial_step": 0}, {"resume": "state"}, None),
     "pretrained_model_required": (SD, {"pretrained_model_name_or_path": None}, {}, None),
     "network_module_required": (SD, {"network_module": None}, {}, None),
     "network_args_key_value": (SD, {"network_args": ["conv_dim"]}, {"network_args": ["conv_dim=4"]}, None),
