@@ -142,7 +142,7 @@ def record_config(r: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
         a.append(f"optimizer: {note}")
     for key, ck in (("gradient_checkpointing", "gradient_checkpointing"), ("cache_latents", "cache_latents"),
                     ("cache_text_encoder_outputs", "cache_text_encoder_outputs"), ("fp8_base", "fp8_base"),
-                    ("fp8_scaled", "fp8_scaled")):
+                    ("fp8_scaled", "fp8_scaled"), ("fp8_vl", "fp8_vl"), ("text_encoder_cpu", "text_encoder_cpu")):
         v = r.get(key)
         if v is None and key in UNSTATED:
             a.append(f"{key.replace('_', ' ')}: {UNSTATED[key]}")
@@ -187,7 +187,15 @@ def record_family(r: dict[str, Any], cfg: dict[str, Any], fam: str):
 
 def _gpu_gb(r: dict[str, Any]) -> float | None:
     m = re.search(r"(\d+)\s*GB", str(r.get("gpu") or ""))
-    return float(m.group(1)) if m else None
+    if m:
+        return float(m.group(1))
+    if KIND_OF.get(r.get("vram_kind", "")) == "measured" and r.get("vram_gb"):
+        # A figure measured on an unnamed card: the run happened on one at least that large; the
+        # smallest card size sold above the figure is the weakest such assumption.
+        from kohya_tuner.memory import GPU_SIZES
+
+        return float(next((g for g in GPU_SIZES if g > float(r["vram_gb"])), GPU_SIZES[-1]))
+    return None
 
 
 def make_feasible(cfg: dict[str, Any], family, r: dict[str, Any], assumed: list[str]) -> dict[str, Any]:
@@ -307,7 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra", default=str(DEFAULT_EXTRA),
                     help="more records in the same form (default benchmarks/data/vram_figures_extra.json; '' for none)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ap.add_argument("--prefer-impl", choices=["sd-scripts", "diffusers"], default=None,
+                    help="take the SD 1.5 / SD 2.x / SDXL activation lines from this traced implementation (to "
+                         "compare the two; the shipped choice is memory_coefficients.json's impl_preference)")
     args = ap.parse_args(argv)
+    if args.prefer_impl:
+        from kohya_tuner.memory import data
+
+        data.coefficients()["impl_preference"] = {a: args.prefer_impl for a in ("sd15", "sd2", "sdxl")}
+        data._lines.cache_clear()
     path = Path(args.reports)
     if not path.is_file():
         print(f"error: {path} not found (give the path to vram_reports.json)", file=sys.stderr)

@@ -193,11 +193,14 @@ def parse_command_line(text: str, model: str | None = None) -> LoadedConfig:
     notes: list[str] = []
     from kohya_tuner.check import not_lora
 
-    if not_lora(script_name):
+    from kohya_tuner.memory.finetune import family_for as fine_tune_family
+
+    fine_tune = fine_tune_family(script_name, None, model)
+    if not_lora(script_name) and fine_tune is None:
         # Not LoRA training: the check names it; nothing here is parsed as LoRA settings.
         return LoadedConfig({}, None, script_name, "command_line", None, [f"{script_name} is {not_lora(script_name)}"])
-    fam = family_for_script(script_name)
-    if model:
+    fam = fine_tune or family_for_script(script_name)
+    if model and fine_tune is None:
         fam = get_family(model)
     script = fam.script if fam else script_name
     try:
@@ -251,6 +254,8 @@ def parse_command_line(text: str, model: str | None = None) -> LoadedConfig:
             notes.append(f"--{name} {' '.join(values)!r} is not a valid {spec.type}; ignored")
     if fam is None:
         fam = _guess_family(config, script, model)
+    if fine_tune is not None:
+        fam = fine_tune_family(script_name, config, model)  # train_db.py / fine_tune.py --v2: SD 2.x
     return LoadedConfig(config, fam, script, "command_line", dataset_path, notes)
 
 
@@ -302,9 +307,20 @@ def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
         # The GUI's DreamBooth and fine-tuning tabs save the same form without any network settings.
         script = ("flux_train.py" if data.get("flux1_checkbox") else
                   "sdxl_train.py" if data.get("sdxl") or data.get("sdxl_checkbox") else "train_db.py")
-        return LoadedConfig({}, None, script, "kohya_gui_json", None,
-                            ["the kohya_ss file has no LoRA settings (LoRA_type, network_dim): a full fine-tune"])
-    if model:
+        from kohya_tuner.memory.finetune import family_for as fine_tune_family
+
+        fine_tune = fine_tune_family(script, {"v2": bool(data.get("v2"))}, model)
+        if fine_tune is None:
+            return LoadedConfig({}, None, script, "kohya_gui_json", None,
+                                ["the kohya_ss file has no LoRA settings (LoRA_type, network_dim): a full fine-tune"])
+        notes.append(f"the kohya_ss file has no LoRA settings (LoRA_type, network_dim): a full fine-tune ({script})")
+        model = None
+        data = {**data, "sdxl": False, "flux1_checkbox": False}
+    else:
+        fine_tune = None
+    if fine_tune is not None:
+        fam = fine_tune
+    elif model:
         fam = get_family(model)
     elif data.get("flux1_checkbox"):
         fam = FAMILIES["flux"]

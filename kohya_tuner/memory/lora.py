@@ -180,3 +180,21 @@ def flux_grad_input_weight_params() -> int:
         per = sum(r[0] * r[1] * r[2] for r in info["per_block"] if not str(r[4]).endswith("mod"))
         total += per * int(info["count"])
     return total
+
+
+def swapped_block_weight_params(family_name: str, layout: str, n: int) -> int:
+    """Weights block swap moves off the GPU for the families counted by
+    tools/memtrace/family_targets.py (their `blocks` entries): the Linear weights of n blocks
+    of one list ("uniform"), or of n//2 double and (n - n//2)*2 single blocks ("double_single"),
+    as the scripts' enable_block_swap split them."""
+    comps = lora_arch(family_name)["components"]
+    blocks = comps[lora_arch(family_name)["denoiser"]].get("blocks") or {}
+    if not blocks or n <= 0:
+        return 0
+    if layout == "double_single" and "double" in blocks and "single" in blocks:
+        d, si = blocks["double"], blocks["single"]
+        n_d, n_s = n // 2, (n - n // 2) * 2
+        return (min(n_d, int(d["count"])) * int(d["linear_weight_params_per_block"])
+                + min(n_s, int(si["count"])) * int(si["linear_weight_params_per_block"]))
+    only = next(iter(blocks.values()))
+    return min(n, int(only["count"])) * int(only["linear_weight_params_per_block"])

@@ -25,9 +25,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from kohya_tuner.families import Family
-from kohya_tuner.memory import data
+from kohya_tuner.memory import data, finetune, lycoris
 from kohya_tuner.memory.lora import count as lora_count
-from kohya_tuner.memory.lora import flux_block_weight_params, flux_grad_input_weight_params
+from kohya_tuner.memory.lora import flux_block_weight_params, flux_grad_input_weight_params, swapped_block_weight_params
 from kohya_tuner.memory.setup import BYTES, Setup, resolve
 from kohya_tuner.optimizers import state_bytes_per_param
 
@@ -139,12 +139,25 @@ def _te_weight_gib(name: str, params: int, dtype: str) -> float:
     is fp8 (nn.Embedding has no fp8 kernels)."""
     if dtype != "fp8":
         return params * BYTES[dtype] / GIB
-    emb = TE_DIMS.get(name, (0, 0, 0, 0, 0))[4]
+    emb = data.te_dims(name)[4]
     return ((params - emb) * 1.0 + emb * 2.0) / GIB
 
 
+def _te_tokens(s: Setup, name: str) -> tuple[int, int]:
+    """(sequence length, sequences per sample) a text encoder runs on: the CLIPs of the U-Net
+    families encode 77-token chunks (three for max_token_length 225); the others the trainer's
+    text length."""
+    if s.facts is not None and s.facts.tokens == "latent":
+        return 77, s.te_chunks
+    if name in ("clip_l", "clip_g"):
+        return 77, 1
+    if name == "byt5":
+        return 128, 1
+    return max(1, s.t5_tokens), 1
+
+
 def _te_activation_gib(name: str, tokens: int, batch: int, *, trained: bool, ckpt: bool) -> float:
-    d, ff, layers, heads, _ = TE_DIMS.get(name, (768, 3072, 12, 12, 0))
+    d, ff, layers, heads, _ = data.te_dims(name)
     # Per layer and token: what a transformer layer saves for backward in 16-bit (q, k, v,
     # attention output, projections, two norms, MLP input/hidden/activation) plus the fp32
     # attention probabilities of eager attention.
@@ -204,7 +217,20 @@ def _note_impl(line: data.ActivationLine, notes: list[str]) -> None:
 
 
 def _plain_line(s: Setup, ckpt: bool, notes: list[str], fp8: bool) -> tuple[float, float]:
-    arch = s.family.name
+    proxy = s.family.activation_proxy
+    if proxy and not any(data.activation_line(s.family.name, "amp", k, False) for k in (True, False)):
+        # Not traced yet: the proxy family's line per token, scaled by width x depth.
+        arch, scale = proxy
+        msg = (f"{s.family.label} activations are not traced yet: {arch}'s traced line per token scaled by "
+               f"{scale:.2f} (hidden width x blocks) stands in; expect tens of per cent error")
+        if msg not in notes:
+            notes.append(msg)
+        slope, intercept = _arch_line(s, ckpt, notes, fp8, arch)
+        return slope * scale, intercept * scale
+    return _arch_line(s, ckpt, notes, fp8, s.family.name)
+
+
+def _arch_line(s: Setup, ckpt: bool, notes: list[str], fp8: bool, arch: str) -> tuple[float, float]:
     if s.mixed_precision == "no":
         # fp32 training: every saved tensor is twice its bf16 size (the bf16 rows were traced
         # without autocast, i.e. with all tensors in one dtype).
@@ -264,8 +290,10 @@ def _vae_gib(elems_per_pixel: int, s: Setup, batch: int) -> float:
 
 
 def _swapped_weight_params(s: Setup) -> int:
-    if s.family.name != "flux" or not s.blocks_to_swap:
+    if not s.blocks_to_swap:
         return 0
+    if s.family.name != "flux":
+        return swapped_block_weight_params(s.family.name, s.family.swap_layout, s.blocks_to_swap)
     d, si, n_d, n_s = flux_block_weight_params()
     n_double = s.blocks_to_swap // 2
     n_single = (s.blocks_to_swap - n_double) * 2
@@ -274,7 +302,7 @@ def _swapped_weight_params(s: Setup) -> int:
 
 def _workspaces(s: Setup, batch: int) -> float:
     ws = CUBLAS_WORKSPACE_GIB
-    if s.family.name != "flux":
+    if (s.facts or data.family_facts(s.family.name)).convolutional:
         ws += min(CUDNN_WORKSPACE_CAP_GIB, CUDNN_WORKSPACE_GIB_PER_MPIX * batch * s.area / 1e6)
     return ws
 
@@ -299,17 +327,44 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
     tes = fam.text_encoders
     vae = fam.vae
 
-    lc = lora_count(fam.name, rank=s.rank, conv_rank=s.conv_rank, net_args=s.network_args,
-                    train_unet=s.train_unet, te_trained=s.te_trained)
-    notes.extend(lc.notes)
-    n_lora = lc.total
+    full = s.mode == "full"
     lora_b = BYTES[s.lora_dtype]
-    lora_gib = n_lora * lora_b / GIB
-    grads_gib = n_lora * lora_b / GIB * (2 if s.gpus > 1 else 1)
-    opt_gib = n_lora * state_bytes_per_param(s.optimizer, lora_b, s.rank, lc.typical_width) / GIB
+    grad_note = ""
+    if full:
+        # Every weight of the trained models trains: they are kept in the master dtype (fp32
+        # unless full_bf16 / full_fp16 cast them), with a gradient and optimizer states each.
+        n_lora = (diff.params if s.train_unet else 0) + sum(
+            te.params for te, t in zip(tes, s.te_trained) if t)
+        lora_gib = 0.0
+        live, grad_note = finetune.gradient_params(fam.name, n_lora, fused_backward=s.fused_backward,
+                                                   groups=s.fused_groups)
+        grads_gib = live * lora_b / GIB * (2 if s.gpus > 1 else 1)
+        width = 3072 if fam.latent_downscale > 8 else 1280
+        opt_gib = n_lora * state_bytes_per_param(s.optimizer, lora_b, width, width) / GIB
+        if s.optimizer.spec.factored and s.train_unet:
+            opt_gib += finetune.conv3x3_params(fam.name) * s.optimizer.spec.factored * 4.0 * (2 / 3) / GIB
+        notes.append(f"full fine-tune ({fam.script}): activations counted with the traced LoRA step of the same "
+                     f"model; layers a LoRA does not wrap keep a little more for their weight gradients")
+    else:
+        lc = lora_count(fam.name, rank=s.rank, conv_rank=s.conv_rank, net_args=s.network_args,
+                        train_unet=s.train_unet, te_trained=s.te_trained)
+        notes.extend(lc.notes)
+        n_lora = lc.total
+        if s.network_module == "lycoris.kohya":
+            lyc = lycoris.count(fam.name, s.rank, s.network_args, train_unet=s.train_unet, train_te=any(s.te_trained))
+            notes.extend(lyc.notes)
+            if lyc.known:
+                n_lora = lyc.total
+                cnotes["lora_weights"] = f"LyCORIS {lycoris.options(s.rank, s.network_args).algo}"
+            else:
+                notes.append(f"LyCORIS' layers in {fam.label} are not listed (data/lycoris_targets.json); its "
+                             f"parameters are counted as a LoRA of the same rank")
+        lora_gib = n_lora * lora_b / GIB
+        grads_gib = n_lora * lora_b / GIB * (2 if s.gpus > 1 else 1)
+        opt_gib = n_lora * state_bytes_per_param(s.optimizer, lora_b, s.rank, lc.typical_width) / GIB
 
     swapped = _swapped_weight_params(s)
-    diff_dt = s.unet_dtype
+    diff_dt = s.lora_dtype if full and s.train_unet else s.unet_dtype
     diff_gib = (diff.params - swapped) * BYTES[diff_dt] / GIB
     diff_key = f"{diff.name}_weights"
     cnotes[diff_key] = f"{diff.label}, {diff_dt}" + (
@@ -321,14 +376,17 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
     te_act = 0.0
     for te, dt, trained in zip(tes, s.te_dtypes, s.te_trained):
         key = f"{te.name}_weights"
-        resident = trained or not s.cache_te
+        resident = (trained or not s.cache_te) and not s.te_on_cpu
         if fam.name == "flux" and te.name == "t5xxl" and s.cache_te and not trained:
             resident = False
+        if full and trained:
+            dt = s.lora_dtype
         if resident:
             te_train[key] = _te_weight_gib(te.name, te.params, dt)
-            tokens = s.t5_tokens if te.name == "t5xxl" else s.text_tokens
-            te_act += _te_activation_gib(te.name, tokens, s.batch, trained=trained, ckpt=s.checkpointing)
-            cnotes[key] = f"{te.label}, {dt}, on the GPU" + (" (LoRA trained)" if trained else " (encodes every step)")
+            tokens, seqs = _te_tokens(s, te.name)
+            te_act += _te_activation_gib(te.name, tokens, s.batch * seqs, trained=trained, ckpt=s.checkpointing)
+            cnotes[key] = f"{te.label}, {dt}, on the GPU" + (
+                (" (trained)" if full else " (LoRA trained)") if trained else " (encodes every step)")
         else:
             te_train[key] = 0.0
             cnotes[key] = f"{te.label}: not on the GPU (outputs cached)"
@@ -345,9 +403,11 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
     vae_step = 0.0 if s.cache_latents else _vae_gib(VAE_ENCODE_ELEMS_PER_PIXEL, s, s.batch)
     act_peak = max(act, vae_step)
     w, h = s.resolution
-    latent_ch = 16 if fam.name == "flux" else 4
-    latents = s.batch * latent_ch * (w / 8) * (h / 8) * 4 * 6 / GIB
-    text_out = s.batch * (s.t5_tokens * 4096 if fam.name == "flux" else s.text_tokens * 2048) * 4 / GIB
+    facts = s.facts or data.family_facts(fam.name)
+    vf = facts.vae_factor
+    latents = s.batch * facts.latent_channels * (w / vf) * (h / vf) * 4 * 6 / GIB
+    text_len = s.text_tokens if facts.tokens == "latent" else s.t5_tokens + facts.text_tokens_extra
+    text_out = s.batch * text_len * facts.te_output_width * 4 / GIB
     images = 0.0 if s.cache_latents else s.batch * 3 * w * h * 4 / GIB
     batch_gib = latents + text_out + images
 
@@ -394,23 +454,28 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
             parts[vae_key] = vae_w
         te_act_cache = 0.0
         for te in tes:
-            dt = s.t5_cache_dtype if te.name == "t5xxl" else s.weight_dtype
+            dt = s.t5_cache_dtype if te.name == "t5xxl" else ("fp8" if te.name in s.te_cache_fp8 else s.weight_dtype)
+            if s.te_on_cpu:
+                parts[f"{te.name}_weights"] = 0.0
+                phase_notes["cache_text_encoder"][f"{te.name}_weights"] = f"{te.label}: encodes on the CPU"
+                continue
             parts[f"{te.name}_weights"] = te.params * BYTES[dt] / GIB
             phase_notes["cache_text_encoder"][f"{te.name}_weights"] = (
                 f"{te.label}, {dt}, on the GPU while it encodes the captions")
-            tokens = s.t5_tokens if te.name == "t5xxl" else s.text_tokens
-            te_act_cache = max(te_act_cache, _te_activation_gib(te.name, tokens, s.te_batch, trained=False, ckpt=False))
+            tokens, seqs = _te_tokens(s, te.name)
+            te_act_cache = max(te_act_cache, _te_activation_gib(te.name, tokens, s.te_batch * seqs, trained=False,
+                                                                ckpt=False))
         parts["activations"] = te_act_cache
         phases["cache_text_encoder"] = _finish(parts, te_act_cache, s, 1, workspaces=False)
 
     if s.sampling:
-        cfg = 1 if fam.name == "flux" else 2
+        cfg = facts.cfg
         parts = {diff_key: diff_gib, "lora_weights": lora_gib, "optimizer_states": opt_gib, vae_key: vae_w}
         for te, dt, trained in zip(tes, s.te_dtypes, s.te_trained):
             key = f"{te.name}_weights"
             if te_train.get(key, 0.0) > 0:
                 parts[key] = te_train[key]
-            elif fam.name == "sdxl":
+            elif facts.te_cache == "cpu_fp32" and s.cache_te:
                 # SDXL parks its cached text encoders on the CPU in fp32; the sampling
                 # pipeline brings them back to the GPU as they are.
                 parts[key] = te.params * 4 / GIB
@@ -424,12 +489,15 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
               "optimizer_states": opt_gib}
     phases["saving"] = _finish(saving, 0.0, s, 1, workspaces=False)
 
-    cnotes["lora_weights"] = f"{n_lora / 1e6:.1f}M trainable parameters, {s.lora_dtype}"
-    cnotes["gradients"] = f"one per trainable parameter, {s.lora_dtype}" + (
+    lyco = cnotes.get("lora_weights", "")
+    cnotes["lora_weights"] = (f"none: a full fine-tune trains the model's own {n_lora / 1e6:.0f}M weights ({s.lora_dtype})"
+                              if full else f"{(lyco + ': ') if lyco else ''}{n_lora / 1e6:.1f}M trainable parameters, "
+                                           f"{s.lora_dtype}")
+    cnotes["gradients"] = (grad_note if full else "one per trainable parameter") + f", {s.lora_dtype}" + (
         "; plus DDP gradient buckets (multi-GPU)" if s.gpus > 1 else "")
     cnotes["optimizer_states"] = f"{s.optimizer.spec.name}: {s.optimizer.spec.note}"
     act_note = (f"{s.batch} x {w}x{h}"
-                + (f" + {s.t5_tokens} T5 tokens" if fam.name == "flux" else "")
+                + (f" + {s.t5_tokens + facts.text_tokens_extra} text tokens" if facts.tokens == "patches+text" else "")
                 + (", gradient checkpointing" if s.checkpointing else ", no gradient checkpointing")
                 + (" (checkpoints on CPU)" if s.cpu_offload_checkpointing else "")
                 + (f", {s.attention_flag} attention" if fam.attention_flags_apply else "")

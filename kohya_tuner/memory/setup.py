@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kohya_tuner.families import Family
+from kohya_tuner.memory import finetune
+from kohya_tuner.memory.data import FamilyFacts, family_facts, lora_targets
 from kohya_tuner.optimizers import ResolvedOptimizer, lookup
 
 BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
@@ -152,6 +154,17 @@ class Setup:
     optimizer: ResolvedOptimizer
     gpus: int
     assumptions: list[str] = field(default_factory=list)
+    # Text encoders run on the CPU (family.te_cpu_flag) / encode in fp8 (family.te_fp8_flags).
+    te_on_cpu: bool = False
+    te_cache_fp8: frozenset[str] = frozenset()
+    facts: FamilyFacts | None = None
+    # "lora" or "full" (a full fine-tune script: every weight of the trained models trains).
+    mode: str = "lora"
+    # SD 1.x/2.x/SDXL encode a caption longer than 75 tokens in 77-token chunks.
+    te_chunks: int = 1
+    fused_backward: bool = False
+    fused_groups: int = 0  # fused_optimizer_groups N; -1 = blockwise_fused_optimizers (one per block)
+    network_module: str = ""
 
     @property
     def area(self) -> int:
@@ -159,12 +172,16 @@ class Setup:
 
     @property
     def latent_tokens(self) -> float:
-        """Tokens the activation coefficients are counted in: latent pixels for the U-Nets,
-        image patches plus T5 tokens for FLUX."""
+        """Tokens the activation coefficients are counted in (data/memory_families.toml):
+        latent pixels for the U-Nets, image patches plus the text tokens attended jointly for
+        the transformers (Anima cross-attends to a fixed text length: patches only)."""
         w, h = self.resolution
-        if self.family.name == "flux":
-            return (w / 16) * (h / 16) + self.t5_tokens
-        return (w / 8) * (h / 8)
+        ds = self.family.latent_downscale
+        f = self.facts or family_facts(self.family.name)
+        tokens = (w / ds) * (h / ds)
+        if f.tokens == "patches+text":
+            tokens += self.t5_tokens + f.text_tokens_extra
+        return tokens
 
 
 def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None = None, gpus: int = 1) -> Setup:
@@ -183,13 +200,28 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
     weight_dtype = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}[mp]
     lora_dtype = weight_dtype if (_true(c, "full_bf16") or _true(c, "full_fp16")) and mp != "no" else "fp32"
 
-    fp8_unet = (_true(c, "fp8_base") or _true(c, "fp8_base_unet")) and mp != "no"
-    if (_true(c, "fp8_base") or _true(c, "fp8_base_unet")) and mp == "no":
+    # The flags that really store this family's base in fp8 (families.py: fp8_flags); the others
+    # the script turns off (HunyuanImage without fp8_scaled, Anima always).
+    fp8_keys = family.fp8_flags + (("fp8_base_unet",) if "fp8_base" in family.fp8_flags else ())
+    fp8_asked = any(_true(c, k) for k in fp8_keys)
+    ignored = [k for k in ("fp8_base", "fp8_base_unet", "fp8_scaled") if _true(c, k) and k not in fp8_keys]
+    if ignored:
+        a.append(f"{', '.join(ignored)}: {family.label} does not take it (the script turns it off or ignores it); "
+                 f"counted without it")
+    facts = family_facts(fname)
+    full = finetune.is_finetune(family)
+    fp8_unet = fp8_asked and mp != "no" and not full
+    if fp8_asked and full:
+        a.append("fp8 base weights do not apply to a full fine-tune (the trained weights are kept in the training "
+                 "dtype); counted without fp8")
+    elif fp8_asked and mp == "no":
         a.append("fp8_base needs mixed_precision bf16 or fp16 (sd-scripts asserts); counted without fp8")
     # fp8_base_unet keeps the text encoders in the training dtype; fp8_base casts them too.
-    fp8_te = _true(c, "fp8_base") and not _true(c, "fp8_base_unet") and mp != "no"
+    fp8_te = fp8_unet and "fp8_base" in family.fp8_flags and _true(c, "fp8_base") and not _true(c, "fp8_base_unet")
     unet_dtype = "fp8" if fp8_unet else weight_dtype
-    te_dtypes = tuple("fp8" if fp8_te else weight_dtype for _ in family.text_encoders)
+    te_fp8 = {name for name, flag in family.te_fp8_flags.items() if _true(c, flag)}
+    te_dtypes = tuple("fp8" if fp8_te or t.name in te_fp8 else weight_dtype for t in family.text_encoders)
+    te_on_cpu = bool(family.te_cpu_flag) and _true(c, family.te_cpu_flag)
     vae_dtype = "fp32" if (_true(c, "no_half_vae") or mp == "no") else weight_dtype
 
     variant = "dev"
@@ -198,8 +230,9 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
         variant = "schnell" if "schnell" in name else "dev"
         if not name:
             a.append("FLUX.1 variant not visible from the model path; dev assumed (T5 length 512)")
+    has_t5 = any(t.name == "t5xxl" for t in family.text_encoders)
     t5_file = str(c.get("t5xxl") or "").lower()
-    if fname == "flux" and not t5_file:
+    if has_t5 and not t5_file:
         a.append("no t5xxl file named: a 16-bit T5-XXL assumed (an fp8 file with fp8_base takes 4.4 GiB less "
                  "while caching text-encoder outputs)")
     t5_file_fp8 = "fp8" in t5_file or "e4m3" in t5_file
@@ -240,34 +273,43 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
                  "resolution, which win over the config's, are not known")
 
     t5_tokens = 0
-    if fname == "flux":
-        default = family.default_t5_tokens.get(variant, 512)
-        t5_tokens = max(1, _int(c.get("t5xxl_max_token_length"), default))
-    max_tok = max(75, _int(c.get("max_token_length"), 75))
+    if facts.text_tokens_arg:
+        default = family.default_t5_tokens.get(variant, facts.text_tokens)
+        t5_tokens = max(1, _int(c.get(facts.text_tokens_arg), default))
+    elif facts.tokens != "latent":
+        t5_tokens = facts.text_tokens
+    # max_token_length 150/225: the U-Nets' trainers encode the caption in 77-token chunks and
+    # concatenate them (the U-Net attends to all); the transformers ignore it.
+    max_tok = max(75, _int(c.get("max_token_length"), 75)) if facts.tokens == "latent" else 75
     text_tokens = max_tok + 2
+    te_chunks = -(-max_tok // 75)
 
     cache_latents = _true(c, "cache_latents") or _true(c, "cache_latents_to_disk")
     cache_te = family.has_te_cache and (_true(c, "cache_text_encoder_outputs")
                                        or _true(c, "cache_text_encoder_outputs_to_disk"))
     unet_only = _true(c, "network_train_unet_only")
-    te_only = _true(c, "network_train_text_encoder_only")
+    te_only = _true(c, "network_train_text_encoder_only") and not full
     net_args = network_args(c)
     te_names = [t.name for t in family.text_encoders]
-    if fname == "flux":
-        te_trained = ("clip_l" in te_names and not unet_only,
-                      net_args.get("train_t5xxl") == "True" and not unet_only)
+    if full:
+        te_trained = finetune.te_trained(family, c)
     else:
-        te_trained = tuple(not unet_only for _ in te_names)
-    te_trained = te_trained[:len(te_names)]
+        comps = lora_targets()["archs"].get(fname, {}).get("components", {})
+        # A text encoder trains when the family's LoRA module wraps layers of it (none for
+        # HunyuanImage's); T5-XXL only with train_t5xxl=True (lora_flux, lora_sd3).
+        te_trained = tuple(
+            not unet_only and (net_args.get("train_t5xxl") == "True" if n == "t5xxl"
+                               else comps.get(n, {}).get("modules", 1) > 0)
+            for n in te_names)
     if fname == "sdxl" and cache_te and any(te_trained):
         a.append("SDXL refuses text-encoder output caching while the text encoders are trained "
                  "(set network_train_unet_only); counted as not cached")
         cache_te = False
 
     swap = 0
-    if fname == "flux":
+    if family.blocks_to_swap_max:
         swap = _int(c.get("blocks_to_swap"), 0)
-        if not swap and _true(c, "split_mode"):
+        if not swap and fname == "flux" and _true(c, "split_mode"):
             swap = 18
             a.append("split_mode is deprecated; sd-scripts turns it into blocks_to_swap = 18")
         if swap and family.blocks_to_swap_max:
@@ -277,13 +319,19 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
 
     rank_raw = c.get("network_dim")
     rank = max(1, _int(rank_raw, 4))
-    if rank_raw is None:
+    if rank_raw is None and not full:
         a.append("network_dim unset: the LoRA module's default rank 4")
     conv_rank = max(0, _int(net_args.get("conv_dim"), 0)) or None
     nm = str(c.get("network_module") or family.network_module)
-    if nm not in (family.network_module,):
+    if not full and nm not in (family.network_module, "lycoris.kohya"):
         a.append(f"network_module {nm!r} is not {family.network_module}; trainable parameters counted as a LoRA "
                  f"of the same rank")
+    fused_backward = full and _true(c, "fused_backward_pass")
+    fused_groups = 0
+    if full and _int(c.get("fused_optimizer_groups"), 0) > 1:
+        fused_groups = _int(c.get("fused_optimizer_groups"), 0)
+    elif full and _true(c, "blockwise_fused_optimizers"):
+        fused_groups = -1
 
     opt = lookup(c.get("optimizer_type"), c.get("optimizer_args"), use_8bit_adam=_true(c, "use_8bit_adam"),
                  use_lion_optimizer=_true(c, "use_lion_optimizer"))
@@ -298,6 +346,10 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
     if sampling:
         a.append("sample images are generated at the training resolution (the prompt file's --w/--h are not read)")
 
+    if _true(c, "highvram"):
+        a.append("highvram changes no placement: sd-scripts only skips emptying the CUDA cache between latent-caching "
+                 "batches (train_util / strategy_*: clean_memory_on_device), so the peak is the same; nvidia-smi and "
+                 "Task Manager also show what the allocator keeps cached, which the peak does not include")
     vae_batch = max(1, _int(c.get("vae_batch_size"), 1))
     te_batch = max(1, _int(c.get("text_encoder_batch_size"), batch))
 
@@ -313,5 +365,7 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
         cache_latents=cache_latents, cache_te=cache_te, train_unet=not te_only, te_trained=te_trained,
         blocks_to_swap=swap, lowram=_true(c, "lowram"), highvram=_true(c, "highvram"), vae_batch=vae_batch,
         te_batch=te_batch, sampling=sampling, rank=rank, conv_rank=conv_rank, network_args=net_args,
-        optimizer=opt, gpus=max(1, int(gpus or 1)), assumptions=a,
+        optimizer=opt, gpus=max(1, int(gpus or 1)), assumptions=a, te_on_cpu=te_on_cpu,
+        te_cache_fp8=frozenset(te_fp8), facts=facts, mode="full" if full else "lora", te_chunks=te_chunks,
+        fused_backward=fused_backward, fused_groups=fused_groups, network_module=nm,
     )

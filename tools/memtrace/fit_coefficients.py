@@ -30,6 +30,11 @@ import configs  # noqa: E402
 
 GiB = 2 ** 30
 
+# Which traced implementation the estimator takes for an arch that has both (kohya_tuner.memory.data
+# otherwise prefers sd-scripts' own classes). Chosen by benchmarks/estimator_accuracy.py --prefer-impl
+# against the published SD 1.x / SDXL figures; see docs/memory-tracer.md.
+IMPL_PREFERENCE: dict[str, str] = {}
+
 
 def load_rows(paths: list[str]) -> list[dict]:
     rows = []
@@ -230,6 +235,23 @@ def optimizer_checks(rows: list[dict]) -> list[dict]:
     return out
 
 
+def allocator_checks(rows: list[dict]) -> list[dict]:
+    """Traces replayed through the caching-allocator model (run_trace.py --allocator): how much the
+    allocator reserves above the live peak (what a GPU monitor shows beyond max_memory_allocated)."""
+    out = []
+    for row in rows:
+        al = row.get("allocator")
+        if not al:
+            continue
+        out.append(dict(arch=row["arch"], impl=row.get("impl", "diffusers"), res=row["res"], batch=row["batch"],
+                        ckpt=row["ckpt"], fp8=row["fp8"], rank=row.get("rank"), steps=row.get("steps", 1),
+                        optimizer=row.get("optimizer"), live_peak_gib=al["peak_allocated"],
+                        reserved_peak_gib=al["peak_reserved"],
+                        reserve_gib=round(al["peak_reserved"] - al["peak_allocated"], 3),
+                        events=al.get("n_events"), source=row["_src"]))
+    return out
+
+
 def expected_calls(arch: str, n_tokens: int, batch: int) -> list[list[int]]:
     out = {}
     for lay in configs.attention_layout(arch):
@@ -297,6 +319,7 @@ def build(paths: list[str], assumed_versions: dict, generated_by: str) -> dict:
         "versions": collect_versions(rows, assumed_versions),
         "inputs": [_repo_relative(p) for p in paths],
         "implementations": impls,
+        "impl_preference": dict(IMPL_PREFERENCE),
         "token_units": dict(configs.TOKEN_UNITS),
         "activation_units": "act_gib = mib_per_token * tokens * batch / 1024 + intercept_gib",
         "activations": acts,
@@ -314,6 +337,7 @@ def build(paths: list[str], assumed_versions: dict, generated_by: str) -> dict:
         },
         "architectures": architectures(rows),
         "optimizer_checks": optimizer_checks(rows),
+        "allocator_checks": allocator_checks(rows),
     }
 
 

@@ -50,6 +50,8 @@ def parse(argv=None):
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--opt", action="store_true", help="also run AdamW.step() on the LoRA parameters")
     ap.add_argument("--steps", type=int, default=1, help="with --opt: training steps to trace (2 = steady state)")
+    ap.add_argument("--allocator", action="store_true",
+                    help="also replay the allocations through a model of the CUDA caching allocator (reserved peak)")
     ap.add_argument("--t5", type=int, default=None,
                     help="text tokens (FLUX/Chroma/SD3 T5, Lumina Gemma2, ...; default: the trainer's default length)")
     args = ap.parse_args(argv)
@@ -101,7 +103,7 @@ def main(argv=None) -> int:
         if args.device == "fake":
             for m in setup.modules:
                 m.to_empty(device="cpu")
-        tracker = LiveMem()
+        tracker = LiveMem(log_events=args.allocator)
         if args.ckpt:
             setup.enable_ckpt(args.cpu_offload_ckpt)
             if args.cpu_offload_ckpt and setup.offload_hooks:
@@ -193,6 +195,11 @@ def main(argv=None) -> int:
         maxrss_MiB=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     )
     res["attn_calls"] = [list(k) + [n] for k, n in res["attn_calls"]]
+    if tracker.events is not None:
+        import allocsim
+        sim = allocsim.replay(tracker.events)
+        res["allocator"] = {k: round(v / GiB, 3) for k, v in sim.items()}
+        res["allocator"]["n_events"] = len(tracker.events)
     print(json.dumps(res), flush=True)
     return 0
 

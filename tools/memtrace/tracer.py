@@ -30,8 +30,11 @@ def _round(n: int, q: int = CUDA_BLOCK) -> int:
 
 
 class LiveMem(TorchDispatchMode):
-    def __init__(self):
+    def __init__(self, log_events: bool = False):
         super().__init__()
+        # ("a", uid, nbytes) / ("f", uid) in order, for allocsim.replay (the caching allocator)
+        self.events: list | None = [] if log_events else None
+        self._uid = 0
         self.live = 0
         self.live_rounded = 0
         self.peak = 0
@@ -52,7 +55,9 @@ class LiveMem(TorchDispatchMode):
             ent = self._refs.pop(key, None)
             if ent is None:
                 return
-            _, nb, cat = ent
+            _, nb, cat = ent[:3]
+            if self.events is not None and nb:
+                self.events.append(("f", ent[3]))
             self.live -= nb
             self.live_rounded -= _round(nb)
             self.by_cat[cat] -= nb
@@ -70,7 +75,10 @@ class LiveMem(TorchDispatchMode):
         if ent is not None and ent[0]() is st:
             return
         nb = st.nbytes()
-        self._refs[key] = [weakref.ref(st, self._cb(key)), nb, cat]
+        self._uid += 1
+        self._refs[key] = [weakref.ref(st, self._cb(key)), nb, cat, self._uid]
+        if self.events is not None:
+            self.events.append(("a", self._uid, nb))
         self.live += nb
         self.live_rounded += _round(nb)
         self.by_cat[cat] += nb
@@ -91,6 +99,8 @@ class LiveMem(TorchDispatchMode):
         if ent is None or ent[1] == 0:
             return
         nb, cat = ent[1], ent[2]
+        if self.events is not None:
+            self.events.append(("f", ent[3]))
         self.live -= nb
         self.live_rounded -= _round(nb)
         self.by_cat[cat] -= nb

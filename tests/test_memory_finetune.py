@@ -1,0 +1,123 @@
+"""Full fine-tunes (train_db.py, fine_tune.py, sdxl_train.py, flux_train.py, sd3_train.py):
+every weight of the trained models with its gradient and optimizer states, the fused
+optimizer options, which text encoders each script trains; and highvram / text-encoder
+training for LoRA."""
+
+import json
+
+import pytest
+
+from kohya_tuner import config_io
+from kohya_tuner.families import FAMILIES
+from kohya_tuner.memory import estimate
+from kohya_tuner.memory.finetune import SCRIPTS, family_for
+from kohya_tuner.memory.setup import resolve
+from tests.clihelp import invoke
+
+GIB = 1024 ** 3
+
+SDXL_FT = ("accelerate launch sdxl_train.py --pretrained_model_name_or_path=sd_xl_base_1.0.safetensors "
+           "--resolution=1024,1024 --train_batch_size=1 --mixed_precision=bf16 --optimizer_type=AdamW8bit "
+           "--gradient_checkpointing --cache_latents --cache_text_encoder_outputs --xformers --learning_rate=1e-5")
+
+
+def test_every_script_is_its_familys_fine_tune():
+    for script, name in SCRIPTS.items():
+        fam = family_for(script)
+        assert fam.name == name and fam.script == script and fam.components == FAMILIES[name].components
+    assert family_for("train_db.py", {"v2": True}).name == "sd2"
+    assert family_for("sd3_train.py", None, "sd35l").name == "sd35l"
+    assert family_for("train_network.py") is None
+
+
+def test_command_line_of_a_fine_tune_is_read_and_estimated():
+    loaded = config_io.parse_command_line(SDXL_FT)
+    assert loaded.family.script == "sdxl_train.py" and loaded.config["optimizer_type"] == "AdamW8bit"
+    e = estimate(loaded.config, loaded.family)
+    unet = FAMILIES["sdxl"].diffusion.params
+    # fp32 master weights (no full_bf16), an fp32 gradient each, AdamW8bit's two 8-bit moments
+    assert e.components_gib["unet_weights"] == pytest.approx(unet * 4 / GIB)
+    assert e.components_gib["gradients"] == pytest.approx(unet * 4 / GIB)
+    assert 2.0 * unet / GIB < e.components_gib["optimizer_states"] < 2.1 * unet / GIB
+    assert e.lora_params == unet and e.components_gib["lora_weights"] == 0
+
+
+def test_full_bf16_and_fused_optimizers_shrink_the_right_parts():
+    loaded = config_io.parse_command_line(SDXL_FT)
+    base = estimate(loaded.config, loaded.family)
+    bf16 = estimate({**loaded.config, "full_bf16": True}, loaded.family)
+    assert bf16.components_gib["unet_weights"] == pytest.approx(base.components_gib["unet_weights"] / 2)
+    fused = estimate({**loaded.config, "fused_backward_pass": True}, loaded.family)
+    # one weight's gradient at a time
+    assert fused.components_gib["gradients"] < base.components_gib["gradients"] / 50
+    groups = estimate({**loaded.config, "fused_optimizer_groups": 10}, loaded.family)
+    assert groups.components_gib["gradients"] == pytest.approx(base.components_gib["gradients"] / 10, rel=1e-3)
+    flux = family_for("flux_train.py")
+    cfg = {"mixed_precision": "bf16", "full_bf16": True, "gradient_checkpointing": True, "cache_latents": True,
+           "cache_text_encoder_outputs": True, "optimizer_type": "Adafactor"}
+    plain = estimate(cfg, flux)
+    blockwise = estimate({**cfg, "blockwise_fused_optimizers": True}, flux)
+    assert blockwise.components_gib["gradients"] == pytest.approx(plain.components_gib["gradients"] / 57, rel=1e-2)
+
+
+def test_which_text_encoders_each_script_trains():
+    cfg = {"mixed_precision": "fp16", "cache_latents": True}
+    assert resolve(cfg, family_for("train_db.py")).te_trained == (True,)
+    assert resolve({**cfg, "stop_text_encoder_training": -1}, family_for("train_db.py")).te_trained == (False,)
+    assert resolve(cfg, family_for("fine_tune.py")).te_trained == (False,)
+    assert resolve({**cfg, "train_text_encoder": True}, family_for("fine_tune.py")).te_trained == (True,)
+    sdxl = family_for("sdxl_train.py")
+    assert resolve({**cfg, "train_text_encoder": True, "learning_rate_te2": 0}, sdxl).te_trained == (True, False)
+    assert resolve({**cfg, "train_text_encoder": True}, family_for("flux_train.py")).te_trained == (False, False)
+    sd3 = family_for("sd3_train.py")
+    assert resolve({**cfg, "train_text_encoder": True}, sd3).te_trained == (True, True, False)
+    # a trained text encoder is a trained model: its weights in the master dtype with states
+    db = estimate(cfg, family_for("train_db.py"))
+    frozen = estimate({**cfg, "stop_text_encoder_training": -1}, family_for("train_db.py"))
+    te = FAMILIES["sd15"].text_encoders[0].params
+    assert db.lora_params - frozen.lora_params == te
+    assert db.components_gib["clip_l_weights"] == pytest.approx(te * 4 / GIB)
+
+
+def test_doc_ladder_of_the_flux_fine_tune_holds():
+    # docs: 24 GB with 8 blocks swapped, full_bf16, fused_backward_pass, Adafactor; ~12 GB with 28
+    cfg = {"mixed_precision": "bf16", "full_bf16": True, "fused_backward_pass": True, "optimizer_type": "Adafactor",
+           "optimizer_args": ["relative_step=False", "scale_parameter=False", "warmup_init=False"],
+           "gradient_checkpointing": True, "cache_latents": True, "cache_text_encoder_outputs": True,
+           "resolution": "1024", "blocks_to_swap": 8}
+    fam = family_for("flux_train.py")
+    assert estimate(cfg, fam).fits(24) and not estimate({**cfg, "blocks_to_swap": 0}, fam).fits(24)
+    assert estimate({**cfg, "blocks_to_swap": 28}, fam).fits(12)
+
+
+def test_estimate_and_fit_accept_a_fine_tune_command(tmp_path):
+    p = tmp_path / "ft.sh"
+    p.write_text(SDXL_FT + "\n")
+    r = invoke("estimate", str(p), "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["input"]["script"] == "sdxl_train.py" and out["peak_gib"] > 20
+    r = invoke("fit", str(p), "--gpu", "24", "--out", str(tmp_path / "ft.24gb.toml"), "--json")
+    assert r.exit_code in (0, 2), r.output
+    assert "Traceback" not in r.output
+
+
+def test_highvram_moves_nothing():
+    cfg = {"mixed_precision": "bf16", "fp8_base": True, "gradient_checkpointing": True, "cache_latents": True,
+           "cache_text_encoder_outputs": True, "network_dim": 4, "optimizer_type": "AdamW8bit", "resolution": "512",
+           "t5xxl": "t5xxl_fp16.safetensors", "pretrained_model_name_or_path": "flux1-dev.safetensors"}
+    a = estimate(cfg, FAMILIES["flux"])
+    b = estimate({**cfg, "highvram": True}, FAMILIES["flux"])
+    assert a.phases_gib == b.phases_gib
+    assert any("highvram" in x for x in b.assumptions) and not any("highvram" in x for x in a.assumptions)
+
+
+def test_long_captions_multiply_the_text_encoder_work():
+    # max_token_length 225: the CLIPs encode three 77-token chunks per caption
+    cfg = {"mixed_precision": "fp16", "xformers": True, "resolution": "1024", "train_batch_size": 2,
+           "network_dim": 16, "cache_latents": True}
+    short = resolve(cfg, FAMILIES["sdxl"])
+    long = resolve({**cfg, "max_token_length": 225}, FAMILIES["sdxl"])
+    assert (short.te_chunks, long.te_chunks) == (1, 3)
+    e_short, e_long = estimate(cfg, FAMILIES["sdxl"]), estimate({**cfg, "max_token_length": 225}, FAMILIES["sdxl"])
+    assert e_long.components_gib["activations"] > e_short.components_gib["activations"]

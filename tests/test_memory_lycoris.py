@@ -1,0 +1,69 @@
+"""LyCORIS parameter counts: kohya-tuner's per-algorithm formulas against the counts LyCORIS
+itself gave for the same layers (data/lycoris_targets.json, tools/memtrace/lycoris_targets.py),
+and the estimator using them instead of a LoRA stand-in."""
+
+import pytest
+
+from kohya_tuner.families import FAMILIES
+from kohya_tuner.memory import estimate
+from kohya_tuner.memory import lycoris as L
+
+DATA = L.targets()
+CASES = [(arch, algo) for arch, ent in DATA["archs"].items() for algo in ent["reference"]]
+
+
+@pytest.mark.parametrize("arch,algo", CASES)
+def test_formulas_match_lycoris_own_counts(arch, algo):
+    ent = DATA["archs"][arch]
+    r = DATA["reference_rank"]
+    o = L.Options(algo, r, r)
+    for part in ("unet", "text_encoder"):
+        ours = sum(L.layer_params(a, b, k, o) * n for a, b, k, n, _kind in ent[part])
+        assert ours == ent["reference"][algo][part], (arch, algo, part)
+
+
+@pytest.mark.parametrize("dim,factor,want", [
+    (127, -1, (1, 127)), (128, -1, (8, 16)), (250, -1, (10, 25)), (360, -1, (18, 20)), (1024, -1, (32, 32)),
+    (128, 2, (2, 64)), (250, 4, (2, 125)), (360, 8, (8, 45)), (512, 16, (16, 32)), (1024, 8, (8, 128)),
+])
+def test_lokr_factorization(dim, factor, want):
+    assert L.factorization(dim, factor) == want
+
+
+def _cfg(algo, **extra):
+    args = [f"algo={algo}", "conv_dim=8"] + [f"{k}={v}" for k, v in extra.items()]
+    return {"mixed_precision": "bf16", "network_module": "lycoris.kohya", "network_dim": 8, "network_args": args,
+            "network_train_unet_only": True, "gradient_checkpointing": True, "sdpa": True}
+
+
+def test_estimate_counts_each_algorithm():
+    fam = FAMILIES["sdxl"]
+    counts = {a: estimate(_cfg(a), fam).lora_params for a in ("locon", "loha", "lokr", "ia3", "full")}
+    ref = DATA["archs"]["sdxl"]["reference"]
+    assert counts["locon"] == ref["locon"]["unet"]
+    assert counts["loha"] == 2 * counts["locon"]
+    assert counts["ia3"] == ref["ia3"]["unet"] < counts["lokr"] < counts["locon"]
+    # native fine-tuning of every wrapped layer: more than the LoRA, less than the whole U-Net
+    assert counts["locon"] < counts["full"] < fam.diffusion.params
+    e = estimate(_cfg("loha"), fam)
+    assert not any("counted as a LoRA" in a for a in e.assumptions)
+
+
+def test_text_encoder_layers_count_when_trained():
+    cfg = _cfg("locon")
+    cfg.pop("network_train_unet_only")
+    with_te = estimate(cfg, FAMILIES["sd15"]).lora_params
+    ref = DATA["archs"]["sd15"]["reference"]["locon"]
+    assert with_te == ref["unet"] + ref["text_encoder"]
+
+
+def test_lokr_options_change_the_count():
+    fam = FAMILIES["sd15"]
+    base = estimate(_cfg("lokr"), fam).lora_params
+    assert estimate(_cfg("lokr", factor=4), fam).lora_params != base
+    assert estimate(_cfg("lokr", full_matrix="True"), fam).lora_params > base
+
+
+def test_unknown_algorithm_is_said():
+    e = estimate(_cfg("glora"), FAMILIES["sd15"])
+    assert any("glora" in a and "not modelled" in a for a in e.assumptions)
