@@ -373,3 +373,17 @@ def test_a_continued_run_keeps_a_dataset_file_a_move_wrote(tmp_path):
     sup = Supervisor(_settings(tmp_path))
     assert sup.dataset_file == tmp_path / "attempt-5.dataset.toml"
     assert sup.dataset["datasets"][0]["batch_size"] == 2
+
+
+def test_a_move_to_an_8bit_optimizer_without_bitsandbytes_becomes_adafactor(tmp_path):
+    from kohya_tuner.run.loop import Supervisor
+
+    sup = Supervisor(_settings(tmp_path))
+    sup._modules = {"bitsandbytes": None}  # what the probe of the trainer's Python found
+    move = Retry(config=dict(PLAN, optimizer_type="AdamW8bit"), resume_from=None,
+                 changes=[Change("optimizer_type", "AdamW", "AdamW8bit")], reason="out of memory", note="n")
+    fitted = sup._fit_environment(move)
+    assert fitted.config["optimizer_type"] == "Adafactor" and "bitsandbytes is not installed" in fitted.note
+    assert [c for c in fitted.changes if c.key == "optimizer_type"] == [Change("optimizer_type", "AdamW", "Adafactor")]
+    sup._modules = {"bitsandbytes": "0.45.0"}
+    assert sup._fit_environment(move) == move

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from kohya_tuner.run import durable
 from kohya_tuner.run import journal as jr
-from kohya_tuner.run.journal import AttemptRecord, Journal, StateRecord
+from kohya_tuner.run.journal import AttemptRecord, Change, Journal, StateRecord
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, _get, decide
 from kohya_tuner.run.progress import Progress
 from kohya_tuner.run.settings import RunSettings, command_for, probe_config, read_config_file
@@ -59,6 +59,7 @@ class Supervisor:
         self.sampler_factory = sampler_factory
         self.next_step = next_step
         self._events_fh = None
+        self._modules: dict[str, Any] | None = None  # the trainer's optional modules, probed when a move needs one
         self.dataset = settings.dataset
         self.dataset_file = settings.dataset_file
         self._adopt_changed_dataset()
@@ -109,7 +110,7 @@ class Supervisor:
     def _loop(self, first: Retry, attempt: int, probing: bool) -> Outcome:
         history = self.journal.attempts()
         launched = 0
-        plan = replace(first, config=dict(first.config), changes=list(first.changes))
+        plan = self._fit_environment(replace(first, config=dict(first.config), changes=list(first.changes)))
         tried = {a.move for a in history if a.move}
         stop: Stop | None = None
         while True:
@@ -144,9 +145,38 @@ class Supervisor:
                 action = replace(action, config=cfg)
             self.emit("decision", action="retry", reason=action.reason, move=action.move,
                       changes=[c.__dict__ for c in action.changes], resume_from=action.resume_from, note=action.note)
-            plan = action
+            plan = self._fit_environment(action)
             attempt += 1
         return self._finish(history, stop)
+
+    def _fit_environment(self, plan: Retry) -> Retry:
+        """A move may bring in what the trainer's environment lacks (an 8-bit optimizer without
+        bitsandbytes, xformers): swap it as pre-flight does, and say so in the attempt's note."""
+        from kohya_tuner.run.preflight import environment_changes
+
+        wants = str(plan.config.get("optimizer_type") or "").lower()
+        if not (plan.config.get("xformers") or "8bit" in wants or wants.startswith("bitsandbytes.")
+                or plan.config.get("use_8bit_adam")):
+            return plan
+        if self._modules is None:
+            from kohya_tuner.run.launcher import probe_modules
+
+            self._modules = probe_modules(self.s.python, ["xformers", "bitsandbytes"]).get("modules") or {}
+        subs = environment_changes(plan.config, self.s.family, self._modules, python=self.s.python)
+        if not subs:
+            return plan
+        config = dict(plan.config)
+        for key, _old, new, _why in subs:
+            if new is None:
+                config.pop(key, None)
+            else:
+                config[key] = new
+        why = "; ".join(f"{key} → {new!r}: {w}" for key, _old, new, w in subs if new is not None)
+        before = {c.key: c.old for c in plan.changes}  # against the previous attempt, not the move
+        swapped = {s[0] for s in subs}
+        changes = [c for c in plan.changes if c.key not in swapped]
+        changes += [Change(k, before.get(k, o), n) for k, o, n, _w in subs if before.get(k, o) != n]
+        return replace(plan, config=config, note=f"{plan.note}; {why}" if plan.note else why, changes=changes)
 
     def _adopt_changed_dataset(self) -> None:
         """A continued run keeps the dataset file a move wrote in an earlier attempt."""

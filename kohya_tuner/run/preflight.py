@@ -215,28 +215,40 @@ def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_ind
             checks.append(Check("python", "ok", f"{facts.python}: torch {mods.get('torch')}, "
                                                 f"accelerate {mods.get('accelerate')}"
                                 + (", CUDA available" if probe.get("cuda") else "")))
-        if config.get("xformers") and not mods.get("xformers"):
-            if family.attention_flags_apply:
-                changes.append(("xformers", config.get("xformers"), None,
-                                "xformers is not installed in the trainer's environment; PyTorch's SDPA instead "
-                                "(about the same memory)"))
-                changes.append(("sdpa", config.get("sdpa"), True, "replaces xformers"))
-            else:
-                changes.append(("xformers", config.get("xformers"), None, f"{family.label} ignores xformers"))
-        opt = str(config.get("optimizer_type") or "")
-        wants_bnb = "8bit" in opt.lower() or opt.lower().startswith("bitsandbytes.") or bool(config.get("use_8bit_adam"))
-        if wants_bnb and not mods.get("bitsandbytes"):
-            changes.append(("optimizer_type", config.get("optimizer_type"), "Adafactor",
-                            f"bitsandbytes is not installed in the trainer's environment, so {opt or 'AdamW8bit'} "
-                            f"cannot run; Adafactor uses even less memory (or install it: {facts.python} -m pip "
-                            "install bitsandbytes)"))
-            changes.append(("optimizer_args", config.get("optimizer_args"), list(ADAFACTOR_ARGS),
-                            "Adafactor with a fixed learning rate, as sd-scripts' docs suggest"))
-            if config.get("use_8bit_adam"):
-                changes.append(("use_8bit_adam", True, None, "replaced by Adafactor"))
+        changes += environment_changes(config, family, mods, python=facts.python)
     for key, old, new, why in changes:
         checks.append(Check("config", "warn", f"{key}: {old!r} → {new!r}: {why}"))
     return Report(checks=checks, changes=changes)
+
+
+def environment_changes(config: Mapping[str, Any], family: Family, modules: Mapping[str, Any], *,
+                        python: str = "python") -> list[tuple[str, Any, Any, str]]:
+    """Settings the trainer's environment cannot run, swapped for ones it can (xformers for
+    SDPA, an 8-bit optimizer for Adafactor when bitsandbytes is missing): at pre-flight and
+    for every setting a retry's move brings in. `modules` maps a module name to its version
+    (falsy when it is missing)."""
+    mods = modules
+    changes: list[tuple[str, Any, Any, str]] = []
+    if config.get("xformers") and not mods.get("xformers"):
+        if family.attention_flags_apply:
+            changes.append(("xformers", config.get("xformers"), None,
+                            "xformers is not installed in the trainer's environment; PyTorch's SDPA instead "
+                            "(about the same memory)"))
+            changes.append(("sdpa", config.get("sdpa"), True, "replaces xformers"))
+        else:
+            changes.append(("xformers", config.get("xformers"), None, f"{family.label} ignores xformers"))
+    opt = str(config.get("optimizer_type") or "")
+    wants_bnb = "8bit" in opt.lower() or opt.lower().startswith("bitsandbytes.") or bool(config.get("use_8bit_adam"))
+    if wants_bnb and not mods.get("bitsandbytes"):
+        changes.append(("optimizer_type", config.get("optimizer_type"), "Adafactor",
+                        f"bitsandbytes is not installed in the trainer's environment, so {opt or 'AdamW8bit'} "
+                        f"cannot run; Adafactor uses even less memory (or install it: {python} -m pip "
+                        "install bitsandbytes)"))
+        changes.append(("optimizer_args", config.get("optimizer_args"), list(ADAFACTOR_ARGS),
+                        "Adafactor with a fixed learning rate, as sd-scripts' docs suggest"))
+        if config.get("use_8bit_adam"):
+            changes.append(("use_8bit_adam", True, None, "replaced by Adafactor"))
+    return changes
 
 
 def apply(config: Mapping[str, Any], report: Report) -> dict[str, Any]:
