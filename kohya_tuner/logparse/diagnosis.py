@@ -45,6 +45,8 @@ class _Failed:
     after_finish: bool
     # The first milestone logged after it (a wrapper's "Text Encoder Caching failed" report).
     phase_after: str | None = None
+    # The frame evidence of the cut traceback printed after it, when it has none of its own.
+    borrowed_frame: str | None = None
 
 
 @dataclass
@@ -152,6 +154,7 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
                       and g.event.kind == "truncated" and g.event.where), None)
         if after is not None:
             where, level = after.where, after.frame_level if after.frame_level is not None else _STRONG_FRAME
+            f.borrowed_frame = after.frame
     ctx = f.phase
     if where is not None and (level <= _STRONG_FRAME or ctx is None):
         base, evidence = where, "frames"
@@ -245,6 +248,7 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
     if primary is not None and isinstance(primary.event, Oom):
         outcome = "oom"
         phase, evidence = _failure_phase(run, primary)
+        frame = frame or primary.borrowed_frame
         figures = primary.event.figures
         oom = OomInfo(**figures.schema_dict())
     elif primary is not None and primary.event.message.startswith(_INTERRUPT_PREFIX):
