@@ -78,6 +78,7 @@ def test_oom_takes_ladder_move_and_resumes_from_newest_state():
     action = decide(oom(tried=2.0, free=0.5), PLAN, SD15, s, facts(), next_step=ladder)
     assert isinstance(action, Retry)
     assert action.resume_from == "/o/lora-step00000030-state" and action.start_step == 30
+    assert action.note == "resumes from the state at step 30; steps 31-37 are redone"
     assert action.config["train_batch_size"] == 2
     # Effective batch kept: 4 x 1 before, 2 x 2 after; the step count stays the plan's.
     assert action.config["gradient_accumulation_steps"] == 2

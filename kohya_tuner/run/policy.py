@@ -274,7 +274,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                         advice=("Close other programs, add swap, or train on a machine with more RAM.",))
         name, changes, why = move
         return _retry(config, changes, name, f"host RAM ran out {_when(facts.end_step)}: {why}", state,
-                      resume_ok=True, target_batch=target_batch)
+                      resume_ok=True, target_batch=target_batch, end_step=facts.end_step)
 
     if _is_sampling(phase):
         changes = sampling_changes(config)
@@ -282,7 +282,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
             return _retry(config, changes, "sample_less",
                           "out of memory while generating sample images: sampling is off for the rest of the run "
                           "(training itself fit); make previews after training", state, resume_ok=True,
-                          target_batch=target_batch)
+                          target_batch=target_batch, end_step=facts.end_step)
     if next_step is None:
         from kohya_tuner import ladder
 
@@ -312,11 +312,11 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     reason = f"out of memory{where} {_when(facts.end_step)}{figures}: {what}{gain}"
     safe = bool(_get(step, "resume_safe")) and not resume_unsafe(changes)
     return _retry(config, changes, str(_get(step, "move")), reason, state, resume_ok=safe,
-                  target_batch=target_batch, dataset=dataset)
+                  target_batch=target_batch, dataset=dataset, end_step=facts.end_step)
 
 
 def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: RunState, *, resume_ok: bool,
-           target_batch: int, dataset: Mapping[str, Any] | None = None) -> Retry:
+           target_batch: int, dataset: Mapping[str, Any] | None = None, end_step: int = 0) -> Retry:
     ds_changes = [c for c in changes if str(c[0]).startswith("dataset:")]
     changes = [c for c in changes if not str(c[0]).startswith("dataset:")]
     new_dataset = None
@@ -336,15 +336,16 @@ def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: Ru
     if state.probe:
         pass
     elif state.newest_state is None:
-        note = _join(note, "no saved state yet, so it starts from step 0")
+        note = _join(note, "no saved state yet, so it starts from step 0" + _redone(0, end_step))
     elif not resume_ok or resume_unsafe(all_changes):
         keys = ", ".join(resume_unsafe(all_changes)) or "a setting the saved state depends on"
         note = _join(note, f"restarts from step 0: {keys} changed, which a saved state cannot follow "
-                           f"(the state at step {state.newest_state.step} is kept but not used)")
+                           f"(the state at step {state.newest_state.step} is kept but not used)"
+                           + _redone(0, end_step))
     else:
         resume_from = state.newest_state.path
         start = state.newest_state.step
-        note = _join(note, f"resumes from the state at step {start}")
+        note = _join(note, f"resumes from the state at step {start}" + _redone(start, end_step))
     all_changes += [Change(str(k), old, v) for k, old, v in ds_changes]
     return Retry(config=new, resume_from=resume_from, changes=all_changes, reason=reason, move=move,
                  start_step=start, note=note, dataset=new_dataset)
@@ -353,6 +354,13 @@ def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: Ru
 @dataclass(frozen=True)
 class _Changes:
     changes: list
+
+
+def _redone(start: int, end: int) -> str:
+    """The steps trained past the restart point, which the relaunch trains again."""
+    if end <= start:
+        return ""
+    return f"; step {end} is redone" if end == start + 1 else f"; steps {start + 1}-{end} are redone"
 
 
 def _join(a: str | None, b: str) -> str:

@@ -117,7 +117,7 @@ def test_oom_at_load_then_before_any_state_restarts_from_step_0(real, tmp_path):
     assert [a["outcome"] for a in attempts] == ["oom", "oom", "success"]
     assert attempts[0]["phase"] == "model_load" and attempts[0]["end_step"] == 0
     assert attempts[1]["end_step"] == 1 and attempts[2]["resume_from"] is None and attempts[2]["start_step"] == 0
-    assert "no saved state yet, so it starts from step 0" in (attempts[2]["note"] or "")
+    assert "no saved state yet, so it starts from step 0; step 1 is redone" in (attempts[2]["note"] or "")
     assert "starts from step 0" in res.stdout
     summary = _check_accounting(run, "OOM at load, then OOM before any state", 4)
     assert summary["steps_redone"] == 1
