@@ -315,3 +315,11 @@ def test_advice_and_diagnosis_do_not_import_each_other():
     assert "kohya_tuner.logparse.diagnosis" not in imports("advice")
     assert "kohya_tuner.logparse.advice" in imports("diagnosis")
     assert "kohya_tuner.logparse.diagnosis" not in imports("result")
+
+
+def test_nan_latents_while_caching_is_not_advised_as_a_training_loss():
+    text = (TB + frame("/sd/train_network.py", 1, "train", "train_dataset_group.new_cache_latents(vae, accelerator)")
+            + "RuntimeError: NaN detected in latents: /data/img/a.jpg\n")
+    d = diagnose(parse_text(text))
+    assert (d.phase, d.error.kind) == ("cache_latents", "nan_loss")
+    assert "VAE produced NaN" in d.advice[0] and not any("loss became NaN" in a for a in d.advice)

@@ -19,7 +19,8 @@ _FIGURES = (("tried_gib", "tried to allocate"), ("capacity_gib", "GPU capacity")
             ("reserved_unallocated_gib", "reserved, unallocated"))
 
 
-_EVIDENCE = {"frames": "from the traceback", "context": "from the lines before it", "progress": "from the step bar"}
+_EVIDENCE = {"frames": "from the traceback", "context": "from the lines before it", "after": "from the lines after it",
+             "progress": "from the step bar"}
 
 
 def _render(diagnosis, source: Path) -> None:

@@ -266,6 +266,10 @@ def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
         if "exactly 0" in message:
             return ["The loss stays at 0, so nothing is learned: check that captions and images are found, that "
                     "`learning_rate` is not 0, and that the base model loads correctly."]
+        if "latent" in message.lower():
+            return ["The VAE produced NaN while encoding an image, before any training: a VAE run in fp16 overflows "
+                    "(`no_half_vae = true`, or a fixed fp16 VAE for `vae`), or the image named in the message is "
+                    "damaged — open it, or re-save it, and delete its cached `.npz` file."]
         return ["The loss became NaN: the weights are now useless. Use `mixed_precision = \"bf16\"` instead of "
                 "fp16 where the card supports it (RTX 30 and newer); with fp16, do not use `full_fp16`.",
                 "Lower `learning_rate` (and `unet_lr`), and keep `max_grad_norm = 1.0`."] + (

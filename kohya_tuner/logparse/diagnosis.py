@@ -141,7 +141,7 @@ def _choose(failures: list[_Failed]) -> _Failed | None:
 
 
 def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
-    """(phase, what decided it: "frames", "context", "progress" or None)."""
+    """(phase, what decided it: "frames", "context", "after" (a milestone after it), "progress" or None)."""
     if f.after_finish:
         return "saving", "context"
     ev = f.event
@@ -171,7 +171,7 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
             base, evidence = "training", "progress"
     if base is None and f.phase_after is not None and run.max_step is None:
         # Nothing before it tells; what the log says right after it does.
-        base, evidence = f.phase_after, "context"
+        base, evidence = f.phase_after, "after"
     if base is None:
         if run.max_step is not None:
             base, evidence = "training", "progress"

@@ -61,7 +61,8 @@ class DiagnosisDetails:
     fragmented: bool = False
     on_cpu: bool = False
     last_milestone: str | None = None
-    # What decided the phase: "frames", "context" (a milestone), "progress" (a step seen), None.
+    # What decided the phase: "frames", "context" (a milestone before it), "after" (one right
+    # after it), "progress" (a step seen), None.
     phase_evidence: str | None = None
     # The traceback evidence in words ("the optimizer step", "caching latents (VAE encode)").
     frame: str | None = None
