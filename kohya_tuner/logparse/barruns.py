@@ -77,10 +77,12 @@ class BarRuns:
                     continue
                 if after_tool and line[:1] == "[":
                     m = tool(line)
-                    if m and line.startswith(prefix, m.end()) and "\x1b" not in line and "[0m" not in line:
-                        self._run_open = True
-                        append(line[m.end():])  # what clean() leaves of it
-                        continue
+                    if m:
+                        end = m.end()
+                        if line.startswith(prefix, end) and "\x1b" not in line and "[0m" not in line:
+                            self._run_open = True
+                            append(line[end:])  # what clean() leaves of it
+                            continue
             if len(line) > MAX_LINE:
                 line = line[:MAX_LINE]
             if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
