@@ -21,9 +21,7 @@ from kohya_tuner.logparse.events import (
     TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.frames import wrapper_rank
-from kohya_tuner.logparse.result import (  # noqa: F401  (re-exported: the package's public names)
-    Diagnosis, DiagnosisDetails, ErrorInfo, ErrorKind, OomInfo, Outcome, Phase,
-)
+from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
 
 # Which failure explains a run when several were logged: memory first (a CUDA OOM on one rank
 # makes NCCL fail on the others), then specific causes, then the rest; earliest within a rank.
