@@ -345,9 +345,15 @@ class _SecondSignal:
             sig = getattr(signal, name)
             self._saved[sig] = signal.signal(sig, lambda signum, frame: self.hurry.set())
 
-    def restore(self) -> None:
+    @property
+    def active(self) -> bool:
+        return bool(self._saved)
+
+    def restore(self, originals: Mapping[int, Any]) -> None:
+        """Put back the handlers from before run_process (`originals`), not the ones it
+        had installed itself."""
         for sig, handler in self._saved.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, originals.get(sig, handler))
         self._saved.clear()
 
 
@@ -460,8 +466,8 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
                 pass
         result.signals_sent = stop_group(proc, grace_s, hurry=second.hurry)
     finally:
-        for sig, handler in previous.items():
-            if sig not in second._saved:
+        if not second.active:
+            for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if proc.poll() is None:
             result.signals_sent += stop_group(proc, grace_s, first="SIGKILL")
@@ -483,10 +489,7 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
                 log.close()
             except OSError:
                 pass  # already reported as the failure
-        for sig, handler in previous.items():
-            if sig in second._saved:
-                second._saved[sig] = handler  # restore the caller's handler, not ours
-        second.restore()
+        second.restore(previous)
     result.exit_status = proc.returncode
     result.duration_s = time.monotonic() - t0
     return result

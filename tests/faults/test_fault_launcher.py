@@ -129,6 +129,7 @@ def test_second_ctrl_c_hurries_the_stop_after_the_record_is_written(tmp_path):
         order.append(("record", psutil.pid_exists(pids[0]) and psutil.Process(pids[0]).status() != "zombie"))
         time.sleep(0.4)  # the second Ctrl-C lands while the record is being written
 
+    term_before = signal.getsignal(signal.SIGTERM)
     t0 = time.monotonic()
     res = launcher.run_process(argv, dict(os.environ), on_line=on_line, grace_s=30, on_interrupt=on_interrupt,
                                on_start=lambda p: pids.append(p.pid))
@@ -137,3 +138,4 @@ def test_second_ctrl_c_hurries_the_stop_after_the_record_is_written(tmp_path):
     assert res.interrupted and res.signals_sent[:2] == ["SIGINT", "SIGTERM"]
     assert _gone(pids)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is term_before  # the caller's handlers are back
