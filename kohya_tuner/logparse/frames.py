@@ -105,11 +105,6 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
     return best
 
 
-def phase_from_frames(frames: list[str] | tuple[str, ...]) -> str | None:
-    ev = frame_evidence(frames)
-    return ev.diagnose_phase if ev else None
-
-
 def names_in(line: str, low: str | None = None) -> tuple[str | None, tuple[str, int] | None]:
     """(wrapper, (family, strength)) a line names, each None when it names none. The wrapper
     is the most specific one in the line; the family the strongest. `low`: the line lower-cased,

@@ -437,10 +437,6 @@ SUSPECT_RE = re.compile(
 )
 
 
-def suspect(text: str) -> bool:
-    return SUSPECT_RE.search(text.lower()) is not None
-
-
 # (kind, pattern over the lower-cased text), first match wins.
 _KIND_RULES: tuple[tuple[str, re.Pattern], ...] = (
     ("xformers", re.compile(r"xformers|memory_efficient_attention|no operator found for")),
