@@ -117,7 +117,7 @@ def test_exit_status_137_without_a_traceback_is_host_ram():
     text = SETUP + TRAINING + steps(1, 2)
     for status in (137, -9):
         d = diagnose(parse_text(text), status)
-        assert (d.outcome, d.error.kind, d.oom) == ("error", "cpu_oom", None)
+        assert (d.outcome, d.error.kind, d.oom) == ("cpu_oom", "cpu_oom", None)
         assert any("max_data_loader_n_workers" in a for a in d.advice)
     logged = parse_text(SETUP + "subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGKILL: "
                                 "9>.\n")

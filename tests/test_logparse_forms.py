@@ -66,7 +66,7 @@ def test_mps_figures():
 def test_host_ram_forms_are_cpu_oom(text):
     assert not is_oom(text)
     d = diagnose(parse_text(text + "\n"))
-    assert (d.outcome, d.error.kind, d.oom) == ("error", "cpu_oom", None)
+    assert (d.outcome, d.error.kind, d.oom) == ("cpu_oom", "cpu_oom", None)
 
 
 @pytest.mark.parametrize("text", [

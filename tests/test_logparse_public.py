@@ -32,7 +32,7 @@ def test_outcome_and_kind_match_the_label(fx):
     if kind == "cuda_oom":
         assert d.outcome == "oom" and d.error is None
     elif kind == "cpu_oom":
-        assert (d.outcome, d.error.kind) == ("error", "cpu_oom")
+        assert (d.outcome, d.error.kind) == ("cpu_oom", "cpu_oom")
     elif kind in ("cuda_error", "truncated"):
         assert (d.outcome, d.error.kind) == ("error", kind)
     elif kind == "other":

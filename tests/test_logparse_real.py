@@ -75,7 +75,7 @@ def test_real_world_log_matches_its_label(name):
     if kind == "cuda_oom":
         assert d.outcome == "oom" and d.error is None and d.oom is not None
     elif kind == "cpu_oom":
-        assert d.outcome == "error" and d.error.kind == "cpu_oom" and d.oom is None
+        assert d.outcome == "cpu_oom" and d.error.kind == "cpu_oom" and d.oom is None
     elif kind == "other_error":
         assert d.outcome == "error" and d.oom is None
         assert d.error.kind == OTHER_ERROR_KIND[name]

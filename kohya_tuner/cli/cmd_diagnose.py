@@ -8,7 +8,8 @@ from pathlib import Path
 DESCRIPTION = ("Read a training log: outcome, phase, step, OOM figures and what to change. Exit 0 whenever a "
                "diagnosis was made (also for a failed run); 2 when the file cannot be read as a log.")
 
-_OUTCOME_STYLE = {"oom": ("red", "out of GPU memory"), "error": ("red", "failed"),
+_OUTCOME_STYLE = {"oom": ("red", "out of GPU memory"), "cpu_oom": ("red", "out of host RAM"),
+                  "error": ("red", "failed"),
                   "success": ("green", "finished"), "incomplete": ("yellow", "did not finish")}
 _PHASE_WORDS = {"model_load": "loading the model", "cache_latents": "caching latents",
                 "cache_text_encoder": "caching text-encoder outputs", "first_step": "the first training step",

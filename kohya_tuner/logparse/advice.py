@@ -344,7 +344,7 @@ def advise(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
     out: list[str] = []
     if diagnosis.outcome == "oom":
         out += _oom_advice(diagnosis, details)
-    elif diagnosis.outcome == "error" and diagnosis.error is not None:
+    elif diagnosis.outcome in ("error", "cpu_oom") and diagnosis.error is not None:
         out += _error_advice(diagnosis, details)
     elif diagnosis.outcome == "incomplete":
         if details.events == 0:

@@ -290,6 +290,9 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
         outcome = "incomplete"
         phase = run.step_phase(run.phase) or "unknown"
 
+    if error is not None and error.kind == "cpu_oom":
+        # Host RAM, not the GPU: its own outcome, as in `run`'s attempt records.
+        outcome = "cpu_oom"
     step = None if run.max_step is None else run.max_step + run.skipped
     total = run.total if run.total is not None else (
         run.bar_total + run.skipped if run.bar_total is not None else None)

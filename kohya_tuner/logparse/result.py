@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from kohya_tuner.logparse.events import OomFigures
 
-Outcome = Literal["oom", "error", "success", "incomplete"]
+# The outcome vocabulary shared with `run` (docs/json.md); a log cannot show a hang or an
+# interruption by kohya-tuner, so diagnose never says those two.
+Outcome = Literal["oom", "cpu_oom", "error", "success", "incomplete"]
 Phase = Literal["model_load", "cache_latents", "cache_text_encoder", "first_step", "training", "sampling", "saving",
                 "unknown"]
 ErrorKind = Literal["cpu_oom", "missing_file", "bad_argument", "nan_loss", "xformers", "bitsandbytes", "cuda_error",
