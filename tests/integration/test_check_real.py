@@ -82,3 +82,5 @@ def test_the_harness_config_trains_and_passes_the_check(tmp_path):
     run = launch(cfg, timeout=900)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     assert list((tmp_path / "output").glob("probe*.safetensors"))
+    if INJECT.is_dir():  # the ledger that proves the refusals ran no step does record real steps
+        assert (tmp_path / "backward.ledger").read_text().strip()
