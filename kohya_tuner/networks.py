@@ -67,8 +67,7 @@ def parse(spec: str, family) -> NetworkChoice:
                         "class names, and whether its version knows this model's is not checked here. Look for "
                         "its start-up line 'create LyCORIS for U-Net: N modules' with N above 0.")
     cautions.append("network_module lycoris.kohya needs the lycoris-lora package in sd-scripts' venv "
-                    "(pip install lycoris-lora); the memory estimate counts it as a LoRA of the same rank "
-                    "until LyCORIS is modelled per algo.")
+                    "(pip install lycoris-lora).")
     return NetworkChoice(kind, algo, settings, why, tuple(cautions))
 
 
