@@ -382,6 +382,11 @@ def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
             assumptions.append(f"model family {fam.label}: {unsaid}; guessed because {weak[0]}. Give --model "
                                "to say otherwise")
         script = fam.script
+    lora_type = str(data.get("LoRA_type") or "")
+    if lora_type and "network_module" not in config and fam is not None and fam.network_module:
+        # The GUI passes the network module for its LoRA type itself; the file does not store it.
+        config["network_module"] = ("lycoris.kohya" if lora_type.startswith("LyCORIS") else
+                                    "networks.dylora" if "DyLoRA" in lora_type else fam.network_module)
     return LoadedConfig(config, fam, script, "kohya_gui_json", config.get("dataset_config"), notes, assumptions)
 
 

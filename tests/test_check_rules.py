@@ -331,3 +331,20 @@ def test_docs_list_every_rule():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "check.md").read_text()
     missing = [r.id for r in engine.rules() if f"`{r.id}`" not in doc]
     assert missing == []
+
+
+def test_hub_ids_are_not_missing_files_but_local_looking_paths_are(tmp_path):
+    base = _tree(tmp_path)
+    for hub in ("stabilityai/stable-diffusion-xl-base-0.9", "runwayml/stable-diffusion-v1-5"):
+        res = engine.check({**base, "pretrained_model_name_or_path": hub}, SD, complete=True, filesystem=True)
+        assert "pretrained_model_missing" not in [p.rule for p in res.problems], hub
+    for path in ("models/sd15.safetensors", "C:\\models\\sd15.safetensors", "./sd15"):
+        res = engine.check({**base, "pretrained_model_name_or_path": path}, SD, complete=True, filesystem=True)
+        assert "pretrained_model_missing" in [p.rule for p in res.problems], path
+
+
+def test_a_missing_dataset_file_is_one_problem_not_two(tmp_path):
+    base = {**_tree(tmp_path), "dataset_config": str(tmp_path / "gone.toml")}
+    base.pop("train_data_dir")
+    res = engine.check(base, SD, complete=True, filesystem=True)
+    assert [p.rule for p in res.problems] == ["dataset_config_missing"]

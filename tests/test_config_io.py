@@ -89,8 +89,9 @@ def test_gui_json_model_flags(tmp_path):
                              "xformers": "sdpa", "train_batch_size": "2", "LoRA_type": "Standard"}))
     loaded = config_io.read_config(f)
     assert loaded.family.name == "sdxl"
+    # network_module: the GUI passes the one its LoRA type names; the file does not store it.
     assert loaded.config == {"network_dim": 32, "optimizer_type": "Adafactor", "resolution": "1024,1024",
-                             "sdpa": True, "train_batch_size": 2}
+                             "sdpa": True, "train_batch_size": 2, "network_module": "networks.lora"}
 
 
 @pytest.mark.parametrize("content,match", [(b"", "empty"), (b"\x00\x01binary", "binary")])

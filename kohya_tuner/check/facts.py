@@ -340,6 +340,8 @@ class Context:
         if self.dataset_doc is None:
             if self.cfg.get("in_json") is not None or self.cfg.get("dataset_class") is not None:
                 return False
+            if self.cfg.get("dataset_config") is not None:
+                return False  # a dataset file that could not be read: dataset_config_missing says so
             if not isinstance(self.cfg.get("train_data_dir"), str):
                 return True
         for ds in self.datasets:
@@ -357,5 +359,10 @@ class Context:
         return True
 
 
+MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft", ".gguf")
+
+
 def _looks_like_hub_id(value: str) -> bool:
-    return value.count("/") == 1 and not value.startswith((".", "/", "~")) and not Path(value).suffix
+    # "stabilityai/stable-diffusion-xl-base-0.9": sd-scripts (diffusers) downloads it.
+    return (value.count("/") == 1 and "\\" not in value and ":" not in value
+            and not value.startswith((".", "/", "~")) and not value.lower().endswith(MODEL_SUFFIXES))
