@@ -276,7 +276,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m",
                    help="Model family: sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima.")
     p.add_argument("--job", "-j", help="What you train: character, style or concept.")
-    plan_options.add_gpu(p, required=False, default="auto")
+    plan_options.add_gpu(p, required=False, default="auto", arch=True)
     p.add_argument("--out", "-o", type=Path, metavar="DIR", help="Run folder: configs, logs, states, LoRA, report.")
     plan_options.add_plan_options(p)
     p.add_argument("--sd-scripts", type=Path, metavar="DIR",
@@ -357,14 +357,14 @@ def run(args: argparse.Namespace) -> int:
             probe_steps=probe_steps, emulate_vram=emulate_vram, gpus=gpus, accelerate_config=accelerate_config,
             json_events=json_events, strict=strict, strict_pin=strict_pin, hang_timeout=hang_timeout, cpu=cpu,
             policy=policy, no_fit=no_fit, force=force, as_json=as_json,
-            files=plan_options.model_files(a), network=a.network)
+            files=plan_options.model_files(a), network=a.network, gpu_arch=a.gpu_arch)
     return code
 
 
 def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, name, steps, variant, preset, sets,
              sd_scripts, python, dry_run, max_attempts, probe_steps, emulate_vram, gpus, accelerate_config,
              json_events, strict, strict_pin, hang_timeout, cpu, policy, no_fit, force, as_json,
-             files=None, network=None) -> int:
+             files=None, network=None, gpu_arch=None) -> int:
     from kohya_tuner import dataset as dataset_mod
     from kohya_tuner import gpu as gpu_mod
     from kohya_tuner import history, ladder, memory, planfiles, planning, presets, schema
@@ -395,9 +395,9 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     if str(gpu).strip().lower() == "auto":
         if cpu:
             raise UserError("--cpu needs the card size to plan for: give --gpu N (e.g. --gpu 12).")
-        choice = gpu_mod.choose("auto", index)
+        choice = gpu_mod.choose("auto", index, arch=gpu_arch)
     else:
-        choice = gpu_mod.GpuChoice(gb=gpu_mod.parse_gb(gpu), info=card)
+        choice = gpu_mod.GpuChoice(gb=gpu_mod.parse_gb(gpu), info=card, arch_given=gpu_arch)
     plan_gb = int(emulate_vram) if emulate_vram is not None else choice.gb
     python = python or sys.executable
 
