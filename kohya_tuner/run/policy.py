@@ -9,6 +9,7 @@ wastes the user's time. Nothing here touches files or processes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -57,6 +58,9 @@ class Stop:
     advice: tuple[str, ...] = ()
     # False when continuing would only stop again (the ladder's floor).
     can_continue: bool = True
+
+
+_DISK_FULL = re.compile(r"No space left on device|\[Errno 28\]|Disk quota exceeded|\[Errno 122\]")
 
 
 @dataclass
@@ -258,6 +262,12 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
         error = _get(diagnosis, "error") or {}
         kind = _get(error, "kind") or "error"
         message = _get(error, "message") or f"exit status {facts.exit_status}"
+        if _DISK_FULL.search(message):
+            # Not the settings' fault and not retried blindly: once there is room the
+            # run picks up from its newest state.
+            return Stop(f"the disk is full: the trainer could not write ({message}); the saved states are kept",
+                        advice=("Free some space on the --out disk, then `kohya-tuner run --continue` resumes "
+                                "from the newest state.",))
         return Stop(f"the trainer failed with a {kind} error, not out of memory: {message}; "
                     "this is not retried", advice=tuple(_get(diagnosis, "advice") or ()))
     if state.attempts_left <= 0:

@@ -54,3 +54,17 @@ def test_without_a_reserve_a_full_disk_is_an_oserror_not_a_lie(tiny_disk):
     with pytest.raises(OSError) as err:
         Journal(tiny_disk).write_summary({"pad": "x" * 50000})
     assert err.value.errno == errno.ENOSPC
+
+
+def test_a_trainer_that_meets_a_full_disk_is_told_to_free_space_not_to_change_settings():
+    from types import SimpleNamespace
+
+    from kohya_tuner.families import get_family
+    from kohya_tuner.run.policy import AttemptFacts, RunState, Stop, decide
+
+    diag = SimpleNamespace(outcome="error", phase="training", oom=None, advice=["This is not a memory problem"],
+                           error={"kind": "other", "message": "OSError: [Errno 28] No space left on device"})
+    state = RunState(attempt=1, attempts_left=3, total_steps=40, plan_config={})
+    action = decide(diag, {}, get_family("sd15"), state, AttemptFacts(exit_status=1, end_step=16))
+    assert isinstance(action, Stop) and action.reason.startswith("the disk is full")
+    assert action.can_continue and "--continue" in action.advice[0]
