@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
     written: Path | None = None
     dataset_written: Path | None = None
+    backups: list[Path] = []  # where --force kept the files it replaced
     if result.fits:
         new_config = dict(result.config)
         dataset_changed = any(k.startswith("dataset:") for st in result.steps for k, _, _ in st.changes)
@@ -117,9 +118,10 @@ def run(args: argparse.Namespace) -> int:
             dpath = _dataset_out_path(out)
             if any(_same_file(dpath, p) for p in [config] + ([dataset] if dataset else [])):
                 raise UserError(f"{dpath} would overwrite an input file; choose another --out.")
-            config_io.write_new(dpath, config_io.dumps_dataset(result.dataset,
-                                                               header=f"Fitted by kohya-tuner for {choice.gb} GB"),
-                                force=force)
+            kept = config_io.write_new(dpath, config_io.dumps_dataset(
+                result.dataset, header=f"Fitted by kohya-tuner for {choice.gb} GB"), force=force)
+            if kept is not None:
+                backups.append(kept)
             dataset_written = dpath
             new_config["dataset_config"] = str(dpath.absolute())
         why = {}
@@ -136,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
         gate(new_config, family.script, dataset=result.dataset if result.dataset is not None else ds,
              what="The fitted config")
         text = config_io.dumps_config(new_config, why=why, script=family.script, header=header)
-        config_io.write_new(out, text, force=force)
+        kept = config_io.write_new(out, text, force=force)
+        if kept is not None:
+            backups.append(kept)
         written = out
 
     if as_json:
@@ -158,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
             "history_notes": corrected,
             "out": str(written) if written else None,
             "dataset_out": str(dataset_written) if dataset_written else None,
+            "backups": [str(b) for b in backups],
             "input": {"path": str(config), "format": loaded.fmt, "script": loaded.script, "notes": notes},
             "assumptions": list(getattr(loaded, "assumptions", []) or []) + list(result.after.assumptions),
             "cautions": list(result.cautions),
@@ -184,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
             say(f"assumed: {a}")
         if written:
             say(f"Wrote {written}" + (f" and {dataset_written}" if dataset_written else "") + ".")
+        for b in backups:
+            say(f"The old file is kept as {b}.")
     if not result.fits:
         return 1
     return 0

@@ -142,3 +142,19 @@ def test_a_device_is_never_replaced_even_with_force():
     with pytest.raises(UserError, match="not a regular file"):
         fileio.write_new("/dev/null", "x = 1\n", force=True)
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_fit_force_names_the_backup(tmp_path):
+    from tests.clihelp import invoke
+
+    cfg = tmp_path / "in.toml"
+    cfg.write_text('pretrained_model_name_or_path = "/m/sd15.safetensors"\nnetwork_module = "networks.lora"\n'
+                   'network_dim = 16\nresolution = "512,512"\ntrain_batch_size = 1\nmax_train_steps = 100\n')
+    out = tmp_path / "fitted.toml"
+    out.write_text("mine = true\n")
+    res = invoke("fit", cfg, "--model", "sd15", "--gpu", "12", "--out", out, "--force")
+    assert res.exit_code in (0, 1), res.output
+    assert f"The old file is kept as {tmp_path / 'fitted.toml.bak'}" in " ".join(res.output.split())
+    assert (tmp_path / "fitted.toml.bak").read_text() == "mine = true\n"
+    res = invoke("fit", cfg, "--model", "sd15", "--gpu", "12", "--out", out, "--force", "--json")
+    assert "backups" in res.stdout
