@@ -515,7 +515,9 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
                       f"budget {budget:.2f} GiB" + (f" (corrected ×{est.correction:.3f} from your history)"
                                                     if est.correction != 1.0 else ""))
         console.print(_checks_table(checks))
-        console.print("Files: " + ", ".join(str(p) for p in written.values()))
+        console.print("Files: " + ", ".join(str(p) for p in written.values()), markup=False)
+        for p, b in getattr(written, "backups", {}).items():
+            console.print(f"  (the old {p.name} is kept as {b})", markup=False)
     if dry_run:
         if as_json:
             print_json({"dry_run": True, **summary})
