@@ -368,6 +368,12 @@ def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
         extra_cfg = parse_command_line(f"{script} {extra}", model=fam.name if fam else None)
         config.update(extra_cfg.config)
         notes.extend(extra_cfg.notes)
+    if not config and not data.get("LoRA_type"):
+        # Any JSON would otherwise pass as an SD 1.5 LoRA with every default: say what it is not.
+        shown = ", ".join(list(data)[:5]) or "none"
+        raise UserError(f"The JSON holds no kohya_ss or sd-scripts training setting (its keys: {shown}).",
+                        "Give a kohya_ss GUI config (.json saved by the GUI), an sd-scripts TOML, or a file holding "
+                        "the training command line.")
     assumptions: list[str] = []
     if fam is None:
         weak: list[str] = []
@@ -398,7 +404,10 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
     if not stripped:
         raise UserError(f"{p} is empty.")
     if p.suffix.lower() == ".json" or stripped.startswith("{"):
-        return read_gui_json(text, model)
+        try:
+            return read_gui_json(text, model)
+        except UserError as exc:
+            raise UserError(f"{p}: {exc.message}", exc.hint) from None
     suffix = p.suffix.lower()
     if suffix in (".sh", ".bat", ".cmd", ".ps1", ".txt"):
         return parse_command_line(text, model)

@@ -137,3 +137,13 @@ def test_effective_settings_follow_dataset_precedence():
     eff = config_io.effective_settings(cfg, ds)
     assert eff["batch_size"] == 2 and eff["resolution"] == (1024, 768)
     assert config_io.effective_settings(cfg)["resolution"] == (512, 512)
+
+
+def test_a_json_that_is_no_training_config_is_refused_not_read_as_sd15(tmp_path):
+    from kohya_tuner.errors import UserError
+
+    other = tmp_path / "sources.json"
+    other.write_text('{"01_config.toml": {"url": "https://example.invalid"}, "note": "a list of files"}')
+    with pytest.raises(UserError) as err:
+        config_io.read_config(other)
+    assert "sources.json" in err.value.message and "no kohya_ss or sd-scripts training setting" in err.value.message
