@@ -15,7 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "python command line.")
     p.add_argument("--dataset-config", "--dataset", "-d", dest="dataset", type=Path, metavar="FILE",
                    help="The --dataset_config file (default: the one the config names).")
-    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux), when the file does not say.")
+    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21, anima), "
+                                         "when the file does not say.")
     p.add_argument("--json", action="store_true",
                    help='Print {"ok", "script", "problems", "warnings"} as one JSON object.')
 
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     script = loaded.script if not_lora(loaded.script) else (loaded.family.script if loaded.family else None)
     if script is None:
         raise UserError(f"Cannot tell which model {args.config} trains (no script name, network module or model "
-                        f"path gives it away).", "Say it with --model sd15, --model sdxl or --model flux.")
+                        f"path gives it away).", "Say it with --model (sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima).")
     dataset = None if not_lora(script) else _dataset(args, loaded.config.get("dataset_config"))
     result = check(loaded.config, script, dataset=dataset, complete=True, filesystem=True)
     if args.json:

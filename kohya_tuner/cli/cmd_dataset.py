@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c = sub.add_parser("check", help="Judge an image folder the way sd-scripts will read it.",
                        description=CHECK_HELP, formatter_class=formatter)
     c.add_argument("path", type=Path, metavar="DIR", help="The folder with the training images (and caption files).")
-    c.add_argument("--model", "-m", required=True, help="Model family: sd15, sdxl or flux.")
+    c.add_argument("--model", "-m", required=True, help="Model family: sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima.")
     c.add_argument("--job", "-j", help="character, style or concept: sets the image-count guide.")
     c.add_argument("--trigger", metavar="WORD", help="Trigger word every caption should contain.")
     c.add_argument("--resolution", type=_pixels, metavar="PX", help="Training resolution (default: the model preset's).")

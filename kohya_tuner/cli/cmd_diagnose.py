@@ -89,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="A training log: the console output of sd-scripts (stdout and stderr).")
     p.add_argument("--json", action="store_true",
                    help="Print one JSON object (outcome, phase, step, oom, error, advice).")
-    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux) for sharper advice; read from the log "
+    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux, sd3, chroma, lumina2, …) for sharper advice; read from the log "
                                          "when it names its script.")
     p.add_argument("--exit-code", type=int, metavar="N",
                    help="The exit status the training ended with, if you know it (137 = killed for lack of RAM).")

@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="The sd-scripts checkout (default: $KOHYA_SD_SCRIPTS or the one `setup` cloned).")
     p.add_argument("--python", metavar="PATH",
                    help="The Python that runs training (default: a venv inside the checkout, else this one).")
-    p.add_argument("--model", "-m", help="Judge host RAM for this model family (sd15, sdxl, flux).")
+    p.add_argument("--model", "-m", help="Judge host RAM for this model family (sd15, sdxl, flux, sd3, chroma, …).")
     p.add_argument("--timeout", type=finite_float(1.0, 3600.0), default=None, metavar="S",
                    help="Seconds to wait for the trainer's Python to answer.")
     p.add_argument("--json", action="store_true", help="Print one JSON object.")

@@ -42,7 +42,7 @@ def load_inputs(config_path: Path, model: str | None, dataset_path: Path | None
         raise UserError(not_lora_message(loaded.script))
     if loaded.family is None:
         raise UserError(f"Cannot tell which model {config_path} trains (no script name, network module or model "
-                        f"path gives it away).", "Say it with --model sd15, --model sdxl or --model flux.")
+                        f"path gives it away).", "Say it with --model (sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima).")
     notes = list(loaded.notes)
     dataset = None
     if dataset_path is not None:
@@ -133,7 +133,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "python command line.")
     p.add_argument("--dataset", "-d", type=Path, metavar="FILE",
                    help="The --dataset_config file (its batch size and resolution win).")
-    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux), when the file does not say.")
+    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21, anima), "
+                                         "when the file does not say.")
     p.add_argument("--gpu", "-g", type=gpu_size, metavar="GB|auto",
                    help="Your card in GB (e.g. 12) or 'auto' (NVML: also subtracts other processes).")
     p.add_argument("--gpus", type=positive_int, default=1, metavar="N",

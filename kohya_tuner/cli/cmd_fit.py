@@ -70,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", "-o", type=Path, required=True, metavar="FILE",
                    help="Where to write the fitted config TOML (never the input).")
     p.add_argument("--dataset", "-d", type=Path, metavar="FILE", help="The --dataset_config file.")
-    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux), when the file does not say.")
+    p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21, anima), "
+                                         "when the file does not say.")
     p.add_argument("--policy", choices=POLICIES, default="default",
                    help="default: most GiB per cost, quality-keeping moves first; roadmap: the guides' fixed "
                         "order.")
