@@ -48,7 +48,9 @@ def test_header(coeffs):
     assert "tools/memtrace/" in coeffs["generated_by"]
     assert coeffs["method"]
     assert "torch" in coeffs["versions"] and "diffusers" in coeffs["versions"]
-    assert set(coeffs["token_units"]) == {"sd15", "sdxl", "flux"}
+    from kohya_tuner.families import FAMILIES
+
+    assert set(coeffs["token_units"]) >= set(FAMILIES)
     assert "T5" in coeffs["token_units"]["flux"]
 
 
@@ -57,7 +59,7 @@ def test_activation_entries_well_formed(coeffs):
     assert acts, "no activation lines"
     seen = set()
     for a in acts:
-        assert a["arch"] in {"sd15", "sdxl", "flux"}
+        assert a["arch"] in coeffs["token_units"]
         assert a["impl"] in {"diffusers", "sd-scripts"}
         assert a["precision"] in {"amp", "bf16"}
         assert a["attn"] in {"flash", "math"}
@@ -76,6 +78,41 @@ def test_every_arch_has_the_amp_flash_lines_the_estimator_needs(coeffs):
             assert _entry(coeffs, arch=arch, precision="amp", ckpt=ckpt, fp8=False, attn="flash"), (arch, ckpt)
     for ckpt in (False, True):
         assert _entry(coeffs, arch="flux", precision="amp", ckpt=ckpt, fp8=True, attn="flash")
+
+
+def test_every_family_is_traced_from_its_own_sd_scripts_class(coeffs):
+    """Each family the estimator knows has the amp lines (checkpointing off and on) traced from the
+    pinned sd-scripts' model class, and the families only sd-scripts implements have no other source."""
+    from kohya_tuner.families import FAMILIES
+
+    for name in FAMILIES:
+        for ckpt in (False, True):
+            assert _entry(coeffs, arch=name, impl="sd-scripts", precision="amp", ckpt=ckpt, fp8=False,
+                          attn="flash"), (name, ckpt)
+        if name not in ("sd15", "sdxl", "flux"):
+            assert all(a["impl"] == "sd-scripts" for a in coeffs["activations"] if a["arch"] == name)
+    for arch, impl in coeffs.get("impl_preference", {}).items():
+        assert impl in ("sd-scripts", "diffusers") and _entry(coeffs, arch=arch, impl=impl), arch
+
+
+@pytest.mark.parametrize("arch", ["sd15", "sd2", "sdxl", "sd3", "sd35m", "sd35l", "chroma", "lumina2", "hunyuan21",
+                                  "anima"])
+def test_sd_scripts_checkpointing_cuts_activations(coeffs, arch):
+    off = _entry(coeffs, arch=arch, impl="sd-scripts", precision="amp", ckpt=False, fp8=False, attn="flash")
+    on = _entry(coeffs, arch=arch, impl="sd-scripts", precision="amp", ckpt=True, fp8=False, attn="flash")
+    tok = 4096  # a 1024 px image for the /16 transformers, 512 px for the U-Nets
+    gib = lambda e: e["mib_per_token"] * tok / 1024 + e["intercept_gib"]  # noqa: E731
+    assert gib(on) < gib(off) / 2, (arch, gib(off), gib(on))
+
+
+def test_allocator_reserve_of_the_fluxgym_step_is_small(coeffs):
+    """The caching-allocator replay of a FLUX fp8 LoRA step: what the allocator reserves above the live
+    peak is a few per cent, not the gigabytes a GPU monitor shows beyond the estimate."""
+    checks = [c for c in coeffs.get("allocator_checks", []) if c["arch"] == "flux"]
+    assert checks
+    for c in checks:
+        assert c["reserved_peak_gib"] >= c["live_peak_gib"]
+        assert 0 <= c["reserve_gib"] < 0.1 * c["live_peak_gib"]
 
 
 # ---------------------------------------------------------------- fits reproduce their points

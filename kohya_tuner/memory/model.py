@@ -258,7 +258,8 @@ def _arch_line(s: Setup, ckpt: bool, notes: list[str], fp8: bool, arch: str) -> 
         else:
             params = s.family.diffusion.params
             extra = params * 2 * (1 / 25 if ckpt else 0.98) / GIB
-            notes.append("fp8 base on a U-Net is not traced: upcast weight copies estimated from the parameter count")
+            notes.append(f"fp8 base {'with' if ckpt else 'without'} checkpointing is not traced for {arch}: upcast weight "
+                         f"copies estimated from the parameter count")
     return base.mib_per_token, base.intercept_gib + extra
 
 

@@ -83,7 +83,7 @@ TOKEN_UNITS = {
     "chroma": "image tokens (res/16)^2 + T5 tokens",
     "lumina2": "image tokens (res/16)^2 + Gemma2 tokens",
     "hunyuan21": "image tokens (res/32)^2 + text tokens (Qwen2.5-VL + ByT5)",
-    "anima": "image tokens (res/16)^2 (cross-attention to a fixed text length)",
+    "anima": "image tokens (res/16)^2 + the T5-length text tokens it cross-attends to",
 }
 
 # Text tokens each sd-scripts trainer feeds by default (its *_max_token_length arguments); the
@@ -103,7 +103,9 @@ def text_tokens_in_unit(arch: str, text_tokens: int) -> int:
         return 77 + text_tokens
     if arch == "hunyuan21":
         return text_tokens + BYT5_TOKENS
-    if arch in ("flux", "chroma", "lumina2"):
+    if arch in ("flux", "chroma", "lumina2", "anima"):
+        # Anima cross-attends instead of attending jointly, but its per-sample text work (the LLM
+        # adapter, the cross-attention keys) makes the text length count like image tokens in the fit.
         return text_tokens
     return 0
 
