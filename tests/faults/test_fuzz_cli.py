@@ -53,11 +53,15 @@ def _count_examples(tmp_path_factory):
     """Runs the module in a scratch working folder (relative paths among the values land
     there, not in the checkout) and prints how many examples ran (pytest -s)."""
     cwd = os.getcwd()
+    watched = [REPO, STANDIN]  # nothing of the checkout may receive files
+    before = {d: sorted(os.listdir(d)) for d in watched}
     os.chdir(tmp_path_factory.mktemp("cwd"))
     try:
         yield
     finally:
         os.chdir(cwd)
+    after = {d: sorted(os.listdir(d)) for d in watched}
+    assert after == before, "the fuzz wrote into the checkout"
     counts = {k: v for k, v in sorted(EXAMPLES.items()) if k not in ("dataset-folders", "outs")}
     print(f"\nfuzz examples run: {sum(counts.values())} — " + ", ".join(f"{k} {v}" for k, v in counts.items()))
 
@@ -96,9 +100,14 @@ def world(tmp_path_factory):
     (root / "empty_dir").mkdir()
     (root / "dir[bold]").mkdir()
     (root / "base.safetensors").write_bytes(b"\0" * 64)
+    # The stand-in trainer, copied: a path among the values can be anyone's --out, and the
+    # checkout's own tests/standin must never receive plan files.
+    import shutil
+
+    shutil.copytree(STANDIN, root / "standin", ignore=shutil.ignore_patterns("__pycache__"))
     planned = root / "planned_run"
     res = invoke("run", "--model", "sd15", "--job", "style", "--gpu", "8", "--cpu", "--data", data, "--out",
-                 planned, "--sd-scripts", STANDIN, "--steps", "12", "--base", root / "base.safetensors", "--dry-run")
+                 planned, "--sd-scripts", root / "standin", "--steps", "12", "--base", root / "base.safetensors", "--dry-run")
     assert res.exit_code == 0, res.output
     return root
 
@@ -113,9 +122,10 @@ def _hashes(root: Path) -> dict[str, str]:
 
 def _paths(world: Path, scratch: Path) -> list[str]:
     names = ["cfg.toml", "bad.toml", "gui.json", "trunc.json", "cmd.sh", "empty.txt", "binary.bin", "oom.log",
-             "imgs", "empty_dir", "dir[bold]", "base.safetensors", "planned_run", "missing.toml", "planned_run/run.json"]
+             "imgs", "empty_dir", "dir[bold]", "base.safetensors", "planned_run", "missing.toml", "planned_run/run.json",
+             "standin"]
     return [str(world / n) for n in names] + [str(scratch / "out"), str(scratch / "new" / "deep"), "/proc/nope",
-                                              "/dev/null", str(STANDIN), ""]
+                                              "/dev/null", ""]
 
 
 def _options(name: str, sub: str | None = None) -> list[argparse.Action]:
@@ -165,7 +175,7 @@ def _base(name: str, sub: str | None, world: Path, out: Path) -> list[str]:
         "dataset check": [str(world / "imgs"), "--model", "sd15"],
         "dataset prep": [str(world / "imgs"), "--model", "sd15", "--out", str(out / "prep")],
         "run": ["--model", "sd15", "--job", "style", "--gpu", "8", "--cpu", "--data", str(world / "imgs"),
-                "--out", str(out / "run"), "--sd-scripts", str(STANDIN), "--steps", "12", "--base",
+                "--out", str(out / "run"), "--sd-scripts", str(world / "standin"), "--steps", "12", "--base",
                 str(world / "base.safetensors")],
         "doctor": [],
     }
