@@ -24,7 +24,9 @@ from kohya_tuner.memory import budget_gib, estimate
 JOB_RANK = {"character": 16, "style": 32, "concept": 16}
 # SD3 / SD3.5 cache their captions with CLIP-L, CLIP-G and T5-XXL on the GPU together (sd3_train_network.py):
 # with the fp8 T5-XXL file 6.4 GiB, over a 6 GB card's 5.5 GiB budget; their plans start at 8 GB.
-SMALLEST_FITTING_CLASS = {"sd3": 8, "sd35m": 8, "sd35l": 8}
+# HunyuanImage-2.1: its guide's smallest tier is 8 GB (fp8_scaled, the maximum 37 blocks swapped);
+# on the traced activation lines a rank-32 job does not fit 6 GB.
+SMALLEST_FITTING_CLASS = {"sd3": 8, "sd35m": 8, "sd35l": 8, "hunyuan21": 8}
 
 
 def fitted(model, job, gb, tmp_path, *, bf16=True, t5xxl=None, sets=(), trigger="ohwx"):
