@@ -79,17 +79,28 @@ class Run:
                 if line.strip()]
 
     def trained(self) -> Counter:
-        """Backward passes really completed, per attempt number (batch size 1 or more, one
-        backward per optimizer step: the suite trains without gradient accumulation)."""
-        counts: Counter = Counter()
+        """Optimizer steps really trained, per attempt number: the backward passes the ledger
+        counted for that attempt's config, divided by its gradient accumulation."""
+        import toml
+
+        passes: Counter = Counter()
         if not self.ledger.exists():
-            return counts
+            return passes
+        configs: dict[int, Path] = {}
         for line in self.ledger.read_text(encoding="utf-8").splitlines():
             _pid, _, config = line.partition(" ")
             name = Path(config).name  # attempt-N.config.toml
             if name.startswith("attempt-") and name.endswith(".config.toml"):
-                counts[int(name[len("attempt-"):-len(".config.toml")])] += 1
-        return counts
+                n = int(name[len("attempt-"):-len(".config.toml")])
+                passes[n] += 1
+                configs[n] = Path(config)
+        steps: Counter = Counter()
+        for n, count in passes.items():
+            flat = {k: v for table in toml.load(configs[n]).values() if isinstance(table, dict) for k, v in table.items()}
+            accum = int(flat.get("gradient_accumulation_steps") or 1)
+            assert count % accum == 0, f"attempt {n}: {count} backward passes at accumulation {accum}"
+            steps[n] = count // accum
+        return steps
 
     def earlier_files_untouched(self) -> int:
         """Every file an earlier attempt left (snapshot at each launch) is still there, unchanged.
