@@ -37,7 +37,8 @@ def _lsq(points):
 
 
 def _entry(coeffs, **kw):
-    hits = [a for a in coeffs["activations"] if all(a.get(k) == v for k, v in kw.items())]
+    mode = kw.pop("mode", "lora")
+    hits = [a for a in coeffs["activations"] if a.get("mode", "lora") == mode and all(a.get(k) == v for k, v in kw.items())]
     return hits[0] if hits else None
 
 
@@ -67,7 +68,8 @@ def test_activation_entries_well_formed(coeffs):
         assert a["n_points"] == len(a["points"]) == len(a["residuals_gib"]) >= 1
         assert a["source"]
         key = (a["arch"], a["impl"], a["precision"], a["ckpt"], a["fp8"], a["attn"],
-               a.get("cpu_offload_checkpointing", False))
+               a.get("cpu_offload_checkpointing", False), a.get("mode", "lora"))
+        assert a.get("mode", "lora") in ("lora", "full", "full_fused")
         assert key not in seen, f"duplicate line {key}"
         seen.add(key)
 
@@ -103,6 +105,21 @@ def test_sd_scripts_checkpointing_cuts_activations(coeffs, arch):
     tok = 4096  # a 1024 px image for the /16 transformers, 512 px for the U-Nets
     gib = lambda e: e["mib_per_token"] * tok / 1024 + e["intercept_gib"]  # noqa: E731
     assert gib(on) < gib(off) / 2, (arch, gib(off), gib(on))
+
+
+def test_full_fine_tune_keeps_16_bit_weight_copies_under_autocast(coeffs, targets):
+    """A full fine-tune with fp32 master weights under autocast: the peak without gradients (what a
+    fused optimizer step leaves) carries a 16-bit cast of every weight (autocast's weight cache), so
+    its line's intercept is the 16-bit weight size."""
+    found = 0
+    for a in coeffs["activations"]:
+        if a.get("mode") != "full_fused" or not a["ckpt"]:
+            continue
+        t = targets["archs"][a["arch"]]
+        params = t["components"][t["denoiser"]]["n_params"]
+        assert a["intercept_gib"] == pytest.approx(params * 2 / 2 ** 30, rel=0.02), a["arch"]
+        found += 1
+    assert found == 3
 
 
 def test_allocator_reserve_of_the_fluxgym_step_is_small(coeffs):
@@ -199,7 +216,7 @@ def test_cpu_offload_checkpointing_lowers_activations(coeffs):
             continue
         plain = [e for e in coeffs["activations"] if e["arch"] == a["arch"] and e["impl"] == a["impl"]
                  and e["precision"] == a["precision"] and e["ckpt"] and e["fp8"] == a["fp8"]
-                 and not e.get("cpu_offload_checkpointing")]
+                 and not e.get("cpu_offload_checkpointing") and not e.get("mode")]
         assert plain
         x = 4608
         off = a["mib_per_token"] * x / 1024 + a["intercept_gib"]
@@ -214,7 +231,7 @@ def test_sdscripts_lines_present_and_close_to_diffusers(coeffs):
     if not sds:
         pytest.skip("no sd-scripts traces in this table")
     for a in sds:
-        if a.get("cpu_offload_checkpointing"):
+        if a.get("cpu_offload_checkpointing") or a.get("mode"):
             continue
         d = _entry(coeffs, arch=a["arch"], impl="diffusers", precision=a["precision"], ckpt=a["ckpt"],
                    fp8=a["fp8"], attn=a["attn"])

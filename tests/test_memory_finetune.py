@@ -121,3 +121,17 @@ def test_long_captions_multiply_the_text_encoder_work():
     assert (short.te_chunks, long.te_chunks) == (1, 3)
     e_short, e_long = estimate(cfg, FAMILIES["sdxl"]), estimate({**cfg, "max_token_length": 225}, FAMILIES["sdxl"])
     assert e_long.components_gib["activations"] > e_short.components_gib["activations"]
+
+
+def test_fused_step_with_fp32_master_weights_keeps_autocast_copies():
+    # traced: the peak without gradients of a full fine-tune under autocast holds a 16-bit copy of
+    # every fp32 weight; full_bf16 stores the weights in 16 bit and has none
+    loaded = config_io.parse_command_line(SDXL_FT)
+    cfg = {**loaded.config, "fused_backward_pass": True, "optimizer_type": "Adafactor"}
+    mixed = estimate(cfg, loaded.family)
+    bf16 = estimate({**cfg, "full_bf16": True}, loaded.family)
+    copies = FAMILIES["sdxl"].diffusion.params * 2 / GIB
+    assert mixed.components_gib["activations"] - bf16.components_gib["activations"] == pytest.approx(copies, rel=0.01)
+    assert any("16-bit copy" in a for a in mixed.assumptions)
+    plain = estimate({**cfg, "fused_backward_pass": False}, loaded.family)
+    assert not any("16-bit copy" in a for a in plain.assumptions)

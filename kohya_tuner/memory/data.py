@@ -41,6 +41,9 @@ class ActivationLine:
     mib_per_token: float
     intercept_gib: float
     cpu_offload: bool = False
+    # "lora", or for a full fine-tune "full" (activations at the step's peak, every gradient alive)
+    # and "full_fused" (the peak without gradients: fused_backward_pass frees each as it is made).
+    mode: str = "lora"
 
     def gib(self, tokens: float, batch: int) -> float:
         return self.mib_per_token * tokens * batch / 1024.0 + self.intercept_gib
@@ -52,8 +55,9 @@ def _lines() -> dict[tuple, ActivationLine]:
     for row in coefficients().get("activations", []):
         line = ActivationLine(row["arch"], row.get("impl", "diffusers"), row["precision"], bool(row["ckpt"]),
                               bool(row["fp8"]), row.get("attn", "flash"), float(row["mib_per_token"]),
-                              float(row["intercept_gib"]), bool(row.get("cpu_offload_checkpointing", False)))
-        key = (line.arch, line.precision, line.ckpt, line.fp8, line.attn, line.cpu_offload)
+                              float(row["intercept_gib"]), bool(row.get("cpu_offload_checkpointing", False)),
+                              row.get("mode", "lora"))
+        key = (line.arch, line.precision, line.ckpt, line.fp8, line.attn, line.cpu_offload, line.mode)
         prev = out.get(key)
         pref = impl_preference(line.arch)
         if prev is None or pref.index(line.impl if line.impl in pref else "diffusers") < \
@@ -63,8 +67,8 @@ def _lines() -> dict[tuple, ActivationLine]:
 
 
 def activation_line(arch: str, precision: str, ckpt: bool, fp8: bool, attn: str = "flash",
-                    cpu_offload: bool = False) -> ActivationLine | None:
-    return _lines().get((arch, precision, ckpt, fp8, attn, cpu_offload))
+                    cpu_offload: bool = False, mode: str = "lora") -> ActivationLine | None:
+    return _lines().get((arch, precision, ckpt, fp8, attn, cpu_offload, mode))
 
 
 def math_attention() -> dict[str, Any]:

@@ -227,6 +227,10 @@ def _plain_line(s: Setup, ckpt: bool, notes: list[str], fp8: bool) -> tuple[floa
             notes.append(msg)
         slope, intercept = _arch_line(s, ckpt, notes, fp8, arch)
         return slope * scale, intercept * scale
+    if s.mode == "full":
+        msg = f"full fine-tune ({s.family.script}): activations counted with the traced LoRA step of the same model"
+        if msg not in notes:
+            notes.append(msg)
     return _arch_line(s, ckpt, notes, fp8, s.family.name)
 
 
@@ -344,8 +348,6 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
         opt_gib = n_lora * state_bytes_per_param(s.optimizer, lora_b, width, width) / GIB
         if s.optimizer.spec.factored and s.train_unet:
             opt_gib += finetune.conv3x3_params(fam.name) * s.optimizer.spec.factored * 4.0 * (2 / 3) / GIB
-        notes.append(f"full fine-tune ({fam.script}): activations counted with the traced LoRA step of the same "
-                     f"model; layers a LoRA does not wrap keep a little more for their weight gradients")
     else:
         lc = lora_count(fam.name, rank=s.rank, conv_rank=s.conv_rank, net_args=s.network_args,
                         train_unet=s.train_unet, te_trained=s.te_trained)
@@ -401,6 +403,15 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
         cnotes[vae_key] = f"{vae.label}, {s.vae_dtype}, on the GPU (encodes every batch)"
 
     act = _training_activations(s, notes) + te_act
+    if full and (s.fused_backward or s.fused_groups) and s.mixed_precision != "no" and s.lora_dtype == "fp32":
+        # fp32 master weights under autocast: autocast keeps a 16-bit cast of every weight that
+        # requires grad for the whole forward (its weight cache). The traced full fine-tunes show it
+        # as the peak without gradients (memory_coefficients.json, mode full_fused: intercepts equal
+        # to the 16-bit weights). Without a fused step the gradients of every weight outweigh it.
+        copies = (diff.params if s.train_unet else 0) * 2 / GIB
+        act += copies
+        notes.append(f"autocast keeps a 16-bit copy of the fp32 master weights during the forward "
+                     f"({copies:.2f} GiB); full_bf16 / full_fp16 store the weights in 16 bit and avoid it")
     vae_step = 0.0 if s.cache_latents else _vae_gib(VAE_ENCODE_ELEMS_PER_PIXEL, s, s.batch)
     act_peak = max(act, vae_step)
     w, h = s.resolution

@@ -83,17 +83,32 @@ def linfit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def act_of(row: dict) -> float:
+    if row.get("_fused"):
+        return row["act_without_grads_peak_GiB"]
     return row["peak_minus_weights_GiB"]
 
 
 def group_key(row: dict) -> tuple:
+    mode = row.get("mode", "lora")
+    if mode == "full" and row.get("_fused"):
+        mode = "full_fused"
     return (row["arch"], row.get("impl", "diffusers"), row["precision"], bool(row["ckpt"]), bool(row["fp8"]),
-            row["attn"], bool(row.get("cpu_offload_ckpt", False)))
+            row["attn"], bool(row.get("cpu_offload_ckpt", False)), mode)
+
+
+def with_fused_views(rows: list[dict]) -> list[dict]:
+    """A full fine-tune trace gives two lines: activations at the step's peak (gradients of every
+    weight alive, counted apart) and the peak without gradients (fused_backward_pass frees each)."""
+    out = list(rows)
+    for row in rows:
+        if row.get("mode") == "full" and "act_without_grads_peak_GiB" in row:
+            out.append({**row, "_fused": True})
+    return out
 
 
 def fit_activations(rows: list[dict]) -> list[dict]:
     groups: dict[tuple, dict[tuple, dict]] = defaultdict(dict)
-    for row in rows:
+    for row in with_fused_views(rows):
         if is_multistep(row) or row["attn"] != "flash":
             continue
         # one point per (tokens, batch); meta and fake devices agree to 0.1 %, the first row wins
@@ -101,7 +116,7 @@ def fit_activations(rows: list[dict]) -> list[dict]:
         groups[group_key(row)].setdefault(pkey, row)
     out = []
     for key in sorted(groups):
-        arch, impl, precision, ckpt, fp8, attn, offload = key
+        arch, impl, precision, ckpt, fp8, attn, offload, mode = key
         pts_rows = sorted(groups[key].items())
         points = [(tok * batch, act_of(r)) for (tok, batch, _rank), r in pts_rows]
         slope_gib, icpt = linfit(points)
@@ -126,6 +141,8 @@ def fit_activations(rows: list[dict]) -> list[dict]:
         }
         if offload:
             entry["cpu_offload_checkpointing"] = True
+        if mode != "lora":
+            entry["mode"] = mode
         out.append(entry)
     return out
 
@@ -204,6 +221,8 @@ def fit_math_attention(rows: list[dict]) -> dict:
 def architectures(rows: list[dict]) -> dict:
     out: dict = {}
     for row in rows:
+        if row.get("mode") == "full":
+            continue  # no network: nothing to compare with the LoRA targets
         impl = row.get("impl", "diffusers")
         key = row["arch"] if impl == "diffusers" else f'{row["arch"]}:{impl}'
         ent = out.setdefault(key, {"arch": row["arch"], "impl": impl, "n_params": row["n_params"], "lora": {}})

@@ -193,12 +193,15 @@ def build_sdscripts(arch: str, rank: int, precision: str, fp8: bool, checkout: s
                  notes, offload_hooks)
 
 
-def build(arch: str, impl: str, rank: int, precision: str, fp8: bool, checkout: str | None) -> Setup:
+def build(arch: str, impl: str, rank: int, precision: str, fp8: bool, checkout: str | None,
+          full: bool = False) -> Setup:
     if impl == "sd-scripts":
         if not checkout:
             raise SystemExit("--impl sd-scripts needs --sdscripts PATH (a checkout of the pinned sd-scripts commit)")
-        if arch != "flux":
+        if arch != "flux" or full:
             import models_sdscripts
-            return models_sdscripts.build(arch, rank, precision, fp8, checkout)
+            return models_sdscripts.build(arch, rank, precision, fp8, checkout, full=full)
+    if full:
+        raise SystemExit("--full traces sd-scripts' own classes: --impl sd-scripts")
         return build_sdscripts(arch, rank, precision, fp8, checkout)
     return build_diffusers(arch, rank, precision, fp8)

@@ -71,7 +71,7 @@ def _net(netmod, rank, vae, tes, den, **kw):
     return net
 
 
-def build(arch: str, rank: int, precision: str, fp8: bool, checkout: str) -> Setup:
+def build(arch: str, rank: int, precision: str, fp8: bool, checkout: str, full: bool = False) -> Setup:
     import sdscripts_import
 
     sdscripts_import.add_checkout(checkout)
@@ -79,12 +79,12 @@ def build(arch: str, rank: int, precision: str, fp8: bool, checkout: str) -> Set
     cwd = os.getcwd()
     os.chdir(checkout)  # Anima's adapter reads configs/ relative to the checkout
     try:
-        return _build(arch, rank, precision, fp8, checkout)
+        return _build(arch, rank, precision, fp8, checkout, full)
     finally:
         os.chdir(cwd)
 
 
-def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str) -> Setup:
+def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str, full: bool = False) -> Setup:
     imp = __import__("importlib").import_module
     bf16 = torch.bfloat16
     text_len = configs.TEXT_TOKENS.get(arch, 0)
@@ -100,6 +100,10 @@ def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str) -> Se
                                               use_linear_projection=False, upcast_attention=False)
             den.set_use_sdpa(True)
             netmod, cls = imp("networks.lora"), "library.original_unet.UNet2DConditionModel"
+        elif arch == "flux":
+            fm = imp("library.flux_models")
+            den = fm.Flux(fm.configs["dev"].params)
+            netmod, cls = imp("networks.lora_flux"), "library.flux_models.Flux (configs['dev'])"
         elif arch == "sdxl":
             den = imp("library.sdxl_original_unet").SdxlUNet2DConditionModel()
             den.set_use_sdpa(True)
@@ -134,6 +138,13 @@ def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str) -> Se
         else:
             raise SystemExit(f"--impl sd-scripts has no builder for {arch}")
     n_params = sum(p.numel() for p in den.parameters())
+    if full:
+        # A full fine-tune: every weight trains, kept as fp32 master weights under mixed precision
+        # (bf16 with --full_bf16); no network.
+        den.to(torch.float32 if precision == "amp" else bf16)
+        den.requires_grad_(True)
+        den.train()
+        return _setup(arch, den, None, n_params, precision, fp8, text_len, cls + " (full fine-tune)")
     # As train_network does it: the denoiser in the weight dtype (fp8 with --fp8_base), frozen.
     den.to(torch.float8_e4m3fn if fp8 else bf16)
     den.requires_grad_(False)
@@ -145,13 +156,25 @@ def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str) -> Se
     net.requires_grad_(True)
     den.train()
     net.train()
-    n_lora = sum(p.numel() for p in net.parameters())
+    return _setup(arch, den, net, n_params, precision, fp8, text_len,
+                  f"{cls} + {netmod.__name__} ({len(net.unet_loras)} LoRA modules)")
+
+
+def _setup(arch, den, net, n_params, precision, fp8, text_len, desc) -> Setup:
+    bf16 = torch.bfloat16
+    n_lora = sum(p.numel() for p in (net if net is not None else den).parameters())
 
     def make_inputs(res_h, res_w, batch, device, t5_tokens=None, ckpt=False):
         kw = dict(dtype=bf16, device=device)
         L = t5_tokens or text_len
         ones = dict(dtype=torch.int64, device=device)
-        if arch in ("sd15", "sd2", "sdxl"):
+        if arch == "flux":
+            n = (res_h // 16) * (res_w // 16)
+            d = dict(img=torch.randn(batch, n, 64, **kw), img_ids=torch.zeros(batch, n, 3, **kw),
+                     txt=torch.randn(batch, L, 4096, **kw), txt_ids=torch.zeros(batch, L, 3, **kw),
+                     y=torch.randn(batch, 768, **kw), timesteps=torch.rand(batch, **kw),
+                     guidance=torch.full((batch,), 3.5, **kw))
+        elif arch in ("sd15", "sd2", "sdxl"):
             ctx = {"sd15": 768, "sd2": 1024, "sdxl": 2048}[arch]
             d = dict(x=torch.randn(batch, 4, res_h // 8, res_w // 8, **kw),
                      t=torch.randint(0, 1000, (batch,), device=device),
@@ -197,6 +220,9 @@ def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str) -> Se
         if arch == "chroma":
             return den(img=i["img"], img_ids=i["img_ids"], txt=i["txt"], txt_ids=i["txt_ids"], y=i["y"],
                        timesteps=i["timesteps"], guidance=i["guidance"], txt_attention_mask=i["mask"])
+        if arch == "flux":
+            return den(img=i["img"], img_ids=i["img_ids"], txt=i["txt"], txt_ids=i["txt_ids"], y=i["y"],
+                       timesteps=i["timesteps"], guidance=i["guidance"])
         if arch == "lumina2":
             return den(i["x"], i["t"], cap_feats=i["cap"], cap_mask=i["mask"])
         if arch == "hunyuan21":
@@ -211,8 +237,9 @@ def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str) -> Se
         else:
             den.enable_gradient_checkpointing()
 
-    notes = [f"sd-scripts classes: {cls} + {netmod.__name__} ({len(net.unet_loras)} LoRA modules)"]
+    notes = [f"sd-scripts classes: {desc}"]
     if fp8:
         notes.append("fp8: whole denoiser cast to float8_e4m3fn (as --fp8_base), autocast upcasts per call")
-    return Setup(arch, "sd-scripts", [den, net], forward, make_inputs, enable_ckpt, n_params, len(net.unet_loras),
-                 n_lora, notes)
+    modules = [den] + ([net] if net is not None else [])
+    n_wrapped = len(net.unet_loras) if net is not None else 0
+    return Setup(arch, "sd-scripts", modules, forward, make_inputs, enable_ckpt, n_params, n_wrapped, n_lora, notes)

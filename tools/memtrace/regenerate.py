@@ -17,6 +17,8 @@ Groups (--groups, default: all that can run):
   sdscripts_families  the other sd-scripts families from their own classes and LoRA modules (SD 1.x/2.x and
                     SDXL U-Nets, SD3 / SD3.5 M / L, Chroma, Lumina 2, HunyuanImage-2.1, Anima): two sizes,
                     checkpointing off/on, batch 2, fp8 base                  (62 traces, needs --sdscripts)
+  sdscripts_full    full fine-tunes of the SD 1.x and SDXL U-Nets and FLUX.1: two sizes, checkpointing off/on
+                                                                             (10 traces, needs --sdscripts)
 --quick runs a reduced version of each selected group (2 sizes, no scaling sweeps) into a scratch folder.
 """
 from __future__ import annotations
@@ -122,9 +124,21 @@ def sdscripts_families(quick: bool) -> list[list[str]]:
     return runs
 
 
+def sdscripts_full(quick: bool) -> list[list[str]]:
+    """Full fine-tunes (every weight trains, fp32 master weights) of the U-Nets and FLUX.1."""
+    runs = []
+    for arch, sizes, cks in (("sd15", (512, 768), ([], ["--ckpt"])), ("sdxl", (512, 1024), ([], ["--ckpt"])),
+                             ("flux", (512, 1024), (["--ckpt"],))):
+        for res in sizes[:1] if quick else sizes:
+            for ck in cks:
+                runs.append(["--arch", arch, "--impl", "sd-scripts", "--precision", "amp", "--full", "--res",
+                             str(res), *ck])
+    return runs
+
+
 GROUPS = {"diffusers_matrix": diffusers_matrix, "diffusers_steps": diffusers_steps, "sdscripts_flux": sdscripts_flux,
-          "sdscripts_families": sdscripts_families}
-NEEDS_SDSCRIPTS = {"sdscripts_flux", "sdscripts_families"}
+          "sdscripts_families": sdscripts_families, "sdscripts_full": sdscripts_full}
+NEEDS_SDSCRIPTS = {"sdscripts_flux", "sdscripts_families", "sdscripts_full"}
 
 
 def run_one(python: str, argv: list[str], sdscripts: str | None, timeout: int) -> dict:
@@ -151,7 +165,7 @@ def run_group(name: str, runs: list[list[str]], args) -> tuple[str, int]:
     failed = [r for r in results if "failed" in r]
     for r in results:
         tag = "ERR" if "failed" in r else "ok "
-        desc = r.get("failed") or f'{r["arch"]} {r["impl"]} {r["res"]} b{r["batch"]} {r["precision"]} ' \
+        desc = r.get("failed") or f'{r["arch"]} {r["impl"]} {r.get("mode", "lora")} {r["res"]} b{r["batch"]} {r["precision"]} ' \
             f'ckpt={int(r["ckpt"])} offload={int(r["cpu_offload_ckpt"])} fp8={int(r["fp8"])} {r["attn"]} ' \
             f'-> peak {r["peak_GiB"]} GiB, act {r["peak_minus_weights_GiB"]} ({r["wall_s"]} s)'
         print(f"  {tag} {desc}", flush=True)

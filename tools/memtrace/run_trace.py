@@ -49,6 +49,8 @@ def parse(argv=None):
     ap.add_argument("--fp8", action="store_true", help="fp8 base weights (as --fp8_base)")
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--opt", action="store_true", help="also run AdamW.step() on the LoRA parameters")
+    ap.add_argument("--full", action="store_true",
+                    help="a full fine-tune: every weight of the denoiser trains (fp32 master weights under amp), no LoRA")
     ap.add_argument("--steps", type=int, default=1, help="with --opt: training steps to trace (2 = steady state)")
     ap.add_argument("--allocator", action="store_true",
                     help="also replay the allocations through a model of the CUDA caching allocator (reserved peak)")
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
 
     timings = {"import_s": round(t_import, 2)}
     t0 = time.time()
-    setup = models.build(args.arch, args.impl, args.rank, args.precision, args.fp8, args.sdscripts)
+    setup = models.build(args.arch, args.impl, args.rank, args.precision, args.fp8, args.sdscripts, full=args.full)
     timings["build_s"] = round(time.time() - t0, 2)
     sd_commit = None
     if args.impl == "sd-scripts":
@@ -117,6 +119,11 @@ def main(argv=None) -> int:
             tracker.track(b, "param_base")
         for t in torch.utils._pytree.tree_flatten(inputs)[0]:
             tracker.track(t, "input")
+        if args.full:
+            # Gradients are what a full fine-tune adds besides activations; count them apart.
+            for p in setup.parameters():
+                if p.requires_grad:
+                    p.register_post_accumulate_grad_hook(lambda q: tracker.recategorize(q.grad, "grad"))
         attn_calls: list = []
         install_attn_flag(tracker, flash_on_meta=(args.device == "meta" and args.attn == "flash"), calls=attn_calls)
         saved = SavedCounter(weights, tracker)
@@ -186,7 +193,12 @@ def main(argv=None) -> int:
         peak_phase=tracker.peak_snapshot.get("phase"),
         peak_by_cat={k: round(v / GiB, 3) for k, v in pb.items() if v},
         phase_peak_GiB={k: round(v / GiB, 3) for k, v in tracker.phase_peak.items()},
-        peak_minus_weights_GiB=round((tracker.peak - pb.get("param_base", 0) - pb.get("param_lora", 0)) / GiB, 3),
+        peak_minus_weights_GiB=round((tracker.peak - pb.get("param_base", 0) - pb.get("param_lora", 0)
+                                      - pb.get("grad", 0)) / GiB, 3),
+        grads_at_peak_GiB=round(pb.get("grad", 0) / GiB, 3),
+        act_without_grads_peak_GiB=round((tracker.peak_nograd - pb.get("param_base", 0) - pb.get("param_lora", 0))
+                                         / GiB, 3),
+        mode="full" if args.full else "lora",
         attn_calls=sorted({c: attn_calls.count(c) for c in set(attn_calls)}.items()),
         n_ops=tracker.n_ops, n_allocs=tracker.n_allocs,
         top_alloc_ops={k: round(v / GiB, 2) for k, v in tracker.op_alloc_bytes.most_common(8)},

@@ -35,6 +35,9 @@ class LiveMem(TorchDispatchMode):
         # ("a", uid, nbytes) / ("f", uid) in order, for allocsim.replay (the caching allocator)
         self.events: list | None = [] if log_events else None
         self._uid = 0
+        # The peak of live bytes other than gradients (a full fine-tune with fused_backward_pass frees
+        # each gradient as it is made, so this is its peak besides the weights).
+        self.peak_nograd = 0
         self.live = 0
         self.live_rounded = 0
         self.peak = 0
@@ -90,6 +93,9 @@ class LiveMem(TorchDispatchMode):
             self.peak_rounded = self.live_rounded
         if self.live > self.phase_peak[self.phase]:
             self.phase_peak[self.phase] = self.live
+        nograd = self.live - self.by_cat.get("grad", 0)
+        if nograd > self.peak_nograd:
+            self.peak_nograd = nograd
 
     def to_host(self, t) -> None:
         """Stop counting a tensor the trainer keeps in host RAM (its storage stays tracked at 0 bytes)."""
@@ -106,6 +112,18 @@ class LiveMem(TorchDispatchMode):
         self.by_cat[cat] -= nb
         self.host_bytes += nb
         ent[1] = 0
+
+    def recategorize(self, t, cat: str) -> None:
+        """Count a tracked tensor under another category from now on (a gradient once it is stored)."""
+        try:
+            ent = self._refs.get(id(t.untyped_storage()))
+        except Exception:
+            return
+        if ent is None or ent[2] == cat:
+            return
+        self.by_cat[ent[2]] -= ent[1]
+        self.by_cat[cat] += ent[1]
+        ent[2] = cat
 
     def category_of(self, t):
         try:
