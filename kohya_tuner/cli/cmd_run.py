@@ -158,14 +158,17 @@ class LiveDisplay:
 def _print_outcome(summary: dict[str, Any]) -> None:
     status = summary["status"]
     colour = {"success": "green", "interrupted": "yellow"}.get(status, "red")
-    console.print(f"\n[bold {colour}]{status.upper()}[/bold {colour}]: {summary['reason']}")
+    console.print(f"\n[bold {colour}]{status.upper()}[/bold {colour}]: {escape(str(summary['reason']))}")
     for a in summary.get("advice") or []:
         console.print(f"  {escape(a)}")
     if summary.get("lora"):
-        console.print(f"  LoRA: [bold]{summary['lora']}[/bold]")
+        console.print(f"  LoRA: [bold]{escape(str(summary['lora']))}[/bold]")
+    redone = summary.get("steps_redone", summary.get("steps_lost", 0)) or 0
     console.print(f"  attempts: {summary['attempts']} ({summary['failed_attempts']} failed), time lost to failures: "
-                  f"{_duration(summary.get('time_lost_s'))}, optimizer steps redone: {summary.get('steps_lost', 0)}")
-    console.print(f"  steps: {summary.get('steps_done')} of {summary.get('total_steps')}, peak VRAM: "
+                  f"{_duration(summary.get('time_lost_s'))}")
+    # Reached is how far the weights got; trained counts every optimizer step run, redone ones too.
+    console.print(f"  steps: {summary.get('reached_step', summary.get('steps_done'))} of {summary.get('total_steps')} "
+                  f"planned; {summary.get('steps_done')} trained, {redone} of them redone; peak VRAM: "
                   f"{_gib(summary.get('peak_vram_gib')) if summary.get('peak_vram_gib') is not None else 'not measured'}")
     changed = summary.get("changed_settings") or {}
     if changed:
