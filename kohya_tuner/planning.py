@@ -45,6 +45,20 @@ class FittedPlan:
             flag = "--" + str(offer["key"]).replace("_", "-")
             return (f"Use {offer['label']} ({offer['value']}) with {flag}: then the plan fits "
                     f"({offer['peak_gib']:.2f} GiB of {self.budget_gib:.2f}).")
+        peak = self.estimate.peak_gib
+        phase = self.estimate.peak_phase
+        # Rank, batch and resolution only move the training step; say so when another phase is
+        # the limit, instead of sending the user after settings that cannot help.
+        if phase == "cache_text_encoder":
+            return (f"The peak ({peak:.2f} GiB) is the text encoders encoding the captions, which no LoRA setting "
+                    "changes: give a smaller (fp8) text-encoder file where the model has one, or plan for a card "
+                    "with more memory; --no-fit writes the preset anyway.")
+        if phase == "model_load":
+            return (f"The peak ({peak:.2f} GiB) is loading the models, before any LoRA setting counts: plan for a "
+                    "card with more memory, or --no-fit to write the preset anyway.")
+        if phase == "cache_latents":
+            return (f"The peak ({peak:.2f} GiB) is the VAE encoding latents: a lower --set resolution helps, rank "
+                    "and batch do not; --no-fit writes the preset anyway.")
         return "Try a smaller --set network_dim or resolution, or --no-fit to write the preset anyway."
 
 

@@ -1,0 +1,34 @@
+"""A plan that cannot fit is answered for the phase that sets its peak: rank and batch are
+only offered when the training step is the limit."""
+
+from __future__ import annotations
+
+from tests.clihelp import invoke
+
+
+def test_text_encoder_caching_limit_does_not_send_the_user_after_rank(tmp_path):
+    res = invoke("config", "--model", "sd3", "--job", "style", "--gpu", "6", "--out", tmp_path / "o")
+    assert res.exit_code == 2
+    assert "text encoders encoding the captions" in res.stderr
+    assert "network_dim" not in res.stderr
+
+
+def test_training_step_limit_still_names_rank_and_resolution(tmp_path):
+    from kohya_tuner import planning, presets
+    from kohya_tuner.gpu import GpuChoice
+
+    choice = GpuChoice(gb=6)
+    inputs, _ = planning.model_inputs(presets_family("sdxl"), base=None, clip_l=None, t5xxl=None, ae=None,
+                                      name="lora", out=tmp_path, steps=None)
+    plan = presets.compose("sdxl", "style", 6, sets=["resolution=1536,1536", "max_bucket_reso=2048", "train_batch_size=8"],
+                           inputs=inputs, bf16=choice.bf16)
+    ds = presets.build_dataset(plan, tmp_path / "images", None)
+    fitted = planning.fit_plan(plan, ds, 6, do_fit=False)
+    assert fitted.estimate.peak_phase == "training" and not fitted.fits
+    assert "network_dim" in fitted.refusal_hint
+
+
+def presets_family(name: str):
+    from kohya_tuner.families import get_family
+
+    return get_family(name)
