@@ -86,3 +86,23 @@ def test_error_text_is_never_read_as_markup(tmp_path):
     res = invoke("estimate", odd)
     assert res.exit_code == 2
     assert "[bold]x[/red].toml" in res.stderr and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("columns", ["80", "100", "160"])
+@pytest.mark.parametrize("verbose", [False, True])
+def test_config_output_cuts_no_value_at_any_width(columns, verbose, tmp_path):
+    import os
+
+    out = tmp_path / "o"
+    argv = [sys.executable, "-m", "kohya_tuner", "config", "--model", "flux", "--job", "style", "--gpu", "24",
+            "--out", str(out)] + (["--verbose"] if verbose else [])
+    res = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "COLUMNS": columns})
+    assert res.returncode == 0, res.stderr
+    assert "…" not in res.stdout  # rich's mark for a cut cell
+    data = json.loads(invoke("config", "--model", "flux", "--job", "style", "--gpu", "24", "--out",
+                             tmp_path / "j", "--json").stdout)
+    text = " ".join(res.stdout.split())
+    for key in ("lr_scheduler", "optimizer_type", "network_dim", "mixed_precision"):
+        assert str(data["config"][key]) in text, key
+    if not verbose:
+        assert len(res.stdout.splitlines()) < 60  # a summary, not the 250-line table

@@ -82,6 +82,31 @@ def render_plan_table(plan: presets.Plan, title: str) -> Table:
     return table
 
 
+# Below this width four columns leave the reasons a word a line: the list form reads better.
+TABLE_MIN_WIDTH = 140
+
+
+def print_provenance(plan: presets.Plan, title: str) -> None:
+    """Every setting, the layer that set it and why: a table on a wide terminal, else one
+    entry per setting (key = value [layer], the reason indented below it), wrapped at words."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    from kohya_tuner.cli.common import console
+    from kohya_tuner.config_io import show_value
+
+    if console.width >= TABLE_MIN_WIDTH:
+        console.print(render_plan_table(plan, title))
+        return
+    console.print(Text(f"{title}: every setting, the layer that set it and why", style="bold"))
+    for key in sorted(plan.config):
+        src = plan.provenance.get(key)
+        console.print(Text.assemble((key, "cyan"), " = ", show_value(plan.config[key]),
+                                    (f"  [{src.layer}]" if src else "", "magenta")))
+        if src and src.why:
+            console.print(Padding(Text(src.why), (0, 0, 0, 4), expand=False))
+
+
 def render_summary(plan: presets.Plan, fitted, *, keys=KEY_SETTINGS) -> list[str]:
     """The compact view: lines that fit 80 columns without cutting a value (long values wrap
     at word boundaries on their own line, never get an ellipsis)."""
@@ -168,9 +193,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"[bold]{escape(family.label)}[/bold] LoRA, job [bold]{escape(args.job)}[/bold], GPU "
                   f"{escape(choice.describe())} → preset class {plan.gpu_class} GB")
     if args.verbose:
-        console.print(render_plan_table(plan, "config.toml"))
+        print_provenance(plan, "config.toml")
     else:
-        say("Settings (* = changed by the fit; all of them, with reasons, in config.toml or --verbose):")
+        say("Settings (* = changed by the fit; all, with reasons: config.toml, --verbose):")
         for line in render_summary(plan, fitted):
             say(line)
     steps = fitted.fit.steps if fitted.fit else []
@@ -195,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         warn(w)
     say("Wrote:")
     for p in written.values():
-        say(f"  {p}")
+        say(f"  {p}", wrap=False)
     for p, b in getattr(written, "backups", {}).items():
         say(f"  (the old {p.name} is kept as {b})")
     from kohya_tuner.shellquote import sh_quote

@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         for a in getattr(loaded, "assumptions", []) or []:
             say(f"assumed: {a}")
         if written:
-            say(f"Wrote {written}" + (f" and {dataset_written}" if dataset_written else "") + ".")
+            say(f"Wrote {written}" + (f" and {dataset_written}" if dataset_written else "") + ".", wrap=False)
         for b in backups:
             say(f"The old file is kept as {b}.")
     if not result.fits:

@@ -372,7 +372,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     from kohya_tuner import gpu as gpu_mod
     from kohya_tuner import history, ladder, memory, planfiles, planning, presets, schema
     from kohya_tuner.run import launcher, preflight
-    from kohya_tuner.cli.cmd_config import render_plan_table
+    from kohya_tuner.cli.cmd_config import render_summary
     from kohya_tuner.families import get_family
     from kohya_tuner.run.journal import Journal
     from kohya_tuner.run.policy import DEFAULT_HANG_MINUTES, DEFAULT_MAX_ATTEMPTS, Retry
@@ -509,7 +509,10 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
                       f"{'CPU run' if cpu else 'GPU ' + choice.describe()}"
                       + (f", emulating a {emulate_vram:g} GB card" if emulate_vram is not None else "")
                       + f" → preset class {plan.gpu_class} GB")
-        console.print(render_plan_table(plan, "plan"))
+        # The settings that matter; every setting with its reason is in config.toml.
+        console.print("  plan (every setting and its reason: config.toml):", markup=False)
+        for line in render_summary(plan, fitted):
+            console.print(line, markup=False, soft_wrap=True)
         for note in plan.notes:
             console.print(f"  {note}", markup=False, soft_wrap=True)
         for line in fit_lines:

@@ -29,14 +29,15 @@ def gpu_json(gb: int | None, name: str | None, others_gib: float, budget_gib: fl
 
 
 def warn(message: str) -> None:
-    """A warning on stderr; the message is printed as it is, never read as markup."""
+    """A warning on stderr, wrapped at word boundaries; never read as markup."""
     from rich.text import Text
 
-    err_console.print(Text.assemble(("warning:", "yellow"), " ", message), soft_wrap=True)
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", message))
 
 
-def say(text: str, style: str | None = None) -> None:
-    """A plain line on stdout (user text inside is never read as markup)."""
+def say(text: str, style: str | None = None, *, wrap: bool = True) -> None:
+    """A plain line on stdout (user text inside is never read as markup). wrap=False for a
+    line that must stay whole to be copied, such as a path."""
     from rich.text import Text
 
-    console.print(Text(text, style=style or ""), soft_wrap=True)
+    console.print(Text(text, style=style or ""), soft_wrap=not wrap)
