@@ -238,7 +238,10 @@ def test_no_t5_given_plans_for_the_fp8_file(tmp_path):
 
 def test_no_offer_when_the_file_would_not_help(tmp_path):
     f = fitted("flux", "character", 4, tmp_path, t5xxl="/m/t5xxl_fp16.safetensors")
-    assert not f.fits and f.fit.offer is None and "network_dim" in f.refusal_hint
+    # Even the fp8 file leaves T5 caching over a 4 GB budget: no file to offer, and since caching
+    # sets the peak, no LoRA setting either.
+    assert not f.fits and f.fit.offer is None and f.estimate.peak_phase == "cache_text_encoder"
+    assert "text encoders" in f.refusal_hint and "network_dim" not in f.refusal_hint
 
 
 def test_fit_command_floor_message_keeps_its_shape_and_names_the_file():
