@@ -4,8 +4,9 @@ Two figures per command, both as a ratio to the baseline measured in the same lo
 interleaved so machine load hits all of them alike):
 - start: `kohya-tuner CMD --help`, i.e. interpreter, the CLI table, the command's module and its
   argument parser. The target is 1.5x.
-- work:  the command doing a small real job (a config for a 24 GB card, an estimate, a fit, a
-  check, a diagnosis of a short log): what a user waits for. Printed for information.
+- work:  the command doing a small real job (a config for a 12 GB card, an estimate, a fit, a
+  check, a diagnosis of a short log): what a user waits for. Printed for information: most of it
+  is pydantic building its models and rich's console, which the baseline imports only lazily.
 
     python benchmarks/cli_startup.py [--runs 15]
 """
@@ -13,6 +14,7 @@ interleaved so machine load hits all of them alike):
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -80,6 +82,10 @@ def main() -> None:
                     argv = argv + [str(tmp / f"o{n}" / ("fit.toml" if c == "fit" else ""))]
                 samples.setdefault(f"{c} (work)", []).append(_time(argv))
         base = statistics.median(samples["baseline"])
+        if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+            # Every run then compiles kohya_tuner from source (an editable install has no .pyc files).
+            print("note: PYTHONDONTWRITEBYTECODE is set: each run compiles the package from source; "
+                  "unset it for what an installed copy does")
         print(f"baseline `python -c \"import pydantic, rich\"`: median {base * 1000:.0f} ms over {opts.runs} runs")
         for name, values in samples.items():
             if name == "baseline":
