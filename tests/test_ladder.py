@@ -7,6 +7,8 @@ import re
 import pytest
 
 from kohya_tuner import ladder, presets, schema
+from kohya_tuner.ladder import moves as ladder_moves
+from kohya_tuner.memory.setup import resolve
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import FAMILIES
 from kohya_tuner.memory import budget_gib, estimate
@@ -125,8 +127,8 @@ def test_quality_moves_only_after_quality_keeping_ones_run_out():
 def test_batch_to_accumulation_keeps_the_effective_batch():
     move = ladder.load_ladder().move("batch_to_accumulation")
     cfg = dict(HEAVY_SDXL, gradient_accumulation_steps=3)
-    s = ladder.resolve(cfg, SDXL)
-    variants = ladder._variants(move, SDXL, cfg, None, s, 4)
+    s = resolve(cfg, SDXL)
+    variants = ladder_moves._variants(move, SDXL, cfg, None, s, 4)
     assert variants
     for new, _ds, changes in variants:
         assert effective_batch(new) == 4 * 3
@@ -185,7 +187,7 @@ def test_floors_end_the_ladder_with_a_clear_message():
     assert not r.fits
     assert re.match(r"cannot fit in 4 GB; the smallest config needs \d+\.\d\d GiB", r.message)
     assert r.config["network_dim"] >= 4
-    s = ladder.resolve(r.config, FLUX)
+    s = resolve(r.config, FLUX)
     assert min(s.resolution) >= FLUX.resolution_floor
     assert r.after.peak_gib > 3.0
     assert not valid(r.config, FLUX)
@@ -196,7 +198,7 @@ def test_floors_end_the_ladder_with_a_clear_message():
 def test_sd15_resolution_floor_is_256():
     r = ladder.fit(SD15_FP32, SD15, 0.5, gpu_gb=1)
     assert not r.fits
-    assert min(ladder.resolve(r.config, SD15).resolution) == 256
+    assert min(resolve(r.config, SD15).resolution) == 256
 
 
 def test_flux_hint_for_16_bit_t5():
@@ -209,13 +211,13 @@ def test_flux_hint_for_16_bit_t5():
 def test_every_variant_of_every_applicable_move_validates():
     lad = ladder.load_ladder()
     for cfg, fam in ((HEAVY_FLUX, FLUX), (HEAVY_SDXL, SDXL), (SD15_FP32, SD15)):
-        s = ladder.resolve(cfg, fam)
+        s = resolve(cfg, fam)
         f = ladder.facts(cfg, fam, None, s)
         produced = 0
         for m in lad.moves:
-            if not ladder._applies(m, fam, cfg, f):
+            if not ladder_moves._applies(m, fam, cfg, f):
                 continue
-            for new, ds, _ in ladder._variants(m, fam, cfg, None, s, lad.rank_floor):
+            for new, ds, _ in ladder_moves._variants(m, fam, cfg, None, s, lad.rank_floor):
                 produced += 1
                 problems = valid(new, fam, ds)
                 # fit only uses variants that validate; those it uses must be all of them here.
@@ -322,7 +324,7 @@ def test_next_step_runs_out_at_the_floor():
         assert not valid(cfg, FLUX)
     else:
         pytest.fail("the ladder never reached its floor")
-    s = ladder.resolve(cfg, FLUX)
+    s = resolve(cfg, FLUX)
     assert s.rank == 4 and min(s.resolution) == FLUX.resolution_floor
     assert cfg["blocks_to_swap"] == FLUX.blocks_to_swap_max
 

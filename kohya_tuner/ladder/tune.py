@@ -1,0 +1,166 @@
+"""tune gives speed back where the budget allows; next_step picks one move after a real OOM."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable
+
+from kohya_tuner.errors import UserError
+from kohya_tuner.families import Family
+from kohya_tuner.memory.setup import resolve
+from kohya_tuner.optimizers import lookup
+
+from kohya_tuner.ladder.data import POLICIES, MIN_SAVING_GIB, Ladder, load_ladder
+from kohya_tuner.ladder.moves import (
+    Candidate, facts, FitResult, Step, _applies, _best_candidate, _choose, _Ctx, _dataset_any,
+    _describe_budget, _phase_value, _set, _valid,
+)
+from kohya_tuner.ladder.fit import PHASE_WORDS, cautions, fit
+
+
+# ---- tune: speed back where the budget allows ---------------------------------------------
+
+
+def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: dict[str, Any] | None = None,
+         history: list | None = None, gpu_name: str | None = None, gpu_gb: float | None = None,
+         bf16: bool = True, ladder: Ladder | None = None) -> FitResult:
+    """Fit, then remove speed costs (block swap, gradient checkpointing, checkpoint offload,
+    8-bit states) as long as the peak stays within the upper target share of the budget."""
+    lad = ladder or load_ladder()
+    high = lad.tune_high * budget_gib
+    # Aim at the upper target first (headroom for a late large bucket); settle for the whole
+    # budget when the target cannot be reached.
+    result = fit(config, family, high, dataset=dataset, history=history, gpu_name=gpu_name, gpu_gb=gpu_gb,
+                 bf16=bf16, ladder=lad)
+    if not result.fits:
+        result = fit(config, family, budget_gib, dataset=dataset, history=history, gpu_name=gpu_name,
+                     gpu_gb=gpu_gb, bf16=bf16, ladder=lad)
+    if not result.fits:
+        return result
+    ctx = _Ctx(family, history, gpu_name, bf16, lad)
+    cfg, ds, current = dict(result.config), result.dataset, result.after
+    steps = list(result.steps)
+    for r in lad.relaxes:
+        variants: list[tuple[dict, list]] = []
+        if r.kind == "steps_down":
+            cur = cfg.get(r.key)
+            if not isinstance(cur, int) or isinstance(cur, bool) or cur <= 0:
+                continue
+            # Fewest swapped blocks first: the fastest config that still fits wins.
+            for v in [None] + list(range(1, min(cur, (family.blocks_to_swap_max or 0) + 1))):
+                ncfg = dict(cfg)
+                ch: list = []
+                _set(ncfg, ch, r.key, v)
+                variants.append((ncfg, ch))
+        elif r.kind == "unset":
+            ncfg = dict(cfg)
+            ch = []
+            for k in r.unset:
+                _set(ncfg, ch, k, None)
+            if ch:
+                variants.append((ncfg, ch))
+        elif r.kind == "optimizer_map":
+            spec = lookup(cfg.get("optimizer_type"), cfg.get("optimizer_args"),
+                          use_8bit_adam=bool(cfg.get("use_8bit_adam"))).spec
+            target = r.map.get(spec.name.lower())
+            if target:
+                ncfg = dict(cfg)
+                ch = []
+                _set(ncfg, ch, "optimizer_type", target)
+                _set(ncfg, ch, "use_8bit_adam", None)
+                variants.append((ncfg, ch))
+        elif r.kind == "accumulation_to_batch" and not _dataset_any(ds, "batch_size"):
+            b = cfg.get("train_batch_size") or 1
+            ga = cfg.get("gradient_accumulation_steps") or 1
+            if isinstance(b, int) and isinstance(ga, int) and not isinstance(ga, bool) and ga > 1:
+                # Largest batch first; batch x accumulation (the effective batch) stays the same.
+                for k in sorted((k for k in range(2, ga + 1) if ga % k == 0), reverse=True):
+                    ncfg = dict(cfg)
+                    ch = []
+                    _set(ncfg, ch, "train_batch_size", b * k)
+                    _set(ncfg, ch, "gradient_accumulation_steps", ga // k if ga // k > 1 else None)
+                    variants.append((ncfg, ch))
+        share = lad.tune_low if r.ceiling == "target_low" else lad.tune_high
+        for ncfg, ch in variants:
+            if not ch or not _valid(ncfg, ds, family):
+                continue
+            e = ctx.est(ncfg, ds)
+            if e.peak_gib <= share * budget_gib:
+                steps.append(Step(move=r.name, changes=ch, saved_gib=round(current.peak_gib - e.peak_gib, 3),
+                                  speed_cost=r.speed_note, quality_cost="none", resume_safe=True,
+                                  reason=f"the budget allows it: {e.peak_gib:.2f} GiB stays within "
+                                         f"{share:.0%} of {budget_gib:.2f} GiB"))
+                cfg, current = ncfg, e
+                break
+    share = current.peak_gib / budget_gib if budget_gib > 0 else 0.0
+    where = _describe_budget(budget_gib, gpu_gb)
+    msg = (f"fits in {where}: {current.peak_gib:.2f} GiB of a {budget_gib:.2f} GiB budget ({share:.0%})")
+    if share < lad.tune_low:
+        msg += "; the card has room to spare"
+    return FitResult(config=cfg, dataset=ds, steps=steps, before=result.before, after=current, fits=True,
+                     budget_gib=budget_gib, message=msg, policy="default", hints=result.hints,
+                     applied_order=result.applied_order + [st.move for st in steps[len(result.steps):]],
+                     cautions=cautions(current.peak_gib, budget_gib, gpu_gb, lad))
+
+
+# ---- next_step: one move after a real OOM ------------------------------------------------
+
+
+def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib: float | None,
+              policy: str = "default", dataset: dict[str, Any] | None = None, tried: Iterable[str] = frozenset(),
+              require_resume_safe: bool = False, history: list | None = None, gpu_name: str | None = None,
+              bf16: bool = True, ladder: Ladder | None = None) -> Step | None:
+    """The next move for a run that ran out of memory in `phase`, or None at the floor.
+
+    Only moves listed for that phase are considered; moves in `tried` and, with
+    `require_resume_safe`, moves a saved state cannot resume across are skipped. When no
+    single move saves `deficit_gib`, moves are combined in policy order until they do (or
+    nothing is left); the returned Step then lists every change."""
+    if policy not in POLICIES:
+        raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
+    ctx = _Ctx(family, history, gpu_name, bf16, ladder or load_ladder())
+    if phase not in PHASE_WORDS:
+        phase = "training"  # a log that cannot place the failure: the training step is the usual culprit
+    # A combined step is named "a+b"; each of its moves counts as tried.
+    tried = {part for name in tried for part in str(name).split("+") if part}
+    cfg = dict(config)
+    ds = copy.deepcopy(dataset) if dataset is not None else None
+    start = ctx.est(cfg, ds)
+    base = _phase_value(start, phase)
+    need = max(deficit_gib or 0.0, MIN_SAVING_GIB)
+    target = base - need
+    chosen: list[Candidate] = []
+    current = start
+    while True:
+        s = resolve(cfg, family, ds)
+        f = facts(cfg, family, ds, s, bf16)
+        cands = []
+        for m in ctx.ladder.moves:
+            if phase not in m.phases or m.name in tried or any(c.move.name == m.name for c in chosen):
+                continue
+            if require_resume_safe and not m.resume_safe:
+                continue
+            if not _applies(m, family, cfg, f):
+                continue
+            c = _best_candidate(ctx, m, cfg, ds, s, _phase_value(current, phase), target, phase)
+            if c is not None:
+                cands.append(c)
+        if not cands:
+            break
+        c = _choose(cands, _phase_value(current, phase), target, phase, policy)
+        chosen.append(c)
+        cfg, ds, current = c.config, c.dataset, c.est
+        if _phase_value(current, phase) <= target:
+            break
+    if not chosen:
+        return None
+    changes = [ch for c in chosen for ch in c.changes]
+    moves = [c.move for c in chosen]
+    saved = base - _phase_value(current, phase)
+    reason = (f"out of memory while {phase.replace('_', ' ')}"
+              + (f" (about {deficit_gib:.2f} GiB short)" if deficit_gib else "")
+              + f"; this saves {saved:.2f} GiB there")
+    return Step(move="+".join(m.name for m in moves), changes=changes, saved_gib=round(saved, 3),
+                speed_cost="; ".join(m.speed_note for m in moves if m.speed_note),
+                quality_cost="; ".join(m.quality_text for m in moves),
+                resume_safe=all(m.resume_safe for m in moves), reason=reason, phase=phase)
