@@ -222,9 +222,10 @@ def run(args: argparse.Namespace) -> int:
     for p in written.values():
         say(f"  {p}", wrap=False)
     for p, b in getattr(written, "backups", {}).items():
-        say(f"  (the old {p.name} is kept as {b})")
+        say(f"  (the old {p.name} is kept as {b})", wrap=False)
     from kohya_tuner.shellquote import sh_quote
 
+    # One unbroken line: it is a command to copy.
     console.print(Text.assemble("Train with: ", (f"sh {sh_quote(str(written['launch.sh']))}", "bold"),
-                                " (or launch.bat on Windows)"))
+                                " (or launch.bat on Windows)"), soft_wrap=True)
     return 0

@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         if written:
             say(f"Wrote {written}" + (f" and {dataset_written}" if dataset_written else "") + ".", wrap=False)
         for b in backups:
-            say(f"The old file is kept as {b}.")
+            say(f"The old file is kept as {b}.", wrap=False)
     if not result.fits:
         return 1
     return 0
