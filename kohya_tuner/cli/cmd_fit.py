@@ -90,8 +90,6 @@ def run(args: argparse.Namespace) -> int:
 
     config, gpu, out, dataset, model = args.config, args.gpu, args.out, args.dataset, args.model
     policy, force, no_history, as_json = args.policy, args.force, args.no_history, args.json
-    if policy not in ladder.POLICIES:
-        raise UserError(f"--policy {policy!r} is not one of {', '.join(ladder.POLICIES)}.")
     if _same_file(config, out):
         raise UserError(f"--out {out} is the input file; kohya-tuner never writes over your config.",
                         "Choose another --out.")

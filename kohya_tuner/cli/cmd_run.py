@@ -323,10 +323,6 @@ def run(args: argparse.Namespace) -> int:
     emulate_vram, gpus, accelerate_config, json_events = a.emulate_vram, a.gpus, a.accelerate_config, a.json_events
     strict, strict_pin, hang_timeout, continue_, cpu = a.strict, a.strict_pin, a.hang_timeout, a.continue_, a.cpu
     policy, no_fit, force, as_json = a.policy, a.no_fit, a.force, a.json
-    if max_attempts is not None and max_attempts < 1:
-        raise UserError(f"--max-attempts {max_attempts} must be at least 1.")
-    if hang_timeout is not None and hang_timeout <= 0:
-        raise UserError(f"--hang-timeout {hang_timeout:g} must be a positive number of minutes.")
     from kohya_tuner.run import guards
     from kohya_tuner.run.lock import RunLock
 
@@ -370,7 +366,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
              files=None, network=None, gpu_arch=None) -> int:
     from kohya_tuner import dataset as dataset_mod
     from kohya_tuner import gpu as gpu_mod
-    from kohya_tuner import history, ladder, memory, planfiles, planning, presets, schema
+    from kohya_tuner import history, memory, planfiles, planning, presets, schema
     from kohya_tuner.run import launcher, preflight
     from kohya_tuner.cli.cmd_config import render_summary
     from kohya_tuner.families import get_family
@@ -381,8 +377,6 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
 
     family = get_family(model)
     out = Path(out).absolute()
-    if policy not in ladder.POLICIES:
-        raise UserError(f"--policy {policy!r} is not one of {', '.join(ladder.POLICIES)}.")
     if emulate_vram is not None and emulate_vram < gpu_mod.MIN_GPU_GB:
         raise UserError(f"--emulate-vram {emulate_vram:g} is below {gpu_mod.MIN_GPU_GB} GB.")
     if accelerate_config is not None and not accelerate_config.is_file():

@@ -26,6 +26,7 @@ import sys
 from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lora_targets import kind_of, shape_of  # noqa: E402 - one definition of a LoRA target's kind and shape
 
 
 def _literal(node: ast.AST):
@@ -58,21 +59,6 @@ def call_kwargs_in_function(path: str, func: str, callee: str, nth: int = 0) -> 
             calls.sort(key=lambda c: (c.lineno, c.col_offset))
             return {k.arg: _literal(k.value) for k in calls[nth].keywords if k.arg}
     raise SystemExit(f"{callee}() not found in {func} of {path}")
-
-
-def kind_of(mod) -> str | None:
-    cls = mod.__class__.__name__
-    if cls == "Linear":
-        return "linear"
-    if cls == "Conv2d":
-        return "conv1x1" if tuple(mod.kernel_size) == (1, 1) else "conv3x3"
-    return None
-
-
-def shape_of(mod) -> tuple[int, int]:
-    if mod.__class__.__name__ == "Conv2d":
-        return mod.in_channels, mod.out_channels
-    return mod.in_features, mod.out_features
 
 
 def n_params(model) -> int:
