@@ -3,7 +3,8 @@
 Reads the public set (tests/data/public_logs, labels citing their threads) and the older
 shared set (../shared/real-world/logs), diagnoses each file the way `kohya-tuner diagnose`
 does, and prints one line per log (its phase against the label's, and what decided it), then
-the accuracy per set and overall, and how often the wrapper and the model family were named
+the accuracy per set (the public logs the rules were developed with, the held-out public logs
+collected and labelled after the rules were written, and the older shared set) and overall, and how often the wrapper and the model family were named
 when the label names one. A label that cannot tell the first step from a later one accepts
 either.
 
@@ -30,7 +31,7 @@ def main() -> None:
     for fx in all_fixtures():
         d = diagnose_fixture(fx)
         ok = d.phase in fx.phases
-        group = fx.name.split("/")[0]
+        group = fx.group
         t = totals.setdefault(group, [0, 0])
         t[0] += ok
         t[1] += 1
@@ -49,7 +50,8 @@ def main() -> None:
     right = sum(t[0] for t in totals.values())
     count = sum(t[1] for t in totals.values())
     for group, (r, n) in sorted(totals.items()):
-        print(f"phase accuracy, {group} logs: {r}/{n} = {r / n:.0%}")
+        what = {"held-out": "held-out logs (collected after the rules)"}.get(group, f"{group} logs")
+        print(f"phase accuracy, {what}: {r}/{n} = {r / n:.0%}")
     print(f"phase accuracy, all labelled logs: {right}/{count} = {right / count:.0%}"
           + (f" (missed: {', '.join(misses)})" if misses else ""))
     for key, (r, n) in named.items():

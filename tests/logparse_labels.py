@@ -45,6 +45,16 @@ class Fixture:
     family: str | None = None  # a family the parser can name, when the label names one
     label: dict = field(default_factory=dict)
 
+    @property
+    def held_out(self) -> bool:
+        """Collected and labelled after the parser's rules were written (never tuned on)."""
+        return self.label.get("collected") == "after_rules"
+
+    @property
+    def group(self) -> str:
+        """`shared`, `public` (the logs the rules were developed with) or `held-out`."""
+        return "held-out" if self.held_out else self.name.split("/")[0]
+
 
 def label_wrapper(text: str | None) -> tuple[str | None, frozenset[str]]:
     low = (text or "").lower()
