@@ -173,8 +173,9 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
     if base is None:
         if run.max_step is not None:
             base, evidence = "training", "progress"
-        elif isinstance(ev, Failure) and ev.kind == "bad_argument":
-            # Arguments are read before anything else: the earliest phase there is.
+        elif isinstance(ev, Failure) and ev.kind in ("bad_argument", "distributed"):
+            # Arguments are read, and the process group (NCCL) is started, before anything
+            # else: the earliest phase there is.
             return "model_load", None
         else:
             return "unknown", None

@@ -25,6 +25,7 @@ import re
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.barruns import BarRuns, _bar_run_re
+from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.events import (
     EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, Progress, Resumed, Saved, TotalSteps,
     Wrapper,
@@ -47,10 +48,11 @@ _HINT_WINDOW = 60
 # This many distinct optimizer steps at a loss of exactly 0 means the model is not learning.
 _ZERO_LOSS_STEPS = 10
 # A Rich traceback box without its header still counts when it shows a frame ("file.py:12 in f").
-_BOX_FRAME_RE = re.compile(r"\.py:\d+ in \w")
+# Rich folds a long path: the function name ("in │ init_process_group") goes to the next row.
+_BOX_FRAME_RE = re.compile(r"\.py:\d+ in(?: \w|\s*$)")
 
 
-class LogParser(BarRuns):
+class LogParser(BarRuns, Milestones):
     """Feed it the trainer's output as it arrives; it returns the events each chunk completes.
 
     `coalesce_progress=True` is for reading a finished log (`diagnose`): a run of consecutive
@@ -191,6 +193,10 @@ class LogParser(BarRuns):
                 self._start_rich(m.group(1), line, out)
                 return
         elif line[:1] in ("D", "I", "W", "E", "C"):
+            m = P.PYLOG_RE.match(line)
+            if m:
+                self._logical(m.group(2), m.group(1), out)
+                return
             m = P.LOOSE_HEAD_RE.match(line)
             if m:
                 body = m.group(2) or ""
@@ -235,7 +241,7 @@ class LogParser(BarRuns):
 
     def _bar(self, m, line: str, out: list[Event]) -> None:
         desc = m.group("desc")
-        if not P.is_main_bar(desc):
+        if not P.is_main_bar(desc) and not P.trainer_postfix(m.group("inner")):
             return
         if desc != self._bar_prefix and desc:
             self._bar_prefix = desc
@@ -354,70 +360,6 @@ class LogParser(BarRuns):
         if tb.lines > _MAX_TRACEBACK_LINES:
             self._end_traceback(out)
         return True
-
-    def _milestone(self, s: str, out: list[Event]) -> bool:
-        low = s[:48].lower()
-        if low.startswith(P.MILESTONE_HEADS):
-            for prefix, phase, name in P.MILESTONE_PREFIXES:
-                if low.startswith(prefix):
-                    if name == "start":
-                        self._new_run()
-                    out.append(Milestone(phase=phase, name=name, line=s))
-                    return True
-        c = low[:1]
-        if c == "a" and low.startswith("accelerator device"):
-            m = P.ACCEL_DEVICE_RE.search(s)
-            device = m.group(1) if m else "?"
-            out.append(Milestone(phase="model_load", name=f"accelerator device: {device}", line=s))
-            return True
-        if c == "s":
-            if low.startswith("saving checkpoint"):
-                m = P.SAVING_CKPT_RE.match(s)
-                if m:
-                    out.append(Saved(what="checkpoint", path=m.group(1), line=s))
-                    return True
-            elif low.startswith("saving current state to"):
-                m = P.SAVING_STATE_RE.match(s)
-                if m:
-                    out.append(Saved(what="state", path=m.group(1), line=s))
-                    return True
-            elif low.startswith("save trained model as"):
-                m = P.SAVE_TRAINED_RE.match(s)
-                if m:
-                    out.append(Saved(what="checkpoint", path=m.group(1), line=s))
-                    return True
-            elif low.startswith("skipping "):
-                m = P.SKIPPING_RE.match(s)
-                if m:
-                    out.append(Resumed(skipped=int(m.group(1)), line=s))
-                    return True
-        elif c == "m":
-            if s.startswith("model saved."):
-                out.append(Finished(line=s))
-                return True
-        elif c == "r":
-            if low.startswith("resume training from"):
-                m = P.RESUME_RE.match(s)
-                out.append(Resumed(path=m.group(1) if m else None, line=s))
-                return True
-        elif c == "t" or c == "o":
-            if low.startswith(("total optimization steps", "override steps")):
-                m = P.TOTAL_STEPS_RE.search(s)
-                if m:
-                    out.append(TotalSteps(total=int(m.group(1)), line=s))
-                    return True
-        elif c == "e":
-            if low.startswith("epoch "):
-                m = P.EPOCH_RE.match(s)
-                if m:
-                    out.append(EpochStart(epoch=int(m.group(1)), total=int(m.group(2)), line=s))
-                    return True
-                m = P.GLOBAL_STEP_RE.match(s)
-                if m:
-                    # PyTorch Lightning's checkpoint callback: "Epoch 0, global step 499: …".
-                    out.append(Progress(step=int(m.group(1)), total=0, line=s))
-                    return True
-        return False
 
     def _failure_line(self, s: str, level: str | None, out: list[Event], low: str) -> None:
         """A line that is not an exception line but may still name a failure."""

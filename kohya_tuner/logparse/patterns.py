@@ -107,7 +107,22 @@ def bar_numbers(m: re.Match) -> tuple[float | None, float | None]:
                 loss = None
             break
         i = inner.find("loss=", i + 5)
+    if loss is None:
+        # ai-toolkit's postfix: "lr: 2.0e-04 loss: 5.226e-01".
+        i = inner.find("loss: ")
+        if i >= 0 and (i == 0 or inner[i - 1] == " "):
+            token = inner[i + 6:].split(None, 1)
+            try:
+                loss = float(token[0].rstrip(",")) if token else None
+            except ValueError:
+                loss = None
     return rate, loss
+
+
+def trainer_postfix(inner: str) -> bool:
+    """A bar whose postfix reports the learning rate and the loss is a training bar, whatever
+    its description (ai-toolkit names it after the job: "my_lora:  3%|…| 1021/30000 [… lr: … loss: …]")."""
+    return ("lr" in inner and "loss" in inner) or "avr_loss=" in inner or "step_loss=" in inner
 
 
 _MAIN_BAR: dict[str, bool] = {}
@@ -197,6 +212,16 @@ SAVE_TRAINED_RE = re.compile(r"save trained model as .*? to\s+(.+?)\s*$")
 SAVING_STATE_RE = re.compile(r"Saving current state to\s+(.+?)\s*$")
 RESUME_RE = re.compile(r"resume training from (?:local|huggingface) state:\s*(.+?)\s*$")
 SKIPPING_RE = re.compile(r"skipping (\d+) steps\b")
+SAMPLE_STEP_RE = re.compile(r"generating sample images at step\D{0,40}?(\d+)\s*$", re.I)
+# "Saving at step 300", "Saving model at step 300", "Saving workspace/save/x.safetensors",
+# "Saving C:\\out\\x" — a step, or something with a path separator or a model file's suffix.
+SAVING_GENERIC_RE = re.compile(
+    r"saving (?:\w+ )?(?:at|after) (?:step|epoch) \d+|saving (?:\w+ )?(?:to )?\S*[\\/]\S*"
+    r"|saving (?:\w+ )?(?:to )?\S+\.(?:safetensors|ckpt|pt|pth|bin)\b", re.I)
+LOADING_TEXT_ENCODER_RE = re.compile(
+    r"\bloading\b(?:(?!output|cache|embed)[^.:;]){0,60}?\btext[ _-]?encoders?\b(?![ _-]*(?:outputs?|cache|embed))")
+# Python logging's default format, "INFO:module.name:message" (musubi-tuner, diffusers scripts).
+PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.\-]+:(.*)$")
 
 # ---- tracebacks and exceptions ------------------------------------------------------------
 
@@ -266,7 +291,7 @@ CUDA_ERROR_RE = re.compile(
     r"|cuda error: invalid configuration argument|cuda error: operation not permitted"
     r"|cublas_status_execution_failed|cublas_status_internal_error|cudnn_status_execution_failed"
     r"|cudnn_status_internal_error|cudnn_status_mapping_error|hip error: invalid argument"
-    r"|hip error: an illegal memory access"
+    r"|hip error: an illegal memory access|cuda error: unknown error|hip error: unknown error|cudaerrorunknown"
 )
 # A plain line (no exception name) counts as an OOM only when the signature starts it or
 # comes with PyTorch's figures, so a warning that merely mentions OOM is not one.
