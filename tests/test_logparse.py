@@ -127,8 +127,10 @@ def test_console_log_simple_lines():
             "model saved.\n")
     events = parse_text(text)
     assert [(type(e).__name__, getattr(e, "what", getattr(e, "phase", None))) for e in events] == [
-        ("Saved", "checkpoint"), ("Milestone", "saving"), ("Saved", "state"), ("Milestone", "sampling"),
-        ("Finished", None)]
+        ("Saved", "checkpoint"), ("Milestone", "saving"), ("Saved", "state"), ("Progress", None),
+        ("Milestone", "sampling"), ("Finished", None)]
+    # The step sd-scripts names when it samples counts as steps done.
+    assert of(events, Progress)[0].step == 100
 
 
 # ---- other tools' decorations ---------------------------------------------------------------------

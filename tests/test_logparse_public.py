@@ -13,8 +13,26 @@ from kohya_tuner.logparse import diagnose, parse_text
 from tests.logparse_labels import PUBLIC, all_fixtures, diagnose_fixture, public_fixtures
 
 FIXTURES = all_fixtures()
+# Held-out logs the rules do not read (they were never tuned on; benchmarks/phase_accuracy.py
+# counts them): diffusers' "Loading pipeline components" bar and sd-scripts' U-Net INFO line as
+# the only evidence (052), finetrainers' "Starting training step (N/M)" records (055), and
+# ai-toolkit's job-named bar at 0% with its "OOM during training step" banner (056).
+HELD_OUT_MISSES = {"public/052": "diffusers pipeline loading is not a milestone",
+                   "public/055": "finetrainers' step records are not read",
+                   "public/056": "ai-toolkit's 0% job bar and OOM banner are not read"}
+
+
+def _known_miss(fx) -> None:
+    if fx.name in HELD_OUT_MISSES:
+        pytest.xfail(HELD_OUT_MISSES[fx.name])
 PUBLIC_FIXTURES = public_fixtures()
 _IDS = [fx.name for fx in FIXTURES]
+
+
+def test_the_held_out_logs_are_marked_and_at_least_twenty():
+    held = [fx for fx in PUBLIC_FIXTURES if fx.held_out]
+    assert len(held) >= 20
+    assert all(fx.group == "held-out" for fx in held)
 
 
 def test_the_public_set_is_there_and_every_label_cites_its_thread():
@@ -27,6 +45,7 @@ def test_the_public_set_is_there_and_every_label_cites_its_thread():
 
 @pytest.mark.parametrize("fx", FIXTURES, ids=_IDS)
 def test_outcome_and_kind_match_the_label(fx):
+    _known_miss(fx)
     d = diagnose_fixture(fx)
     kind = fx.kind
     if kind == "cuda_oom":
@@ -55,6 +74,7 @@ def test_phase_matches_the_label(fx):
         # evidence; the parser does not read that trainer's lines (a known miss, counted by
         # benchmarks/phase_accuracy.py).
         pytest.xfail("ACE-Step's handler lines are not read")
+    _known_miss(fx)
     assert d.phase in fx.phases, (d.phase, sorted(fx.phases), d.details.phase_evidence, d.details.frame)
 
 
@@ -64,6 +84,7 @@ def test_step_and_total_match_the_label(fx):
     d = diagnose_fixture(fx)
     if fx.name == "public/002":
         pytest.xfail("ACE-Step's handler lines are not read")
+    _known_miss(fx)
     if fx.step is not None:
         assert d.step == fx.step
     if fx.total_steps is not None:

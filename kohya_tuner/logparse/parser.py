@@ -521,6 +521,10 @@ class LogParser(BarRuns, Milestones):
             out.append(Wrapper(wrapper=wrapper, line=s))
         if family is not None:
             name, strength = family
+            if "<module>" in s:
+                # The script that ran (its `<module>` frame) outranks the modules it calls:
+                # musubi-tuner's wan_train_network.py runs through hv_train_network.py.
+                strength = 0
             # Stronger evidence replaces weaker; equally strong evidence of another family is a
             # later run of another model.
             if name != self._family and strength <= self._family_strength:
