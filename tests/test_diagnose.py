@@ -328,12 +328,12 @@ def test_cli_reads_utf16_logs_from_powershell(tmp_path):
         assert json.loads(res.stdout)["error"]["kind"] == "cpu_oom"
 
 
-def test_cli_empty_file_is_a_result_not_an_error(tmp_path):
-    res = _invoke_cli(*["diagnose", str(_write(tmp_path, "empty.log", b"")), "--json"])
-    assert res.exit_code == 0
-    assert json.loads(res.stdout)["outcome"] == "incomplete"
-    res = _invoke_cli(*["diagnose", str(tmp_path / "empty.log")])
-    assert res.exit_code == 0 and "No training output" in res.stdout
+def test_cli_empty_file_cannot_be_read_as_a_log_exit_2(tmp_path):
+    # README: diagnose exits 2 only when the file cannot be read as a log; an empty one cannot.
+    for data in (b"", b"\n  \r\n"):
+        res = _invoke_cli(*["diagnose", str(_write(tmp_path, "empty.log", data)), "--json"])
+        assert res.exit_code == 2
+        assert "is empty" in res.output and "Traceback" not in res.output
 
 
 @pytest.mark.parametrize("make", ["missing", "folder", "binary"])

@@ -31,6 +31,7 @@ def _render(diagnosis, source: Path) -> None:
     from rich.text import Text
 
     from kohya_tuner.cli.common import console
+    from kohya_tuner.logparse.advice import size_text
 
     def line(label: str, *parts) -> None:
         console.print(Text.assemble(f"{label:<9}", *parts), soft_wrap=True)
@@ -60,17 +61,17 @@ def _render(diagnosis, source: Path) -> None:
     if d.oom is not None:
         table = Table(title="What PyTorch reported", show_header=True, expand=False)
         table.add_column("figure")
-        table.add_column("GiB", justify="right")
+        table.add_column("size", justify="right")
         shown_any = False
         for key, label in _FIGURES:
             value = getattr(d.oom, key)
             if value is not None:
                 if key == "process_in_use_gib" and details.trainer_pid is not None:
                     label = f"held by this process (PyTorch called it process {details.trainer_pid})"
-                table.add_row(Text(label), f"{value:.2f}")
+                table.add_row(Text(label), size_text(value))
                 shown_any = True
         for pid, gib in details.other_processes:
-            table.add_row(Text(f"held by another process, {pid}"), f"{gib:.2f}")
+            table.add_row(Text(f"held by another process, {pid}"), size_text(gib))
             shown_any = True
         if shown_any:
             console.print(table)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails
 
 FRAG_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
@@ -24,8 +25,15 @@ _PHASE_WORDS = {"model_load": "loading the model", "cache_latents": "caching lat
                 "unknown": "running"}
 
 
-def _gib(x: float) -> str:
+def size_text(x: float) -> str:
+    """A memory size as people read it: small requests in MiB (a 2 MiB request is not "0.00 GiB")."""
+    if 0 < abs(x) < 0.1:
+        mib = x * 1024
+        return f"{mib:.0f} MiB" if abs(mib) >= 10 else f"{mib:.1f} MiB"
     return f"{x:.2f} GiB"
+
+
+_gib = size_text
 
 
 def _other_programs(details: DiagnosisDetails) -> str | None:
@@ -38,6 +46,19 @@ def _other_programs(details: DiagnosisDetails) -> str | None:
     if not details.other_processes and held < max(1.0, 0.1 * cap):
         return None
     gpu = f"GPU {fig.device}" if fig.device is not None else "the GPU"
+    if not details.other_processes:
+        if fig.free_gib is not None and fig.tried_gib is not None and (
+                fig.free_gib >= max(2 * fig.tried_gib, fig.tried_gib + 0.5)):
+            # The message itself says the request would have fit in what was free: other
+            # programs are not why it failed.
+            return None
+        if fig.process_in_use_gib is None:
+            # The older message has no per-process line: what is neither free nor PyTorch's
+            # may be the CUDA context, libraries outside PyTorch's allocator or other programs.
+            return (f"PyTorch's figures leave {_gib(held)} of {gpu} unexplained (neither free nor reserved by "
+                    "PyTorch), and this message format does not say whose it is: the CUDA context and libraries "
+                    "outside PyTorch's allocator take some. Check with nvidia-smi whether another program holds "
+                    "the rest before closing anything.")
     if len(details.other_processes) == 1:
         pid, g = details.other_processes[0]
         who = f"process {pid} held {_gib(g)} of {gpu}"
@@ -307,6 +328,14 @@ def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
         where = f" ({details.last_checkpoint})" if details.last_checkpoint else ""
         return [f"The final model was saved before the crash{where}: the result is usable. The crash came while "
                 "the trainer was shutting down; if it repeats, update sd-scripts' dependencies."]
+    windows = P.windows_status(details.exit_status)
+    if windows is not None and not details.error_line:
+        return [f"Exit status {details.exit_status} is {windows}, not a lack of memory and not a kill for lack of "
+                "RAM: most often a broken native build (xformers, bitsandbytes, a CUDA or PyTorch wheel that does not "
+                "match), the NVIDIA driver, or unstable RAM or overclocking.",
+                "Update the NVIDIA driver, reinstall PyTorch and the extensions for one CUDA version, try `sdpa = true` "
+                "instead of `xformers` and a plain optimizer (`optimizer_type = \"AdamW\"`); the console above the "
+                "exit line may name the library that crashed."]
     if not details.error_line:
         return ["The log holds no error message, so the cause cannot be read from it: pass the whole log with both "
                 "streams (`… > train.log 2>&1`). A process that vanishes without a message was usually killed "

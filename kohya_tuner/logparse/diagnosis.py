@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
     EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Progress, Resumed, Saved,
@@ -281,7 +282,10 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
                        "then the process crashed")
         else:
             message = f"the trainer exited with {code} and the log holds no error message"
-        if status is not None and status < 0:
+        windows = P.windows_status(status)
+        if windows is not None:
+            message += f" ({windows})"
+        elif status is not None and status < 0:
             message += f" (signal {-status})"
         error = ErrorInfo(kind="other", message=message)
     elif finished:

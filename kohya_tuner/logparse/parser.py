@@ -76,6 +76,7 @@ class LogParser(BarRuns, Milestones):
         self._hints: deque[tuple[int, str]] = deque(maxlen=8)
         self._oom_words_at: int | None = None
         self._n = 0
+        self._exit_cut = False
         self._family: str | None = None
         self._family_strength = 1 << 30
         self._wrapper: str | None = None
@@ -284,6 +285,13 @@ class LogParser(BarRuns, Milestones):
         if not s:
             return
         low = s.lower()
+        if self._exit_cut:
+            # "… returned non-zero exit" folded by the console before "status 3221225477.".
+            self._exit_cut = False
+            m = P.EXIT_TAIL_RE.match(s)
+            if m:
+                out.append(Exited(status=int(m.group(1)), line=s))
+                return
         if self._name_lines > 0 or self._tb is not None or self._suspended is not None or (
                 level is not None and level not in ("INFO", "DEBUG")):
             self._name_lines -= 1
@@ -373,6 +381,8 @@ class LogParser(BarRuns, Milestones):
         if status is not None:
             out.append(Exited(status=status, line=s))
             return
+        if low.endswith(("non-zero exit", "non-zero exit status")):
+            self._exit_cut = True
         if P.plain_line_is_oom(s):
             self._oom = _PendingOom(s, None)
             if self._oom.done():

@@ -250,6 +250,26 @@ _EXIT_PATTERNS = (
 )
 
 
+# Windows reports a crash as an NTSTATUS code, printed unsigned (3221225477) or signed.
+WINDOWS_STATUS = {
+    0xC0000005: "0xC0000005, a Windows access violation: the process crashed inside native code",
+    0xC00000FD: "0xC00000FD, a Windows stack overflow",
+    0xC0000409: "0xC0000409, a Windows stack-buffer overrun (a native library aborted)",
+    0xC0000135: "0xC0000135, a Windows DLL that could not be found",
+    0xC000001D: "0xC000001D, an illegal CPU instruction (a library built for a newer CPU)",
+}
+
+
+def windows_status(status: int | None) -> str | None:
+    """What a Windows NTSTATUS exit code means, or None when `status` is not one."""
+    if status is None:
+        return None
+    return WINDOWS_STATUS.get(status & 0xFFFFFFFF if status < 0 else status)
+
+
+EXIT_TAIL_RE = re.compile(r"(?:status )?(-?\d+)\.?\s*$")
+
+
 def exit_status(text: str) -> int | None:
     """The trainer's exit status as a launcher reports it (a signal as its negative)."""
     if "exit" not in text and "Signals" not in text:

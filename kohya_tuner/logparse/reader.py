@@ -31,8 +31,23 @@ class LogSource:
     encoding: str
 
 
+# File signatures of what users pass by mistake: a model (safetensors' 8-byte header length
+# then JSON, a zip-packed .pt/.ckpt, a pickle), an image, an archive, a program.
+_BINARY_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"PK\x03\x04", b"\x1f\x8b", b"\x7fELF", b"MZ", b"GGUF",
+                 b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05", b"RIFF", b"BM", b"%PDF", b"7z\xbc\xaf")
+
+
+def _is_binary_format(head: bytes) -> bool:
+    if head.startswith(_BINARY_MAGIC) and not head[:64].isascii():
+        return True
+    # safetensors: a little-endian u64 header size, then the JSON header.
+    return len(head) > 10 and head[8:10] == b'{"' and head[5:8] == b"\x00\x00\x00"
+
+
 def _sniff_encoding(head: bytes) -> str | None:
     """The encoding of a log from its first bytes, or None when it is not text."""
+    if _is_binary_format(head):
+        return None
     if head.startswith(codecs.BOM_UTF8):
         return "utf-8-sig"
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -83,6 +98,10 @@ def open_log(path: str | os.PathLike) -> LogSource:
         size = p.stat().st_size
     except OSError as exc:
         raise UserError(f"{p} cannot be read: {exc.strerror or exc}.") from None
+    if not head.strip():
+        raise UserError(f"{p} is empty: there is no training output to read.",
+                        "Save the training output with both streams (`accelerate launch … > train.log 2>&1`) and "
+                        "pass that file once the run has printed something.")
     encoding = _sniff_encoding(head)
     if encoding is None:
         raise UserError(f"{p} is not a text log: it holds binary data.",
