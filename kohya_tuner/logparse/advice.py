@@ -209,6 +209,10 @@ def _oom_advice(diagnosis: Diagnosis, details: DiagnosisDetails, phase: str | No
     if details.fragmented and phase != "training":
         out.append(f"{_gib(details.oom_figures.reserved_unallocated_gib)} was reserved but unusable "
                    f"(fragmentation): set {FRAG_ENV}.")
+    if details.processes and details.processes > 1:
+        out.append(f"This run trains on {details.processes} processes (one per GPU) and each rank holds a full copy "
+                   "of the model: more GPUs add no memory to any one of them, so every change above must fit a "
+                   "single card; for a test, launch one process (`accelerate launch --num_processes 1`).")
     if details.last_state and phase in ("training", "sampling", "saving"):
         out.append(f"Nothing is lost: resume from the last saved state with `resume = \"{details.last_state}\"` "
                    "after the change (batch, resolution, checkpointing, block swap and fp8 may change on resume).")
@@ -343,6 +347,12 @@ def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
     return ["This is not a memory problem: read the error above; changing memory settings will not fix it."]
 
 
+_SAVING_RAM = ("It stopped while saving: saving copies the weights into system RAM (and hashes them for the "
+               "metadata), so the likeliest cause is running out of RAM, which kills the process without an error "
+               "line — close other programs, enlarge the swap or Windows page file, and keep `save_precision` at "
+               "\"fp16\" or \"bf16\"; a GPU OOM is unlikely there.")
+
+
 def _truncated_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
     """Hedged: the error line is missing, so nothing here is certain."""
     out = ["The log is cut off inside a traceback, before its error line (the last lines of the traceback name "
@@ -361,6 +371,8 @@ def _truncated_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[s
         if hedged:
             out.append(f"A warning before it points to {suspected.replace('_', ' ')}: " + hedged[0])
             out += hedged[1:2]
+    elif diagnosis.phase == "saving":
+        out.append(_SAVING_RAM)
     elif diagnosis.phase != "unknown":
         hedged = _oom_advice(diagnosis, details)
         if hedged:
@@ -384,6 +396,8 @@ def advise(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
                      if diagnosis.step is not None and diagnosis.total_steps else "")
             out.append(f"The log stops{where} without an error or `model saved.`: the run was stopped, is still "
                        "running, or the log is cut.")
+            if diagnosis.phase == "saving":
+                out.append(_SAVING_RAM)
             out.append("If the process vanished without a message, it was probably killed for lack of system RAM "
                        "(exit status 137): pass the exit code with --exit-code to check.")
     if details.survived and diagnosis.outcome == "success":

@@ -86,6 +86,8 @@ class BarRuns:
             if len(line) > MAX_LINE:
                 line = line[:MAX_LINE]
             if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
+                if line[:5] == "[rank":
+                    self._note_rank(line, out)
                 line = P.clean(line)
                 if line[-1:] == "]" and line.startswith(prefix) and len(line) < 1024:
                     self._run_open = True

@@ -18,8 +18,8 @@ from typing import Iterable
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
-    EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Progress, Resumed, Saved,
-    TotalSteps, Wrapper,
+    EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed,
+    Saved, TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.frames import wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
@@ -64,6 +64,7 @@ class _Run:
     resumed_from: str | None = None
     on_cpu: bool = False
     last_milestone: str | None = None
+    processes: int | None = None
 
     @property
     def ended(self) -> bool:
@@ -114,6 +115,8 @@ class _Run:
             self.failures.append(_Failed(ev, index, self.phase, done))
         elif isinstance(ev, Exited):
             self.exits.append((ev.status, done))
+        elif isinstance(ev, Processes):
+            self.processes = max(self.processes or 1, ev.count)
 
     def step_phase(self, phase: str | None) -> str | None:
         """`training` before any completed optimizer step is the first step."""
@@ -308,7 +311,7 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
         last_state=run.last_state, resumed_from=run.resumed_from, oom_figures=figures,
         held_elsewhere_gib=figures.held_elsewhere_gib if figures else None,
         other_processes=figures.other_processes if figures else (), trainer_pid=figures.trainer_pid if figures else None,
-        fragmented=bool(figures and figures.fragmented), on_cpu=run.on_cpu, last_milestone=run.last_milestone,
+        fragmented=bool(figures and figures.fragmented), on_cpu=run.on_cpu, processes=run.processes, last_milestone=run.last_milestone,
         phase_evidence=evidence, frame=frame, suspected=suspected, error_line=error_line, events=count, survived=survived,
     )
     diagnosis = Diagnosis(outcome=outcome, phase=phase, step=step, total_steps=total,

@@ -194,6 +194,15 @@ class ModelFamily(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Processes(Event):
+    """The run trains on this many processes (one per GPU): a `[rank1]:` prefix, sd-scripts'
+    "loading model for process 0/2", accelerate's `--num_processes 2` or "Num processes: 2"."""
+
+    kind: ClassVar[str] = "processes"
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Wrapper(Event):
     """The log shows which tool ran the trainer (kohya_ss, fluxgym, ai-toolkit, onetrainer,
     simpletuner, musubi-tuner, comfyui, or sd-scripts itself)."""

@@ -27,8 +27,8 @@ from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.barruns import BarRuns, _bar_run_re
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.events import (
-    EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, Progress, Resumed, Saved, TotalSteps,
-    Wrapper,
+    EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, Processes, Progress, Resumed, Saved,
+    TotalSteps, Wrapper,
 )
 
 from kohya_tuner.logparse.records import MAX_LINE, _PendingOom, _RichRecord, _Traceback
@@ -50,6 +50,18 @@ _ZERO_LOSS_STEPS = 10
 # A Rich traceback box without its header still counts when it shows a frame ("file.py:12 in f").
 # Rich folds a long path: the function name ("in │ init_process_group") goes to the next row.
 _BOX_FRAME_RE = re.compile(r"\.py:\d+ in(?: \w|\s*$)")
+
+
+def _last_frame(tb: _Traceback) -> str:
+    """The frame a cut traceback ended in, for its message. In a Rich box the rows are source
+    lines ("│    79 │") as often as frames: take its last `file.py:N in func` row, never a
+    bare line number."""
+    rows = [f.strip() for f in tb.frames if f.strip() and f.strip()[0] != "^"]
+    if tb.boxed:
+        framed = [r for r in rows if _BOX_FRAME_RE.search(r)]
+        if framed:
+            return framed[-1]
+    return next((r for r in reversed(rows) if any(c.isalpha() for c in r)), "")
 
 
 class LogParser(BarRuns, Milestones):
@@ -77,6 +89,7 @@ class LogParser(BarRuns, Milestones):
         self._oom_words_at: int | None = None
         self._n = 0
         self._exit_cut = False
+        self._processes = 1
         self._family: str | None = None
         self._family_strength = 1 << 30
         self._wrapper: str | None = None
@@ -160,6 +173,8 @@ class LogParser(BarRuns, Milestones):
     # ---- physical lines to logical lines --------------------------------------------------
 
     def _physical(self, line: str, out: list[Event], cleaned: bool = False) -> None:
+        if line[:5] == "[rank" and not cleaned:
+            self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
             line = P.clean(line)
         if "%|" in line or "% " in line:
@@ -219,6 +234,14 @@ class LogParser(BarRuns, Milestones):
                 self._logical(m.group(2), m.group(1), out)
                 return
         self._logical(line, None, out)
+
+    def _note_rank(self, line: str, out: list[Event]) -> None:
+        """A `[rank1]:` prefix (torchrun's per-rank output) means a multi-GPU run."""
+        if self._processes < 2:
+            m = P.RANK_PREFIX_RE.match(line)
+            if m and int(m.group(1)) >= 1:
+                self._processes = 2
+                out.append(Processes(count=2, line=line[:80]))
 
     def _start_rich(self, level: str, line: str, out: list[Event]) -> None:
         body = line[P.RICH_MESSAGE_COLUMN:]
@@ -285,6 +308,11 @@ class LogParser(BarRuns, Milestones):
         if not s:
             return
         low = s.lower()
+        if "proc" in low:
+            m = P.PROCESSES_RE.search(s)
+            if m and int(m.group(1)) > max(1, self._processes):
+                self._processes = int(m.group(1))
+                out.append(Processes(count=self._processes, line=s[:200]))
         if self._exit_cut:
             # "… returned non-zero exit" folded by the console before "status 3221225477.".
             self._exit_cut = False
@@ -456,7 +484,7 @@ class LogParser(BarRuns, Milestones):
         if P.launcher_only(tb.frames):
             out.append(Exited(status=None, line="Traceback (launcher)"))
             return
-        last = next((f for f in reversed(tb.frames) if f.strip() and f.strip()[0] != "^"), "")
+        last = _last_frame(tb)
         ev = F.frame_evidence(tb.frames)
         suspected = None
         if any(P.GPU_OOM_RE.search(f.lower()) for f in tb.frames) or (

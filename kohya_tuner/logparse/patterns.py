@@ -202,6 +202,10 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
 )
 MILESTONE_HEADS = tuple(p for p, _, _ in MILESTONE_PREFIXES)
 
+# How many training processes a run has: sd-scripts' "loading model for process 0/2",
+# accelerate's "--num_processes 2" / "Num processes: 2", torchrun's "--nproc_per_node 2".
+PROCESSES_RE = re.compile(r"(?:for process \d+/|num[_ ]processes\W{1,3}|nproc_per_node\W{1,3})(\d+)\b", re.I)
+RANK_PREFIX_RE = re.compile(r"\[(?:rank|default)(\d+)\]:")
 ACCEL_DEVICE_RE = re.compile(r"accelerator device:\s*(\S+)")
 TOTAL_STEPS_RE = re.compile(
     r"(?:total optimization steps\s*/.*?[:：]|override steps\. steps for \d+ epochs is\s*/.*?[:：])\s*(\d+)\s*$")

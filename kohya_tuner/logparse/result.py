@@ -62,6 +62,8 @@ class DiagnosisDetails:
     trainer_pid: int | None = None
     fragmented: bool = False
     on_cpu: bool = False
+    # Training processes (one per GPU), when the log shows more than one.
+    processes: int | None = None
     last_milestone: str | None = None
     # What decided the phase: "frames", "context" (a milestone before it), "after" (one right
     # after it), "progress" (a step seen), None.
