@@ -320,6 +320,8 @@ class LogParser(BarRuns, Milestones):
             if m:
                 out.append(Exited(status=int(m.group(1)), line=s))
                 return
+        if low.endswith(("non-zero exit", "non-zero exit status")):
+            self._exit_cut = True
         if self._name_lines > 0 or self._tb is not None or self._suspended is not None or (
                 level is not None and level not in ("INFO", "DEBUG")):
             self._name_lines -= 1
@@ -409,8 +411,6 @@ class LogParser(BarRuns, Milestones):
         if status is not None:
             out.append(Exited(status=status, line=s))
             return
-        if low.endswith(("non-zero exit", "non-zero exit status")):
-            self._exit_cut = True
         if P.plain_line_is_oom(s):
             self._oom = _PendingOom(s, None)
             if self._oom.done():

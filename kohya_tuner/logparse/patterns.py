@@ -223,7 +223,7 @@ SAVING_GENERIC_RE = re.compile(
     r"saving (?:\w+ )?(?:at|after) (?:step|epoch) \d+|saving (?:\w+ )?(?:to )?\S*[\\/]\S*"
     r"|saving (?:\w+ )?(?:to )?\S+\.(?:safetensors|ckpt|pt|pth|bin)\b", re.I)
 LOADING_TEXT_ENCODER_RE = re.compile(
-    r"\bloading\b(?:(?!output|cache|embed)[^.:;]){0,60}?\btext[ _-]?encoders?\b(?![ _-]*(?:outputs?|cache|embed))")
+    r"\bloading\b(?:(?!output|cache|embed)[^.:;]){0,60}?\btext[ _-]?encoders?(?![a-z])(?![ _-]*(?:outputs?|cache|embed))")
 # Python logging's default format, "INFO:module.name:message" (musubi-tuner, diffusers scripts).
 PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.\-]+:(.*)$")
 

@@ -1,0 +1,232 @@
+"""Generic rules from what trainers print: other trainers' bars and milestones, process-group
+start-up, CUDA's "unknown error", the entry script's family, the figures behind "other programs",
+Windows exit codes, small sizes, multi-GPU runs, cut Rich boxes and unreadable inputs. Each text
+here is written for the rule it tests (none is a labelled log)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kohya_tuner.logparse import diagnose, parse_text
+from kohya_tuner.logparse.advice import size_text
+from kohya_tuner.logparse.events import Milestone, Processes, Progress
+from tests.clihelp import invoke
+
+OOM_NEW = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried}. GPU 0 has a total capacity of "
+           "23.65 GiB of which {free} is free. Including non-PyTorch memory, this process has 20.00 GiB memory in "
+           "use. Of the allocated memory 19.00 GiB is allocated by PyTorch, and 0.50 GiB is reserved by PyTorch but "
+           "unallocated.\n")
+
+
+def _of(events, cls):
+    return [e for e in events if isinstance(e, cls)]
+
+
+# ---- other trainers' progress and milestones --------------------------------------------------
+
+def test_ai_toolkit_bar_named_after_the_job_gives_the_step_and_loss():
+    text = ("my_first_lora:   3%|3         | 1021/30000 [12:01<5:41:10,  1.41it/s, lr: 1.0e-04 loss: 4.112e-01]\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase, d.step, d.total_steps) == ("oom", "training", 1021, 30000)
+    assert d.last_loss == pytest.approx(0.4112)
+
+
+def test_a_bar_without_a_loss_postfix_and_another_name_is_not_the_training_bar():
+    text = "Caching text embeddings to disk:  40%|####      | 40/100 [00:01<00:01, 30.00it/s]\n"
+    assert _of(parse_text(text), Progress) == []
+
+
+@pytest.mark.parametrize("line", ["Saving at step 300", "Saving workspace/run/save/my_lora-2024-01-01.safetensors",
+                                  "Saving C:\\loras\\out\\char_v2.safetensors"])
+def test_other_trainers_saving_lines_are_the_saving_phase(line):
+    text = "steps:  10%|█         | 300/3000 [01:00<09:00,  5.00it/s, avr_loss=0.1]\n" + line + "\nKilled\n"
+    d = diagnose(parse_text(text))
+    assert d.phase == "saving" and d.error.kind == "cpu_oom"
+
+
+def test_saving_words_without_a_path_or_step_are_not_a_milestone():
+    assert _of(parse_text("Saving is disabled for this run\n"), Milestone) == []
+
+
+@pytest.mark.parametrize("line", ["[MyWrapper] Loading the T5-XXL text encoder in bf16",
+                                  "INFO:some_wrapper.models:Loading Qwen2.5-VL text encoder from /models/te",
+                                  "Model 3/4: loading text_encoder_2 (CLIP-G)"])
+def test_an_unknown_wrappers_text_encoder_loading_is_model_load(line):
+    d = diagnose(parse_text(line + "\n" + OOM_NEW.format(tried="20.00 MiB", free="10.00 MiB")))
+    assert d.phase == "model_load"
+
+
+def test_loading_cached_text_encoder_outputs_is_not_loading_the_text_encoder():
+    events = parse_text("[w] loading text encoder outputs from cache: 12 files\n")
+    assert not [m for m in _of(events, Milestone) if m.name == "loading the text encoder"]
+
+
+def test_sample_step_counts_as_steps_done():
+    text = ("generating sample images at step / サンプル画像生成 ステップ: 250\n"
+            + OOM_NEW.format(tried="1.00 GiB", free="0.10 GiB"))
+    d = diagnose(parse_text(text))
+    assert (d.phase, d.step) == ("sampling", 250)
+
+
+def test_python_logging_records_are_read_without_their_logger_prefix():
+    events = parse_text("INFO:dataset.config_utils:caching latents...\n")
+    assert [m.phase for m in _of(events, Milestone)] == ["cache_latents"]
+
+
+# ---- process-group start-up ------------------------------------------------------------------
+
+def test_a_frameless_nccl_failure_is_start_up():
+    text = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled "
+            "system error, NCCL version 2.18.1\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.error.kind, d.phase) == ("error", "distributed", "model_load")
+
+
+def test_process_group_frames_in_a_cut_rich_box_are_start_up():
+    text = ("│ ❱ 140 │   │   │   torch.distributed.init_process_group(backend=\"nccl\", **kwargs)    │\n"
+            "│ C:\\venv\\lib\\site-packages\\torch\\distributed\\distributed_c10d.py:900 in       │\n"
+            "│ init_process_group                                                            │\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.error.kind, d.phase) == ("error", "truncated", "model_load")
+    assert d.details.frame.startswith("starting the process group")
+
+
+# ---- CUDA errors -----------------------------------------------------------------------------
+
+def test_cuda_unknown_error_is_a_cuda_error_with_its_guidance():
+    text = ("steps:  50%|█████     | 5/10 [00:05<00:05,  1.00it/s, avr_loss=0.1]\n"
+            "RuntimeError: CUDA error: unknown error\n"
+            "CUDA kernel errors might be asynchronously reported at some other API call.\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.error.kind) == ("error", "cuda_error")
+    assert any("CUDA_LAUNCH_BLOCKING=1" in a for a in d.advice) and any("driver" in a for a in d.advice)
+
+
+# ---- the family from the entry script -------------------------------------------------------
+
+def test_the_entry_script_decides_the_family_over_the_modules_it_calls():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/w/musubi-tuner/wan_train_network.py", line 447, in <module>\n    trainer.train(args)\n'
+            '  File "/w/musubi-tuner/hv_train_network.py", line 1915, in train\n    accelerator.backward(loss)\n'
+            "RuntimeError: boom\n")
+    assert diagnose(parse_text(text)).family == "wan"
+    hv = text.replace("wan_train_network.py", "hv_train_network.py")
+    assert diagnose(parse_text(hv)).family == "hunyuan_video"
+
+
+# ---- whose memory ------------------------------------------------------------------------------
+
+def test_old_format_message_leaves_the_context_unexplained_instead_of_blaming_other_programs():
+    text = ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 8.00 GiB total capacity; "
+            "5.00 GiB already allocated; 0 bytes free; 5.20 GiB reserved in total by PyTorch)\n")
+    d = diagnose(parse_text(text))
+    assert not any(a.startswith("Free the GPU first") for a in d.advice)
+    assert any("unexplained" in a and "does not say whose" in a for a in d.advice)
+
+
+def test_a_message_that_shows_the_request_would_fit_in_free_memory_blames_no_other_program():
+    text = ("RuntimeError: CUDA out of memory. Tried to allocate 1.00 GiB (GPU 0; 24.00 GiB total capacity; "
+            "10.00 GiB already allocated; 8.57 GiB free; 10.20 GiB reserved in total by PyTorch)\n")
+    d = diagnose(parse_text(text))
+    assert not any("other program" in a.lower() and "held" in a for a in d.advice)
+    assert not any(a.startswith("Free the GPU first") for a in d.advice)
+
+
+def test_a_named_other_process_is_still_blamed():
+    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
+            "24.00 GiB of which 10.00 MiB is free. Process 4242 has 12.00 GiB memory in use. Including non-PyTorch "
+            "memory, this process has 11.90 GiB memory in use. Of the allocated memory 11.00 GiB is allocated by "
+            "PyTorch, and 0.40 GiB is reserved by PyTorch but unallocated.\n")
+    d = diagnose(parse_text(text))
+    assert d.advice[0].startswith("Free the GPU first") and "4242" in d.advice[0]
+
+
+# ---- exits, sizes, ranks, frames ----------------------------------------------------------------
+
+@pytest.mark.parametrize("tail", ["returned non-zero exit status 3221225477.",
+                                  "returned non-zero exit\nstatus 3221225477."])
+def test_windows_access_violation_is_named_and_not_given_the_exit_137_hint(tail):
+    text = "subprocess.CalledProcessError: Command '['python', 'train_network.py']' " + tail + "\n"
+    d = diagnose(parse_text(text))
+    assert d.details.exit_status == 3221225477
+    assert "0xC0000005" in d.error.message and "access violation" in d.error.message
+    assert not any("137" in a for a in d.advice) and any("0xC0000005" in a for a in d.advice)
+
+
+def test_small_sizes_are_not_zero_gib():
+    assert size_text(2 / 1024) == "2.0 MiB" and size_text(20 / 1024) == "20 MiB"
+    assert size_text(1.5) == "1.50 GiB"
+
+
+def test_diagnose_table_shows_a_2_mib_request_as_mib(tmp_path):
+    log = tmp_path / "t.log"
+    log.write_text(OOM_NEW.format(tried="2.00 MiB", free="1.06 MiB"), encoding="utf-8")
+    res = invoke("diagnose", str(log))
+    assert res.exit_code == 0
+    assert "2.0 MiB" in res.stdout and not re.search(r"(?<![\d.])0\.00 GiB", res.stdout)
+
+
+@pytest.mark.parametrize("text", [
+    "loading model for process 0/2\n",
+    "accelerate launch --num_processes 2 train_network.py\n",
+    "[rank1]: steps:   0%|          | 0/100 [00:00<?, ?it/s]\n",
+])
+def test_a_multi_gpu_oom_notes_each_rank_holds_a_full_copy(text):
+    events = parse_text(text + OOM_NEW.format(tried="20.00 MiB", free="10.00 MiB"))
+    assert _of(events, Processes)
+    d = diagnose(events)
+    assert any("each rank holds a full copy of the model" in a for a in d.advice)
+
+
+def test_a_single_gpu_oom_says_nothing_of_ranks():
+    d = diagnose(parse_text("loading model for process 0/1\n" + OOM_NEW.format(tried="20.00 MiB", free="1.00 MiB")))
+    assert not any("rank" in a for a in d.advice)
+
+
+def test_a_frame_moving_tensors_to_the_cpu_is_not_called_moving_them_to_the_gpu():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/x/quantize_helper.py", line 30, in offload\n    block.to("cpu", non_blocking=True)\n'
+            '  File "/venv/torch/nn/modules/module.py", line 1371, in to\n    return self._apply(convert)\n')
+    d = diagnose(parse_text(text))
+    assert d.details.frame == "moving tensors to the CPU"
+
+
+def test_a_cut_rich_box_names_its_last_frame_not_a_source_line_number():
+    text = ("╭─────────────────────────────── Traceback (most recent call last) ────────────────────────────────╮\n"
+            "│ /sd/train_network.py:250 in train                                                                │\n"
+            "│                                                                                                  │\n"
+            "│   249 │   │   with torch.no_grad():                                                              │\n"
+            "│ ❱ 250 │   │   │   train_dataset_group.cache_latents(vae, args.vae_batch_size)                    │\n"
+            "│    79 │                                                                                          │\n")
+    d = diagnose(parse_text(text))
+    assert "last frame: /sd/train_network.py:250 in train" in d.error.message
+    assert "last frame: 79" not in d.error.message
+
+
+def test_a_log_cut_off_while_saving_puts_host_ram_first():
+    text = ("steps: 100%|██████████| 10/10 [00:10<00:00,  1.00it/s, avr_loss=0.1]\n"
+            "saving checkpoint: /out/x.safetensors\n"
+            "Traceback (most recent call last):\n"
+            '  File "/sd/train_network.py", line 900, in train\n    save_model(ckpt_name, network)\n')
+    d = diagnose(parse_text(text))
+    assert (d.error.kind, d.phase) == ("truncated", "saving")
+    assert "system RAM" in d.advice[1]
+    stopped = diagnose(parse_text("steps: 100%|██████████| 10/10 [00:10<00:00,  1.00it/s]\n"
+                                  "saving checkpoint: /out/x.safetensors\n"))
+    assert stopped.outcome == "incomplete" and any("system RAM" in a for a in stopped.advice)
+
+
+# ---- unreadable input --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("data", [b"", b"\n\n   \n", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"\x00" * 50,
+                                  b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":{}}" + b"\x00" * 4,
+                                  b"PK\x03\x04\x14\x00\x00\x00\x08\x00" + bytes(range(200))])
+def test_diagnose_on_an_empty_or_binary_file_exits_2(tmp_path, data):
+    path = tmp_path / "in.log"
+    path.write_bytes(data)
+    res = invoke("diagnose", str(path))
+    assert res.exit_code == 2
+    assert "Traceback" not in res.output and res.output.count("error:") == 1
