@@ -230,3 +230,41 @@ def test_diagnose_on_an_empty_or_binary_file_exits_2(tmp_path, data):
     res = invoke("diagnose", str(path))
     assert res.exit_code == 2
     assert "Traceback" not in res.output and res.output.count("error:") == 1
+
+
+# ---- advice in the trainer's own terms ---------------------------------------------------------
+
+def _onetrainer_oom():
+    text = ('  File "/ot/modules/trainer/GenericTrainer.py", line 129, in start\n'
+            + OOM_NEW.format(tried="20.00 MiB", free="10.00 MiB"))
+    return diagnose(parse_text("Traceback (most recent call last):\n" + text))
+
+
+def test_another_trainers_log_gets_advice_in_its_option_names():
+    d = _onetrainer_oom()
+    assert d.wrapper == "onetrainer"
+    joined = "\n".join(d.advice)
+    assert "`gradient_checkpointing` (OneTrainer" in joined or "`batch_size` (OneTrainer" in joined \
+        or "`weight_dtype` (OneTrainer" in joined
+    # A setting OneTrainer's table does not know is labelled as sd-scripts'.
+    for line in d.advice:
+        if "`" in line and "(OneTrainer;" not in line:
+            assert "[sd-scripts setting; in OneTrainer" in line
+
+
+def test_sd_scripts_logs_keep_the_sd_scripts_names():
+    d = diagnose(parse_text('  File "/sd/sdxl_train_network.py", line 9, in <module>\n'
+                            + OOM_NEW.format(tried="20.00 MiB", free="10.00 MiB")))
+    assert not any("sd-scripts setting;" in a or "(OneTrainer" in a for a in d.advice)
+
+
+def test_every_trainer_table_maps_real_sd_scripts_settings():
+    from kohya_tuner.logparse.terms import table
+    from kohya_tuner.schema import raw_schema
+
+    known = {a["name"] for s in raw_schema()["scripts"].values() for a in s["args"]}
+    known |= set(raw_schema()["dataset_config"]["keys"])
+    for trainer, terms in table().items():
+        for key in terms:
+            if key != "where":
+                assert key in known, (trainer, key)

@@ -406,4 +406,6 @@ def advise(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
     if details.on_cpu and diagnosis.outcome != "success":
         out.append("The trainer ran on the CPU (`accelerator device: cpu`): PyTorch did not see a GPU.")
     # The same line can come from two rules (a phase's list and the kind's); say it once.
-    return list(dict.fromkeys(out))
+    from kohya_tuner.logparse.terms import in_trainer_terms
+
+    return in_trainer_terms(list(dict.fromkeys(out)), diagnosis.wrapper)
