@@ -90,6 +90,7 @@ class LogParser(BarRuns, Milestones):
         self._n = 0
         self._exit_cut = False
         self._processes = 1
+        self._entry_family: str | None = None
         self._family: str | None = None
         self._family_strength = 1 << 30
         self._wrapper: str | None = None
@@ -539,6 +540,7 @@ class LogParser(BarRuns, Milestones):
 
     def _new_run(self) -> None:
         self._name_lines = _NAME_LINES
+        self._entry_family = None
         self._nan_reported = False
         self._zero_steps.clear()
         self._zero_reported = False
@@ -560,9 +562,12 @@ class LogParser(BarRuns, Milestones):
         if family is not None:
             name, strength = family
             if "<module>" in s:
+                self._entry_family = name
+            elif self._entry_family is not None and name != self._entry_family and P.FRAME_LINE_RE.match(s):
                 # The script that ran (its `<module>` frame) outranks the modules it calls:
-                # musubi-tuner's wan_train_network.py runs through hv_train_network.py.
-                strength = 0
+                # musubi-tuner's wan_train_network.py runs through hv_train_network.py. What the
+                # run logs (FLUX's script "Building Chroma model") still counts.
+                return
             # Stronger evidence replaces weaker; equally strong evidence of another family is a
             # later run of another model.
             if name != self._family and strength <= self._family_strength:
