@@ -268,3 +268,15 @@ def test_every_trainer_table_maps_real_sd_scripts_settings():
         for key in terms:
             if key != "where":
                 assert key in known, (trainer, key)
+
+
+def test_the_docs_agree_that_host_ram_is_its_own_outcome():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    logs, json_doc = (docs / "logs.md").read_text(encoding="utf-8"), (docs / "json.md").read_text(encoding="utf-8")
+    assert '"outcome": "oom | cpu_oom | error' in logs
+    assert "| `cpu_oom` | host RAM" in json_doc
+    assert "host-RAM exhaustion included" not in logs  # the old wording that filed it under `error`
+    d = diagnose(parse_text("MemoryError\n"))
+    assert (d.outcome, d.error.kind) == ("cpu_oom", "cpu_oom")
