@@ -25,7 +25,9 @@ SHARED = ROOT.parent / "shared" / "real-world" / "logs"
 # label's free text spells them.
 WRAPPER_WORDS = (("kohya_ss", ("kohya_ss",)), ("fluxgym", ("fluxgym",)), ("ai-toolkit", ("ai-toolkit",)),
                  ("onetrainer", ("onetrainer",)), ("simpletuner", ("simpletuner",)),
-                 ("musubi-tuner", ("musubi",)), ("comfyui", ("comfyui",)), ("sd-scripts", ("sd-scripts",)))
+                 ("musubi-tuner", ("musubi",)), ("comfyui", ("comfyui",)),
+                 ("a1111-dreambooth", ("sd_dreambooth_extension",)), ("diffusers", ("diffusers",)),
+                 ("sd-scripts", ("sd-scripts",)))
 # Families the parser can name.
 FAMILIES = ("sd15", "sdxl", "flux", "sd3", "hunyuan_video", "wan", "lumina", "hunyuan_image")
 _SHARED_PHASE = {"training_step_N": "training"}

@@ -280,3 +280,19 @@ def test_the_docs_agree_that_host_ram_is_its_own_outcome():
     assert "host-RAM exhaustion included" not in logs  # the old wording that filed it under `error`
     d = diagnose(parse_text("MemoryError\n"))
     assert (d.outcome, d.error.kind) == ("cpu_oom", "cpu_oom")
+
+
+def test_a_diffusers_script_gets_its_flags_and_the_dreambooth_extension_gets_labelled_names():
+    oom = OOM_NEW.format(tried="20.00 MiB", free="10.00 MiB")
+    diffusers = diagnose(parse_text("steps:  10%|█         | 10/100 [00:10<01:30,  1.00it/s, loss=0.1]\n"
+                                    '  File "/d/examples/dreambooth/train_dreambooth_lora_sdxl.py", line 1, in main\n'
+                                    + oom))
+    assert diffusers.wrapper == "diffusers"
+    assert any("`--gradient_checkpointing` (the diffusers training script" in a
+               or "`--train_batch_size` (the diffusers training script" in a for a in diffusers.advice)
+    ext = diagnose(parse_text('  File "C:\\sd\\extensions\\sd_dreambooth_extension\\dreambooth\\train.py", line 9, '
+                              "in main\n" + oom))
+    assert ext.wrapper == "a1111-dreambooth"
+    with_settings = [a for a in ext.advice if "`" in a]
+    assert with_settings and all("[sd-scripts setting; in the web UI's Dreambooth extension" in a
+                                 for a in with_settings)

@@ -1,7 +1,8 @@
 """Advice in the terms of the trainer that wrote the log.
 
 The advice names sd-scripts settings (`gradient_checkpointing = true`). When the log shows
-another trainer (ai-toolkit, OneTrainer, SimpleTuner, musubi-tuner), a setting that trainer
+another trainer (ai-toolkit, OneTrainer, SimpleTuner, musubi-tuner, a diffusers training
+script, the web UI's Dreambooth extension, ComfyUI's nodes), a setting that trainer
 has is shown under its own name (trainer_terms.toml, data); a line that still names settings
 the table does not know says they are sd-scripts' names. sd-scripts and the wrappers that run
 it (kohya_ss, FluxGym) keep the advice as it is.
@@ -20,7 +21,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 _TABLE = Path(__file__).with_name("trainer_terms.toml")
 _NAMES = {"ai-toolkit": "ai-toolkit", "onetrainer": "OneTrainer", "simpletuner": "SimpleTuner",
-          "musubi-tuner": "musubi-tuner", "comfyui": "ComfyUI's trainer nodes"}
+          "musubi-tuner": "musubi-tuner", "comfyui": "ComfyUI's trainer nodes",
+          "diffusers": "the diffusers training script", "a1111-dreambooth": "the web UI's Dreambooth extension"}
 # `key` or `key = value`, the form the advice writes sd-scripts settings in.
 _SETTING_RE = re.compile(r"`([a-z][a-z0-9_]*)( = [^`]*)?`")
 
