@@ -32,7 +32,7 @@ class Milestones:
                     out.append(Milestone(phase=phase, name=name, line=s))
                     return True
         c = low[:1]
-        if "text" in low or "encoder" in s[:120].lower():
+        if "ncoder" in s[:120]:
             m = P.LOADING_TEXT_ENCODER_RE.search(s[:120].lower())
             if m:
                 # Any trainer's "… loading the T5 text encoder …", wherever its logger puts the words.
