@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kohya_tuner import jsontext
 from kohya_tuner.config_io import atomic_write
 from kohya_tuner.run import durable
 
@@ -147,7 +148,7 @@ class Journal:
     # -- run inputs --
 
     def write_run(self, data: dict[str, Any]) -> None:
-        atomic_write(self.run_path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+        atomic_write(self.run_path, jsontext.dumps(data, indent=2) + "\n")
 
     def read_run(self) -> dict[str, Any]:
         from kohya_tuner.errors import UserError
@@ -164,7 +165,7 @@ class Journal:
 
     def append(self, record: AttemptRecord) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(record.to_json(), ensure_ascii=False, default=str)
+        line = jsontext.dumps(record.to_json())
         durable.with_room(self.out, lambda: durable.append_line(self.attempts_path, line))
         durable.clear_pending(self.out, record.attempt)
 
@@ -196,7 +197,7 @@ class Journal:
     # -- outcome --
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
+        text = jsontext.dumps(summary, indent=2) + "\n"
         durable.with_room(self.out, lambda: atomic_write(self.summary_path, text))
 
     def read_summary(self) -> dict[str, Any] | None:

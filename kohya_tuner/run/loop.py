@@ -69,11 +69,10 @@ class Supervisor:
     def emit(self, kind: str, /, **data: Any) -> None:
         ev = RunEvent(kind, data)
         if self._events_fh is not None:
-            import json
+            from kohya_tuner import jsontext
 
             try:
-                self._events_fh.write(json.dumps({"event": kind, "time": jr.now_iso(), **data}, ensure_ascii=False,
-                                                 default=str) + "\n")
+                self._events_fh.write(jsontext.dumps({"event": kind, "time": jr.now_iso(), **data}) + "\n")
                 self._events_fh.flush()
             except OSError:
                 self._events_fh = None  # a full disk ends the event stream, not the run
