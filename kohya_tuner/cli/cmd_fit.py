@@ -96,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
     if dataset is not None and _same_file(dataset, out):
         raise UserError(f"--out {out} is the dataset file; choose another --out.")
     loaded, family, ds, notes = load_inputs(config, model, dataset)
+    from kohya_tuner import outpaths
+
+    outpaths.confine(loaded.config, None, what=f"{config}")
     choice, gpu_name = resolve_gpu(gpu)
     assert choice is not None
     others = choice.others_gib
