@@ -93,3 +93,13 @@ def confine(config: Mapping[str, Any], root: Path | None = None, *, what: str = 
         raise UserError(f"{what} writes where it must not: " + "; ".join(why for _, why in found) + ".",
                         "Give output_name a plain file name and keep output folders inside --out "
                         "(kohya-tuner sets output_dir for you).")
+
+
+def config_file_name(path: Path, flag: str = "--out") -> None:
+    """sd-scripts reads `--config_file X` as X + ".toml" unless X ends in ".toml" (exactly,
+    lower case: library/train_util.py:read_config_from_file, line 4704 at the pin), so a
+    config written under another name is never found by the trainer."""
+    if not str(path).endswith(".toml"):
+        raise UserError(f"{flag} {path} does not end in .toml; sd-scripts would look for {path}.toml instead "
+                        f"and stop with 'config file not found'.",
+                        f"Name it {Path(str(path)).with_suffix('.toml').name if Path(str(path)).suffix else str(path) + '.toml'}.")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from kohya_tuner.cli.argtypes import out_path
 from typing import TYPE_CHECKING, Any
 
 from kohya_tuner.cli import plan_options
@@ -33,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Model family: sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima.")
     p.add_argument("--job", "-j", required=True, help="What you train: character, style or concept.")
     plan_options.add_gpu(p, required=True, arch=True)
-    p.add_argument("--out", "-o", type=Path, required=True, metavar="DIR",
+    p.add_argument("--out", "-o", type=out_path, required=True, metavar="DIR",
                    help="Folder for config.toml, dataset.toml, launch.sh and launch.bat.")
     plan_options.add_plan_options(p)
     p.add_argument("--sd-scripts", type=Path, metavar="DIR", help="sd-scripts checkout written into launch.sh/.bat.")
