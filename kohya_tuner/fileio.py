@@ -120,7 +120,8 @@ def why(exc: OSError) -> str:
     return (exc.strerror or str(exc)).rstrip(".")
 
 
-def write_new(path: str | os.PathLike, text: str, force: bool = False, *, executable: bool = False) -> Path | None:
+def write_new(path: str | os.PathLike, text: str, force: bool = False, *, executable: bool = False,
+              private: bool = False) -> Path | None:
     """Write `text` to `path` atomically. An existing file is the user's: refuse unless
     `force`, and even then keep it as `<name>.bak` (the path is returned). Identical
     content is left alone. On any failure the original is where it was and a UserError
@@ -147,7 +148,8 @@ def write_new(path: str | os.PathLike, text: str, force: bool = False, *, execut
         except OSError as exc:
             raise UserError(f"Cannot keep a backup of {p} as {backup.name} ({why(exc)}); {p} is unchanged.") from None
     try:
-        atomic_write(p, text, executable=executable)
+        # A file holding a secret is readable by its owner only, whatever it replaces.
+        atomic_write(p, text, executable=executable, mode=0o600 if private else None)
     except OSError as exc:
         kept = ""
         if backup is not None:

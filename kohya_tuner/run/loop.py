@@ -21,7 +21,8 @@ from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, _get, de
 from kohya_tuner.run.progress import Progress
 from kohya_tuner.run.settings import RunSettings, command_for, probe_config, read_config_file
 from kohya_tuner.run.states import (AttemptOutput, attempt_config, attempt_outputs, base_name, lineage,
-                                    newest_resumable, publish_lora, states_on_disk)
+                                    newest_resumable, publish_lora, settle_unfinished,
+                                    states_on_disk)
 
 _KILLED = re.compile(r"(died with <Signals\.SIGKILL: 9>|exit status -9\b|exit status 137\b|Killed\s*$)")
 
@@ -107,7 +108,7 @@ class Supervisor:
                 self._events_fh = None
 
     def _loop(self, first: Retry, attempt: int, probing: bool) -> Outcome:
-        history = self.journal.attempts()
+        history = settle_unfinished(self.journal.attempts(), self.s.plan_config, self.s.total_steps)
         launched = 0
         plan = self._fit_environment(replace(first, config=dict(first.config), changes=list(first.changes)))
         tried = {a.move for a in history if a.move}

@@ -52,6 +52,21 @@ class RunSettings:
 
     @classmethod
     def from_json(cls, out_dir: Path, data: dict[str, Any]) -> "RunSettings":
+        """The settings of run.json; a UserError naming the file when a field is damaged."""
+        from kohya_tuner.errors import UserError
+        from kohya_tuner.run.journal import RUN_FILE, run_file_problem
+
+        problem = run_file_problem(data)
+        if problem is None:
+            try:
+                return cls._from_json(out_dir, data)
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+                problem = f"a field cannot be read ({type(exc).__name__}: {exc})"
+        raise UserError(f"{Path(out_dir) / RUN_FILE} is damaged: {problem}; the run cannot be continued from it.",
+                        "Start a new run in another --out.")
+
+    @classmethod
+    def _from_json(cls, out_dir: Path, data: dict[str, Any]) -> "RunSettings":
         from kohya_tuner.families import get_family
 
         return cls(
@@ -91,9 +106,12 @@ def command_for(settings: RunSettings, config_file: Path, config: Mapping[str, A
     single = settings.num_processes <= 1
     # One process: pin the card through CUDA_VISIBLE_DEVICES. Several: accelerate's
     # --gpu_ids does it for each process.
+    from kohya_tuner.run import secretstore
+
     env = launcher.build_env(os.environ if base_env is None else base_env,
                              gpu_ids=settings.gpu_ids if single else (),
-                             emulate_vram_gb=settings.emulate_vram_gb)
+                             emulate_vram_gb=settings.emulate_vram_gb,
+                             extra=secretstore.environment(settings.out_dir) or None)
     if settings.gpu_ids and not single:
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return argv, env
@@ -121,7 +139,7 @@ def read_config_file(path: str, plan_config: Mapping[str, Any] | None = None) ->
 
     try:
         cfg = flatten(toml.load(path))
-    except (OSError, toml.TomlDecodeError):
+    except (OSError, ValueError, TypeError, IndexError, RecursionError):  # damaged: as if absent
         return None
     if plan_config is not None:
         from kohya_tuner.run.states import settings_of
