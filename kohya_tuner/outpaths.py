@@ -2,7 +2,7 @@
 
 sd-scripts joins `output_dir` and `output_name` (and `logging_dir` and `log_prefix`) by
 string, so a name holding `/` or `..` writes LoRA files and state folders anywhere. One
-function, `confine`, is used by `config`, `fit` and `run`:
+function, `confine`, is called by `config`, `fit` and `run` before they write anything:
 
 * a name key (joined onto a folder) must be a plain file name, short enough that the
   longest name sd-scripts and `run` derive from it still fits the filesystem's limit;

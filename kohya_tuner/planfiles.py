@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kohya_tuner import config_io, fileio, outpaths
+from kohya_tuner import config_io, fileio
 from kohya_tuner.presets import SAMPLE_PROMPTS_NAME, Plan, sample_prompts_text
 from kohya_tuner.shellquote import cmd_percent, cmd_quote, cmd_set, comment_text, sh_quote
 
@@ -80,8 +80,6 @@ def _bat_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Pa
 def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str | os.PathLike | None = None,
            ) -> PlanFiles:
     out_dir = Path(out_dir).absolute()
-    # config and run both render here: nothing they plan may write outside --out.
-    outpaths.confine(plan.config, out_dir, what="The plan")
     config_path = out_dir / CONFIG_NAME
     dataset_path = out_dir / DATASET_NAME
     sd = str(sd_scripts) if sd_scripts else str(Path.home() / "sd-scripts")

@@ -163,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
     schema.raise_if_invalid(schema.validate_dataset(dataset, family), "The dataset config")
     checkout = sdscripts.locate(args.sd_scripts)
     sd_path = checkout.path if checkout else sdscripts.default_dir()
+    from kohya_tuner import outpaths
+
+    outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
     files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute())
     written = planfiles.write(files, out, force=args.force)
     warnings = []

@@ -461,8 +461,10 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         listed = "; ".join(c.message + (f" ({c.hint})" if c.hint else "") for c in checks.failures)
         raise UserError(f"Pre-flight checks failed: {listed}.")
     schema.raise_if_invalid(presets.validate_plan(plan, ds), "The planned config")
+    from kohya_tuner import outpaths
     from kohya_tuner.run import secretstore
 
+    outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
     secretstore.withhold(plan, out)  # the trainer gets them through its environment
 
     checkout = Path(facts.checkout_path)
