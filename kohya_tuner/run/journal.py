@@ -265,9 +265,10 @@ class Journal:
 
     def read_summary(self) -> dict[str, Any] | None:
         try:
-            return json.loads(self.summary_path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
+            data = json.loads(self.summary_path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError):  # absent or damaged: the run is not done
             return None
+        return data if isinstance(data, dict) else None
 
     def write_report(self, html: str) -> None:
         durable.with_room(self.out, lambda: atomic_write(self.report_path, html))

@@ -105,6 +105,14 @@ def test_named_damage_to_run_json(planned, tmp_path, text):
     assert res.exit_code == 2 and "run.json" in res.output, res.output
 
 
+@pytest.mark.parametrize("summary", [b"[]", b"\xff\xfe\x00", b"null", b'{"status": 5}', b"[" * 5000])
+def test_a_damaged_summary_does_not_stop_continue(planned, tmp_path, summary):
+    out = _copy(planned, tmp_path / "run")
+    (out / "summary.json").write_bytes(summary)
+    res = _continue(out)
+    assert res.exit_code == 0, res.output
+
+
 def _record(n: int, outcome: str, start: int, end: int, **kw) -> AttemptRecord:
     return AttemptRecord(attempt=n, started="now", config_file=f"attempt-{n}.config.toml",
                          log_file=f"attempt-{n}.log", reason="r", outcome=outcome, start_step=start, end_step=end,
