@@ -52,8 +52,9 @@ def _check_out_dir(out: Path) -> None:
     from kohya_tuner.run.journal import Journal
 
     j = Journal(out)
-    if j.attempts():
-        raise UserError(f"{out} already holds a kohya-tuner run with {len(j.attempts())} attempt(s).",
+    if j.attempts() or j.numbers_on_disk():  # a launched attempt's log counts even without its record
+        raise UserError(f"{out} already holds a kohya-tuner run with "
+                        f"{len({a.attempt for a in j.attempts()} | j.numbers_on_disk())} attempt(s).",
                         f"Continue it with `kohya-tuner run --continue {out}`, or choose another --out.")
     output = out / "output"
     if output.is_dir() and any(output.iterdir()):

@@ -97,3 +97,35 @@ def unjournaled_attempt(settings: RunSettings, attempts: list[AttemptRecord]) ->
         else 0
     name = str(cfg.get("output_name") or attempt_name(base_name(settings.plan_config), number))
     return _Orphan(AttemptOutput(number, name, start), resumed)
+
+
+def recovered_records(settings: RunSettings, attempts: list[AttemptRecord]) -> list[AttemptRecord]:
+    """`attempts` plus a record for each attempt that was launched (its log is there) but
+    has neither a journal line nor a pending record: its start from its config, its end
+    from its complete states on disk. Without it a lost line would drop that attempt's
+    steps from steps done and redone."""
+    from kohya_tuner.run.journal import Journal
+
+    known = {a.attempt for a in attempts}
+    j = Journal(settings.out_dir)
+    extra = []
+    for n in sorted(j.numbers_on_disk() - known):
+        path = j.config_path(n)
+        try:
+            cfg = flatten(toml.load(path))
+        except (OSError, ValueError, TypeError, IndexError, RecursionError):
+            continue
+        if "probe" in str(cfg.get("output_name") or ""):
+            continue
+        steps = cfg.get("max_train_steps")
+        resumed = bool(cfg.get("resume"))
+        start = (settings.total_steps - steps if resumed and isinstance(steps, int)
+                 and 0 < steps <= settings.total_steps else 0)
+        extra.append(AttemptRecord(attempt=n, started="", config_file=str(path), log_file=str(j.log_path(n)),
+                                   reason="recovered from the files on disk (its journal line was lost)",
+                                   resume_from=str(cfg["resume"]) if resumed else None, start_step=start,
+                                   end_step=start, total_steps=settings.total_steps, outcome="incomplete"))
+    if not extra:
+        return attempts
+    return sorted(attempts + settle_unfinished(extra, settings.plan_config, settings.total_steps),
+                  key=lambda a: a.attempt)

@@ -108,7 +108,10 @@ class Supervisor:
                 self._events_fh = None
 
     def _loop(self, first: Retry, attempt: int, probing: bool) -> Outcome:
-        history = settle_unfinished(self.journal.attempts(), self.s.plan_config, self.s.total_steps)
+        from kohya_tuner.run.continuation import recovered_records
+
+        history = recovered_records(self.s, settle_unfinished(self.journal.attempts(), self.s.plan_config,
+                                                              self.s.total_steps))
         launched = 0
         plan = self._fit_environment(replace(first, config=dict(first.config), changes=list(first.changes)))
         tried = {a.move for a in history if a.move}

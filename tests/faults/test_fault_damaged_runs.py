@@ -138,6 +138,17 @@ def test_a_journal_that_lost_its_last_line_never_reuses_that_attempt(planned, tm
     assert preview["attempt"] == 3 and preview["log_file"].endswith("attempt-3.log")
     assert preview["start_step"] == 30 and preview["start_step"] < settings_["total_steps"]
     assert (out / "attempt-2.log").read_text() == "attempt 2's log\n"
+    # The lost attempt's steps still count: 10, then 20 more from its states.
+    from kohya_tuner.run.continuation import recovered_records
+    from kohya_tuner.run.journal import summarize
+    from kohya_tuner.run.settings import RunSettings
+
+    j = Journal(out)
+    records = recovered_records(RunSettings.from_json(out, j.read_run()), j.attempts())
+    assert [(a.attempt, a.start_step, a.end_step) for a in records] == [(1, 0, 10), (2, 10, 30)]
+    summary = summarize(records, status="interrupted", reason="r", total_steps=40, final_config=None,
+                        plan_config=None, lora_path=None)
+    assert (summary["steps_done"], summary["reached_step"], summary["steps_redone"]) == (30, 30, 0)
 
 
 def test_a_log_with_no_record_keeps_its_number(tmp_path):
@@ -180,3 +191,14 @@ def test_a_pending_record_that_is_not_a_record_is_skipped(tmp_path):
     (tmp_path / "attempt-2.pending.json").write_text("[]")
     (tmp_path / "attempt-3.pending.json").write_bytes(b"\xff\xfe")
     assert durable.pending_records(tmp_path, set(), AttemptRecord.from_json) == []
+
+
+def test_a_new_run_never_writes_over_a_log_whose_record_was_lost(planned, tmp_path):
+    out = _copy(planned, tmp_path / "run")
+    (out / "attempt-1.log").write_text("the only record of attempt 1\n")
+    args = json.loads((out / "run.json").read_text())
+    res = invoke("run", "--model", "sd15", "--job", "style", "--gpu", "8", "--cpu", "--data",
+                 Path(args["plan_config"]["output_dir"]).parent.parent / "imgs", "--out", out,
+                 "--sd-scripts", STANDIN, "--steps", "40", "--base", out.parent / "base.safetensors")
+    assert res.exit_code == 2 and "--continue" in res.output, res.output
+    assert (out / "attempt-1.log").read_text() == "the only record of attempt 1\n"
