@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-from kohya_tuner.cli.argtypes import out_path
 from typing import TYPE_CHECKING, Any
 
 from kohya_tuner.cli import plan_options
+from kohya_tuner.cli.argtypes import out_path
 
 if TYPE_CHECKING:
     from rich.table import Table

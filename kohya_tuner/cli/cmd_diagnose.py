@@ -126,7 +126,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _echo(stream):
-    import json
     import sys
 
     for ev in stream:

@@ -19,7 +19,7 @@ SECRETS_FILE = "secrets.json"
 def withhold(plan: Any, out_dir: Path) -> dict[str, str]:
     """Take the secrets out of `plan` (its config, notes and reasons) and keep them in
     OUT/secrets.json (0600). Returns them."""
-    clean, found = redact.split(plan.config)
+    _, found = redact.split(plan.config)
     if not found:
         return {}
     for key in found:
