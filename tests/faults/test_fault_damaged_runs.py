@@ -6,6 +6,7 @@ and state files with impossible step counts are built by hand."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,10 @@ from tests.clihelp import invoke
 from tests.statefiles import write_state
 
 REPO = Path(__file__).resolve().parents[2]
+# As in test_fuzz_cli.py: fixed examples in the suite; KT_FUZZ_RANDOM=1 KT_FUZZ_SCALE=N hunts.
+_SCALE = max(1, int(os.environ.get("KT_FUZZ_SCALE", "1") or 1))
+DAMAGE = settings(max_examples=60 * _SCALE, deadline=None, derandomize=not os.environ.get("KT_FUZZ_RANDOM"),
+                  database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 STANDIN = REPO / "tests" / "standin"
 
 
@@ -59,7 +64,7 @@ FIELDS = ["family", "script", "python", "plan_config", "total_steps", "dataset_f
           "gpu_index", "max_attempts", "hang_minutes", "probe_steps", "policy", "emulate_vram_gb", "dataset"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@DAMAGE
 @given(whole=st.one_of(st.none(), json_values), field=st.sampled_from(FIELDS), value=json_values,
        drop=st.booleans(), mode=st.sampled_from(["whole", "field", "bytes"]), raw=st.binary(max_size=64))
 def test_a_damaged_run_json_is_one_paragraph(planned, tmp_path_factory, whole, field, value, drop, mode, raw):
@@ -85,7 +90,7 @@ def test_a_damaged_run_json_is_one_paragraph(planned, tmp_path_factory, whole, f
         assert "error:" in res.output
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@DAMAGE
 @given(lines=st.lists(st.one_of(st.binary(max_size=40), json_values.map(lambda v: json.dumps(v).encode())),
                       max_size=5))
 def test_a_damaged_attempts_journal_is_read_past(planned, tmp_path_factory, lines):
