@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -37,11 +38,41 @@ def default_mode(executable: bool = False) -> int:
     return (0o777 if executable else 0o666) & ~_umask()
 
 
+def replaced_mode(path: str | os.PathLike, executable: bool = False) -> int | None:
+    """The permission bits of the file `path` names, so a file written over it is never
+    readable by more people than the one it replaces; None when there is none. An
+    executable script keeps its execute bits only for those who could read it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if executable:
+        mode |= (mode & 0o444) >> 2
+    return mode
+
+
+def copied_mode(source: str | os.PathLike) -> int:
+    """What `cp` gives a copy: the source's permission bits (of a link's target), never
+    more than the umask allows, and no execute or set-id bits (captions and images)."""
+    try:
+        src = stat.S_IMODE(os.stat(source).st_mode) & 0o666
+    except OSError:
+        src = 0o666
+    return src & ~_umask()
+
+
 def atomic_write(path: str | os.PathLike, text: str, *, mode: int | None = None, executable: bool = False) -> None:
     """Write `text` through a temporary file and a rename, so an interrupted or failed
-    write never leaves a half-written file under the real name. Raises OSError."""
+    write never leaves a half-written file under the real name. Raises OSError. Without
+    `mode`, a file that is replaced keeps its mode (a 0600 file stays 0600); a new one
+    gets the umask's."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        mode = replaced_mode(path, executable)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         if hasattr(os, "fchmod"):
@@ -89,7 +120,8 @@ def why(exc: OSError) -> str:
     return (exc.strerror or str(exc)).rstrip(".")
 
 
-def write_new(path: str | os.PathLike, text: str, force: bool = False, *, executable: bool = False) -> Path | None:
+def write_new(path: str | os.PathLike, text: str, force: bool = False, *, executable: bool = False,
+              private: bool = False) -> Path | None:
     """Write `text` to `path` atomically. An existing file is the user's: refuse unless
     `force`, and even then keep it as `<name>.bak` (the path is returned). Identical
     content is left alone. On any failure the original is where it was and a UserError
@@ -116,7 +148,8 @@ def write_new(path: str | os.PathLike, text: str, force: bool = False, *, execut
         except OSError as exc:
             raise UserError(f"Cannot keep a backup of {p} as {backup.name} ({why(exc)}); {p} is unchanged.") from None
     try:
-        atomic_write(p, text, executable=executable)
+        # A file holding a secret is readable by its owner only, whatever it replaces.
+        atomic_write(p, text, executable=executable, mode=0o600 if private else None)
     except OSError as exc:
         kept = ""
         if backup is not None:

@@ -18,6 +18,7 @@ DATASET_NAME = "dataset.toml"
 @dataclass
 class PlanFiles:
     texts: dict[str, str]  # file name -> content
+    private: frozenset[str] = frozenset()  # written 0600: they hold a secret (redact.secret_keys)
 
     def paths(self, out_dir: Path) -> dict[str, Path]:
         return {name: out_dir / name for name in self.texts}
@@ -94,7 +95,9 @@ def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str |
     prompts = sample_prompts_text(plan, dataset)
     if prompts is not None:
         texts[SAMPLE_PROMPTS_NAME] = prompts
-    return PlanFiles(texts)
+    from kohya_tuner import redact
+
+    return PlanFiles(texts, frozenset({CONFIG_NAME}) if redact.split(plan.config)[1] else frozenset())
 
 
 class Written(dict):
@@ -124,7 +127,8 @@ def write(files: PlanFiles, out_dir: Path, force: bool = False) -> Written:
     for name, path in paths.items():
         existed = path.exists()
         try:
-            backup = fileio.write_new(path, files.texts[name], force=force, executable=name.endswith(".sh"))
+            backup = fileio.write_new(path, files.texts[name], force=force, executable=name.endswith(".sh"),
+                                      private=name in files.private)
         except UserError as exc:
             undone = _undo(done)
             raise UserError(exc.message + (f" The files written before it were put back: {undone}." if undone

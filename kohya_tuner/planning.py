@@ -80,6 +80,9 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
     result = None
     notes: list[str] = []
     assumed: dict[str, Any] = {}
+    # What the user asked for by name: a fit that changes it says so (never silently).
+    asked = {k: (plan.config.get(k), src.layer) for k, src in plan.provenance.items()
+             if src.layer == "--set" or src.layer.startswith("preset:")}
     if do_fit:
         def tune(extra):
             return ladder.tune({**plan.config, **extra}, plan.family, budget, dataset=dataset, history=hist,
@@ -102,6 +105,10 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
             dataset = result.dataset
         notes.append(result.message)
         notes.extend(result.hints)
+        for key, (value, layer) in asked.items():
+            if plan.config.get(key) != value:
+                notes.append(f"{key} = {value!r} from {layer} was changed to {plan.config.get(key)!r} by the fit "
+                             f"for {gpu_gb:g} GB; --no-fit keeps it as you set it.")
     # The one gate (kohya_tuner.check): a plan sd-scripts would refuse at start-up is never handed on.
     from kohya_tuner.check import gate
 

@@ -8,6 +8,8 @@ starts with `@`, so the rule data stays declarative.
 
 from __future__ import annotations
 
+import sys
+
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,6 +273,9 @@ class Context:
         for k, v in self.user.items():
             d[f"@int_literal:{k}"] = isinstance(v, int) and not isinstance(v, bool)
         d["@optimizer"] = _optimizer(c)
+        # A standard-library module is never a network module (no create_network).
+        mod = c.get("network_module")
+        d["@network_module_stdlib"] = (isinstance(mod, str) and mod.split(".")[0] in sys.stdlib_module_names)
         opt_kw, d["@bad_optimizer_arg"] = split_kv(c.get("optimizer_args"), at_first=False)
         d["@optimizer_arg_not_literal"] = next((f"{k}={v}" for k, v in opt_kw.items() if not _literal_ok(v)), None)
         sch_kw, d["@bad_lr_scheduler_arg"] = split_kv(c.get("lr_scheduler_args"), at_first=False)

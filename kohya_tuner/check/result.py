@@ -44,7 +44,9 @@ class CheckResult:
                 "warnings": [w.as_json() for w in self.warnings]}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+        from kohya_tuner import jsontext
+
+        return jsontext.dumps(self.to_dict(), indent=2)
 
     def summary(self) -> str:
         """One sentence naming every problem, for an error paragraph."""

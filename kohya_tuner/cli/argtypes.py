@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 from typing import Callable
 
 
@@ -64,3 +65,12 @@ def gpu_size(text: str) -> str:
     except UserError as exc:
         raise argparse.ArgumentTypeError(exc.paragraph().removeprefix("--gpu ").rstrip(".")) from None
     return text
+
+
+def out_path(text: str) -> Path:
+    """A folder or file to write: '' is refused (Path('') is the current folder, so an
+    empty variable in a script would write the plan where the user stands)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a folder or file, not an empty string "
+                                         "(use . to mean the current folder)")
+    return Path(text)

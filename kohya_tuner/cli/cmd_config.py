@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kohya_tuner.cli import plan_options
+from kohya_tuner.cli.argtypes import out_path
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -33,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Model family: sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima.")
     p.add_argument("--job", "-j", required=True, help="What you train: character, style or concept.")
     plan_options.add_gpu(p, required=True, arch=True)
-    p.add_argument("--out", "-o", type=Path, required=True, metavar="DIR",
+    p.add_argument("--out", "-o", type=out_path, required=True, metavar="DIR",
                    help="Folder for config.toml, dataset.toml, launch.sh and launch.bat.")
     plan_options.add_plan_options(p)
     p.add_argument("--sd-scripts", type=Path, metavar="DIR", help="sd-scripts checkout written into launch.sh/.bat.")
@@ -161,6 +162,9 @@ def run(args: argparse.Namespace) -> int:
     schema.raise_if_invalid(schema.validate_dataset(dataset, family), "The dataset config")
     checkout = sdscripts.locate(args.sd_scripts)
     sd_path = checkout.path if checkout else sdscripts.default_dir()
+    from kohya_tuner import outpaths
+
+    outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
     files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute())
     written = planfiles.write(files, out, force=args.force)
     warnings = []

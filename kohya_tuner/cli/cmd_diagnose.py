@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kohya_tuner import jsontext
+
 DESCRIPTION = ("Read a training log: outcome, phase, step, OOM figures and what to change. Exit 0 whenever a "
                "diagnosis was made (also for a failed run); 2 when the file cannot be read as a log.")
 
@@ -125,9 +127,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _echo(stream):
-    import json
     import sys
 
     for ev in stream:
-        sys.stdout.write(json.dumps(ev.to_dict(), ensure_ascii=False, default=str) + "\n")
+        sys.stdout.write(jsontext.dumps(ev.to_dict()) + "\n")
         yield ev

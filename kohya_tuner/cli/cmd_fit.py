@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kohya_tuner.cli.argtypes import gpu_size
+from kohya_tuner.cli.argtypes import gpu_size, out_path
 
 if TYPE_CHECKING:
     from kohya_tuner import ladder
@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sd-scripts config TOML, kohya_ss GUI JSON, or a command-line file.")
     p.add_argument("--gpu", "-g", type=gpu_size, required=True, metavar="GB|auto",
                    help="Card size in GB (e.g. 12) or 'auto' (NVML; subtracts memory other processes hold).")
-    p.add_argument("--out", "-o", type=Path, required=True, metavar="FILE",
+    p.add_argument("--out", "-o", type=out_path, required=True, metavar="FILE",
                    help="Where to write the fitted config TOML (never the input).")
     p.add_argument("--dataset", "-d", type=Path, metavar="FILE", help="The --dataset_config file.")
     p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21, anima), "
@@ -96,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
     if dataset is not None and _same_file(dataset, out):
         raise UserError(f"--out {out} is the dataset file; choose another --out.")
     loaded, family, ds, notes = load_inputs(config, model, dataset)
+    from kohya_tuner import outpaths
+
+    outpaths.config_file_name(out)
+    outpaths.confine(loaded.config, None, what=f"{config}")
     choice, gpu_name = resolve_gpu(gpu)
     assert choice is not None
     others = choice.others_gib
@@ -137,7 +141,10 @@ def run(args: argparse.Namespace) -> int:
         gate(new_config, family.script, dataset=result.dataset if result.dataset is not None else ds,
              what="The fitted config")
         text = config_io.dumps_config(new_config, why=why, script=family.script, header=header)
-        kept = config_io.write_new(out, text, force=force)
+        from kohya_tuner import redact
+
+        # A config holding a wandb or Hugging Face token is readable by its owner only.
+        kept = config_io.write_new(out, text, force=force, private=bool(redact.split(new_config)[1]))
         if kept is not None:
             backups.append(kept)
         written = out

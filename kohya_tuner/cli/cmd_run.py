@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kohya_tuner.cli import plan_options
-from kohya_tuner.cli.argtypes import finite_float, int_range, positive_int
+from kohya_tuner.cli.argtypes import finite_float, int_range, positive_int, out_path
 from rich.markup import escape
 
 from kohya_tuner.cli.common import console, err_console, print_json, warn
@@ -52,8 +52,9 @@ def _check_out_dir(out: Path) -> None:
     from kohya_tuner.run.journal import Journal
 
     j = Journal(out)
-    if j.attempts():
-        raise UserError(f"{out} already holds a kohya-tuner run with {len(j.attempts())} attempt(s).",
+    if j.attempts() or j.numbers_on_disk():  # a launched attempt's log counts even without its record
+        raise UserError(f"{out} already holds a kohya-tuner run with "
+                        f"{len({a.attempt for a in j.attempts()} | j.numbers_on_disk())} attempt(s).",
                         f"Continue it with `kohya-tuner run --continue {out}`, or choose another --out.")
     output = out / "output"
     if output.is_dir() and any(output.iterdir()):
@@ -280,7 +281,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Model family: sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima.")
     p.add_argument("--job", "-j", help="What you train: character, style or concept.")
     plan_options.add_gpu(p, required=False, default="auto", arch=True)
-    p.add_argument("--out", "-o", type=Path, metavar="DIR", help="Run folder: configs, logs, states, LoRA, report.")
+    p.add_argument("--out", "-o", type=out_path, metavar="DIR", help="Run folder: configs, logs, states, LoRA, report.")
     plan_options.add_plan_options(p)
     p.add_argument("--sd-scripts", type=Path, metavar="DIR",
                    help="sd-scripts checkout (default: the one `kohya-tuner setup` made).")
@@ -301,8 +302,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true", help="Refuse to start while other processes hold GPU memory.")
     p.add_argument("--strict-pin", action="store_true",
                    help="Refuse an sd-scripts checkout that is not the pinned commit.")
-    p.add_argument("--hang-timeout", type=finite_float(0.0, 10080.0, low_open=True), metavar="MIN",
-                   help="Minutes without output before an attempt counts as hung (default 30).")
+    p.add_argument("--hang-timeout", type=finite_float(0.05, 10080.0), metavar="MIN",
+                   help="Minutes without output before an attempt counts as hung (default 30; at least 0.05, "
+                        "3 s: a trainer is silent while Python starts).")
     p.add_argument("--continue", dest="continue_", type=Path, metavar="DIR",
                    help="Continue the run in this folder from its journal.")
     p.add_argument("--cpu", action="store_true", help="Train on the CPU (accelerate --cpu): for smoke tests and CI.")
@@ -460,6 +462,11 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         listed = "; ".join(c.message + (f" ({c.hint})" if c.hint else "") for c in checks.failures)
         raise UserError(f"Pre-flight checks failed: {listed}.")
     schema.raise_if_invalid(presets.validate_plan(plan, ds), "The planned config")
+    from kohya_tuner import outpaths
+    from kohya_tuner.run import secretstore
+
+    outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
+    secretstore.withhold(plan, out)  # the trainer gets them through its environment
 
     checkout = Path(facts.checkout_path)
     files = planfiles.render(plan, ds, out, sd_scripts=checkout)

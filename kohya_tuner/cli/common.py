@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 from rich.console import Console
+
+from kohya_tuner import jsontext
 
 # Tables and progress go to stdout; warnings go to stderr. The consoles look up sys.stdout and
 # sys.stderr when they print, so a caller that redirects them (tests) sees the output.
@@ -16,7 +17,7 @@ err_console = Console(stderr=True, highlight=False)
 
 def print_json(data: Any) -> None:
     """One JSON object on stdout, nothing else, so other tools can read it."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.write(jsontext.dumps(data, indent=2) + "\n")
     sys.stdout.flush()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from PIL import Image, ImageOps
 
+from kohya_tuner.fileio import copied_mode
 from kohya_tuner.dataset.images import SIXTEEN_BIT_MODES, TRAINER_EXTENSIONS, TRANSPOSING, sha256_file
 from kohya_tuner.dataset.walk import TMP_SUFFIX
 
@@ -185,6 +186,7 @@ def prepare_one(task: dict[str, Any]) -> dict[str, Any]:
                         actions.append(f"re-encoded from {fmt} to {save_fmt}")
                     img.save(tmp, save_fmt, **options)
                     outcome = "written"
+        os.chmod(tmp, copied_mode(src))
         os.replace(tmp, final)
     except (Exception, KeyboardInterrupt) as exc:
         try:

@@ -329,6 +329,8 @@ def _copy_captions(run: _Run, current: set[str], cap_ext: str, trigger: str | No
             tmp = tmp_name(out_cap)
             try:
                 tmp.write_bytes(data)
+                # The copy is readable by no one the caption (or a link's target) was not.
+                os.chmod(tmp, fileio.copied_mode(src_cap))
                 os.replace(tmp, out_cap)
             finally:
                 if tmp.exists():

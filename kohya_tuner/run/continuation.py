@@ -13,7 +13,7 @@ from kohya_tuner.run.journal import AttemptRecord
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, decide
 from kohya_tuner.run.settings import RunSettings, read_config_file
 from kohya_tuner.run.states import (AttemptOutput, attempt_name, attempt_outputs, base_name, ensure_resumable,
-                                    lineage, newest_resumable)
+                                    lineage, newest_resumable, settle_unfinished)
 
 
 def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
@@ -22,6 +22,7 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
     after an interruption, a hang or an error, the same settings from the newest state.
     The state is the newest complete one on disk that this run's lineage wrote, including
     an attempt the journal never recorded (kohya-tuner itself was killed mid-attempt)."""
+    attempts = settle_unfinished(attempts, settings.plan_config, settings.total_steps)
     orphan = unjournaled_attempt(settings, attempts)
     if not attempts and orphan is None:
         return Retry(config=ensure_resumable(settings.plan_config, settings.total_steps), resume_from=None,
@@ -86,12 +87,45 @@ def unjournaled_attempt(settings: RunSettings, attempts: list[AttemptRecord]) ->
     number, path = max(found)
     try:
         cfg = flatten(toml.load(path))
-    except (OSError, toml.TomlDecodeError):
+    except (OSError, ValueError, TypeError, IndexError, RecursionError):  # damaged: as if absent
         return None
     if "probe" in str(cfg.get("output_name") or ""):
         return None
     resumed = bool(cfg.get("resume"))
     steps = cfg.get("max_train_steps")
-    start = settings.total_steps - int(steps) if resumed and isinstance(steps, int) else 0
+    start = settings.total_steps - steps if resumed and isinstance(steps, int) and 0 < steps <= settings.total_steps \
+        else 0
     name = str(cfg.get("output_name") or attempt_name(base_name(settings.plan_config), number))
     return _Orphan(AttemptOutput(number, name, start), resumed)
+
+
+def recovered_records(settings: RunSettings, attempts: list[AttemptRecord]) -> list[AttemptRecord]:
+    """`attempts` plus a record for each attempt that was launched (its log is there) but
+    has neither a journal line nor a pending record: its start from its config, its end
+    from its complete states on disk. Without it a lost line would drop that attempt's
+    steps from steps done and redone."""
+    from kohya_tuner.run.journal import Journal
+
+    known = {a.attempt for a in attempts}
+    j = Journal(settings.out_dir)
+    extra = []
+    for n in sorted(j.numbers_on_disk() - known):
+        path = j.config_path(n)
+        try:
+            cfg = flatten(toml.load(path))
+        except (OSError, ValueError, TypeError, IndexError, RecursionError):
+            continue
+        if "probe" in str(cfg.get("output_name") or ""):
+            continue
+        steps = cfg.get("max_train_steps")
+        resumed = bool(cfg.get("resume"))
+        start = (settings.total_steps - steps if resumed and isinstance(steps, int)
+                 and 0 < steps <= settings.total_steps else 0)
+        extra.append(AttemptRecord(attempt=n, started="", config_file=str(path), log_file=str(j.log_path(n)),
+                                   reason="recovered from the files on disk (its journal line was lost)",
+                                   resume_from=str(cfg["resume"]) if resumed else None, start_step=start,
+                                   end_step=start, total_steps=settings.total_steps, outcome="incomplete"))
+    if not extra:
+        return attempts
+    return sorted(attempts + settle_unfinished(extra, settings.plan_config, settings.total_steps),
+                  key=lambda a: a.attempt)

@@ -16,6 +16,7 @@ attempt's log. Now the record is on disk before anything can be lost:
 
 from __future__ import annotations
 
+from kohya_tuner import jsontext
 import errno
 import json
 import os
@@ -45,7 +46,7 @@ def snapshot(record: Any, progress: Any | None, outcome: str) -> Any:
 def write_pending(out: Path, record: Any) -> None:
     from kohya_tuner.fileio import atomic_write
 
-    text = json.dumps(record.to_json(), ensure_ascii=False, default=str) + "\n"
+    text = jsontext.dumps(record.to_json()) + "\n"
     with_room(out, lambda: atomic_write(pending_path(out, record.attempt), text))
 
 

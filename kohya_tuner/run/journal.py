@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kohya_tuner import jsontext
 from kohya_tuner.config_io import atomic_write
 from kohya_tuner.run import durable
 
+# An attempt's pending record says "running" until it ends (run/durable.py).
+UNFINISHED = ("running", "incomplete")
 # How an attempt ended: cpu_oom is host RAM (the kernel's OOM killer or an allocator error on
 # the CPU side), oom the GPU's.
 OUTCOMES = ("success", "oom", "cpu_oom", "error", "hang", "interrupted", "incomplete")
@@ -87,15 +91,46 @@ class AttemptRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "AttemptRecord":
+        """A record from its JSON; ValueError when it is not one (a damaged or foreign line)."""
+        if not isinstance(data, dict):
+            raise ValueError("not a record")
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in data.items() if k in known}
-        kw["changes"] = [Change(**c) for c in kw.get("changes") or []]
-        kw["states"] = [StateRecord(**s) for s in kw.get("states") or []]
+        for key in ("attempt", "started", "config_file", "log_file", "reason"):
+            if key not in kw:
+                raise ValueError(f"no {key}")
+        if valid_step(kw["attempt"]) is None or kw["attempt"] < 1:
+            raise ValueError("attempt is not a positive integer")
+        for key in ("start_step", "end_step"):
+            if key in kw and valid_step(kw[key]) is None:
+                raise ValueError(f"{key} is not a step count")
+        if not isinstance(kw.get("outcome", "incomplete"), str):
+            raise ValueError("outcome is not a word")
+        try:
+            kw["changes"] = [Change(**c) for c in kw.get("changes") or []]
+            kw["states"] = [StateRecord(**s) for s in kw.get("states") or []
+                            if isinstance(s, dict) and valid_step(s.get("step")) is not None]
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+        if not all(isinstance(kw.get(k), str) for k in ("config_file", "log_file")):
+            raise ValueError("file names are not strings")
         return cls(**kw)
 
     @property
     def failed(self) -> bool:
         return self.outcome != "success"
+
+
+# No run is planned past this; a larger count in a file is damage, not progress.
+MAX_STEPS = 10**9
+
+
+def valid_step(value: Any) -> int | None:
+    """`value` as a step count, or None when it is not one (a float such as 1e23, a
+    negative number, a bool, a string, or more steps than any run plans)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_STEPS:
+        return None
+    return value
 
 
 def thin(points: list, limit: int = 600) -> list:
@@ -147,24 +182,32 @@ class Journal:
     # -- run inputs --
 
     def write_run(self, data: dict[str, Any]) -> None:
-        atomic_write(self.run_path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+        atomic_write(self.run_path, jsontext.dumps(data, indent=2) + "\n")
 
     def read_run(self) -> dict[str, Any]:
+        """run.json, checked for the shape `run --continue` needs; UserError when damaged."""
         from kohya_tuner.errors import UserError
 
         try:
-            return json.loads(self.run_path.read_text(encoding="utf-8"))
+            data = json.loads(self.run_path.read_bytes().decode("utf-8"))
         except FileNotFoundError:
             raise UserError(f"{self.out} holds no kohya-tuner run ({RUN_FILE} is missing).",
                             "Give the --out folder of an earlier `kohya-tuner run`.") from None
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{self.run_path} is damaged: {exc.msg}.") from None
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise UserError(f"{self.run_path} is damaged and cannot be read "
+                            f"({getattr(exc, 'msg', None) or getattr(exc, 'strerror', None) or type(exc).__name__}); "
+                            f"the run cannot be continued from it.", _DAMAGED_HINT) from None
+        problem = run_file_problem(data)
+        if problem:
+            raise UserError(f"{self.run_path} is damaged: {problem}; the run cannot be continued from it.",
+                            _DAMAGED_HINT)
+        return data
 
     # -- attempts --
 
     def append(self, record: AttemptRecord) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(record.to_json(), ensure_ascii=False, default=str)
+        line = jsontext.dumps(record.to_json())
         durable.with_room(self.out, lambda: durable.append_line(self.attempts_path, line))
         durable.clear_pending(self.out, record.attempt)
 
@@ -175,38 +218,81 @@ class Journal:
         return out + durable.pending_records(self.out, {a.attempt for a in out}, AttemptRecord.from_json)
 
     def _journaled(self) -> list[AttemptRecord]:
-        if not self.attempts_path.is_file():
+        try:
+            raw = self.attempts_path.read_bytes()
+        except OSError:
             return []
-        out = []
-        for line in self.attempts_path.read_text(encoding="utf-8").splitlines():
+        out: list[AttemptRecord] = []
+        seen: set[int] = set()
+        for line in raw.decode("utf-8", "replace").splitlines():
             line = line.strip()
             if not line:
                 continue
             try:
-                out.append(AttemptRecord.from_json(json.loads(line)))
-            except (json.JSONDecodeError, TypeError):
-                # A line cut short by a crash: every complete record before it still counts.
+                rec = AttemptRecord.from_json(json.loads(line))
+            except (ValueError, RecursionError):
+                # A line cut short by a crash, or damage: every whole record still counts.
                 continue
+            if rec.attempt not in seen:
+                seen.add(rec.attempt)
+                out.append(rec)
         return out
 
+    def numbers_on_disk(self) -> set[int]:
+        """Attempt numbers that were launched: a log or a pending record names them."""
+        try:
+            names = os.listdir(self.out)
+        except OSError:
+            return set()
+        found = set()
+        for name in names:
+            m = _ATTEMPT_FILE.match(name)
+            if m and len(m.group(1)) < 10:
+                found.add(int(m.group(1)))
+        return found
+
     def next_attempt_number(self) -> int:
-        done = self.attempts()
-        return (max(a.attempt for a in done) + 1) if done else 1
+        """One past every attempt the journal or the folder knows of: an attempt whose
+        record was lost still owns its log, config and states, never to be written over."""
+        used = {a.attempt for a in self.attempts()} | self.numbers_on_disk()
+        return max(used, default=0) + 1
 
     # -- outcome --
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
+        text = jsontext.dumps(summary, indent=2) + "\n"
         durable.with_room(self.out, lambda: atomic_write(self.summary_path, text))
 
     def read_summary(self) -> dict[str, Any] | None:
         try:
-            return json.loads(self.summary_path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
+            data = json.loads(self.summary_path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError):  # absent or damaged: the run is not done
             return None
+        return data if isinstance(data, dict) else None
 
     def write_report(self, html: str) -> None:
         durable.with_room(self.out, lambda: atomic_write(self.report_path, html))
+
+
+# A config alone was prepared (a dry run), never launched: its number is free.
+_ATTEMPT_FILE = re.compile(r"attempt-(\d+)\.(?:log|pending\.json)$")
+_DAMAGED_HINT = ("Start a new run in another --out; the LoRA files and states already in this folder's "
+                 "output/ stay where they are.")
+_RUN_FIELDS = {"family": str, "script": str, "python": str, "plan_config": dict}
+
+
+def run_file_problem(data: Any) -> str | None:
+    """Why `data` is not a run.json `run --continue` can use, or None."""
+    if not isinstance(data, dict):
+        return f"it holds {type(data).__name__ if data is not None else 'null'}, not the run's settings"
+    for key, kind in _RUN_FIELDS.items():
+        if key not in data:
+            return f"{key} is missing"
+        if not isinstance(data[key], kind):
+            return f"{key} is {json.dumps(data[key])[:40]}, not {'an object' if kind is dict else 'a string'}"
+    if valid_step(data.get("total_steps")) is None or data["total_steps"] < 1:
+        return "total_steps is not a positive step count"
+    return None
 
 
 def known_states(attempts: list[AttemptRecord]) -> list[StateRecord]:

@@ -121,8 +121,12 @@ def format_command(argv: list[str]) -> str:
 
 
 def env_changes(env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
-    """Only what `build_env` added or changed, for printing next to the command."""
-    return {k: v for k, v in env.items() if base.get(k) != v}
+    """Only what `build_env` added or changed, for printing next to the command; a secret's
+    value is shown as <hidden> (this is printed and put in --json output)."""
+    from kohya_tuner.redact import HIDDEN, secret_env_names
+
+    hidden = secret_env_names()
+    return {k: (HIDDEN if k in hidden else v) for k, v in env.items() if base.get(k) != v}
 
 
 # ---- the trainer's environment -----------------------------------------------------------

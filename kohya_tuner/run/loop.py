@@ -21,7 +21,8 @@ from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, _get, de
 from kohya_tuner.run.progress import Progress
 from kohya_tuner.run.settings import RunSettings, command_for, probe_config, read_config_file
 from kohya_tuner.run.states import (AttemptOutput, attempt_config, attempt_outputs, base_name, lineage,
-                                    newest_resumable, publish_lora, states_on_disk)
+                                    newest_resumable, publish_lora, settle_unfinished,
+                                    states_on_disk)
 
 _KILLED = re.compile(r"(died with <Signals\.SIGKILL: 9>|exit status -9\b|exit status 137\b|Killed\s*$)")
 
@@ -69,11 +70,10 @@ class Supervisor:
     def emit(self, kind: str, /, **data: Any) -> None:
         ev = RunEvent(kind, data)
         if self._events_fh is not None:
-            import json
+            from kohya_tuner import jsontext
 
             try:
-                self._events_fh.write(json.dumps({"event": kind, "time": jr.now_iso(), **data}, ensure_ascii=False,
-                                                 default=str) + "\n")
+                self._events_fh.write(jsontext.dumps({"event": kind, "time": jr.now_iso(), **data}) + "\n")
                 self._events_fh.flush()
             except OSError:
                 self._events_fh = None  # a full disk ends the event stream, not the run
@@ -108,7 +108,10 @@ class Supervisor:
                 self._events_fh = None
 
     def _loop(self, first: Retry, attempt: int, probing: bool) -> Outcome:
-        history = self.journal.attempts()
+        from kohya_tuner.run.continuation import recovered_records
+
+        history = recovered_records(self.s, settle_unfinished(self.journal.attempts(), self.s.plan_config,
+                                                              self.s.total_steps))
         launched = 0
         plan = self._fit_environment(replace(first, config=dict(first.config), changes=list(first.changes)))
         tried = {a.move for a in history if a.move}

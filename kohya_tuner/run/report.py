@@ -9,6 +9,7 @@ Pure: `render(summary, attempts) -> str`.
 from __future__ import annotations
 
 import html
+import math
 from typing import Any, Iterable, Sequence
 
 from kohya_tuner.run.journal import AttemptRecord
@@ -30,6 +31,8 @@ def _colour(i: int) -> str:
 
 
 def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
     if hi <= lo:
         hi = lo + 1.0
     raw = (hi - lo) / n
@@ -141,12 +144,30 @@ def _oom_label(a: AttemptRecord) -> str:
     return f"attempt {a.attempt}: out of memory{where} at step {a.end_step}{figures}"
 
 
+def _finite_points(rows: Iterable[Sequence[Any]], ix: int, iy: int) -> tuple[list[tuple[float, float]], list[float]]:
+    """The plottable points, and the x of each point whose y is NaN or infinite (the loss a
+    diverged run logs: it is marked on the chart, never scaled into an axis)."""
+    points, bad = [], []
+    for row in rows:
+        try:
+            # A non-finite loss is stored as null (strict JSON): still a point that diverged.
+            x, y = float(row[ix]), (math.nan if row[iy] is None else float(row[iy]))
+        except (IndexError, TypeError, ValueError):
+            continue
+        if not math.isfinite(x):
+            continue
+        (points.append((x, y)) if math.isfinite(y) else bad.append(x))
+    return points, bad
+
+
 def loss_chart(attempts: Sequence[AttemptRecord], total_steps: int | None) -> str | None:
-    series = [(a, [(float(p[1]), float(p[2])) for p in a.loss if len(p) >= 3]) for a in attempts]
-    if not any(points for _, points in series) and not any(a.outcome == "oom" for a in attempts):
+    found = [(a, *_finite_points(a.loss, 1, 2)) for a in attempts]
+    series = [(a, pts) for a, pts, _ in found]
+    diverged = [(a, x) for a, _, bad in found for x in bad[:1]]
+    if not any(points for _, points in series) and not diverged and not any(a.outcome == "oom" for a in attempts):
         return None
     ys = [y for _, pts in series for _, y in pts]
-    xs = [x for _, pts in series for x, _ in pts] + [a.end_step for a in attempts]
+    xs = [x for _, pts in series for x, _ in pts] + [a.end_step for a in attempts] + [x for _, x in diverged]
     y0, y1 = (min(ys), max(ys)) if ys else (0.0, 1.0)
     margin = (y1 - y0) * 0.08 or 0.05
     chart = _Chart((0, max([total_steps or 0] + xs + [1])), (max(0.0, y0 - margin), y1 + margin),
@@ -156,6 +177,8 @@ def loss_chart(attempts: Sequence[AttemptRecord], total_steps: int | None) -> st
         chart.line(pts, _colour(i), f"attempt {a.attempt}")
         if a.outcome == "oom":
             chart.marker(a.end_step, _oom_label(a))
+    for a, x in diverged:
+        chart.marker(x, f"attempt {a.attempt}: the loss is not a number (NaN or infinite) from step {x:g}")
     return chart.svg("loss over optimizer steps, one line per attempt")
 
 
@@ -167,13 +190,13 @@ def vram_chart(attempts: Sequence[AttemptRecord], capacity_gib: float | None) ->
     series = []
     bounds = []
     for a in attempts:
-        pts = [(offset + float(t), float(v)) for t, v in a.vram]
+        pts = [(offset + t, v) for t, v in _finite_points(a.vram, 0, 1)[0]]
         series.append((a, pts))
         end = offset + max(a.duration_s, pts[-1][0] - offset if pts else 0.0)
         bounds.append((offset, end))
         offset = end
     ys = [v for _, pts in series for _, v in pts]
-    top = max(ys + ([capacity_gib] if capacity_gib else []))
+    top = max(ys + ([capacity_gib] if capacity_gib else []) or [1.0])
     chart = _Chart((0, max(offset, 1.0)), (0, top * 1.08), "seconds since the first launch", "GiB in use")
     chart.axes()
     if capacity_gib:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,23 +53,54 @@ class RunSettings:
 
     @classmethod
     def from_json(cls, out_dir: Path, data: dict[str, Any]) -> "RunSettings":
+        """The settings of run.json; a UserError naming the file when a field is damaged."""
+        from kohya_tuner.errors import UserError
+        from kohya_tuner.run.journal import RUN_FILE, run_file_problem
+
+        problem = run_file_problem(data)
+        if problem is None:
+            try:
+                return cls._from_json(out_dir, data)
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+                problem = f"a field cannot be read ({type(exc).__name__}: {exc})"
+        raise UserError(f"{Path(out_dir) / RUN_FILE} is damaged: {problem}; the run cannot be continued from it.",
+                        "Start a new run in another --out.")
+
+    @classmethod
+    def _from_json(cls, out_dir: Path, data: dict[str, Any]) -> "RunSettings":
         from kohya_tuner.families import get_family
 
+        def opt(key: str, kind: str, default: Any = None) -> Any:
+            """data[key] when it is of `kind` (or absent/null: `default`); ValueError otherwise."""
+            v = data.get(key)
+            if v is None:
+                return default
+            ok = {"int": isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10**6,
+                  "num": isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
+                  "str": isinstance(v, str), "dict": isinstance(v, dict), "bool": isinstance(v, bool),
+                  "ints": isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1024
+                                                      for i in v)}[kind]
+            if not ok:
+                raise ValueError(f"{key} is {str(v)[:40]!r}")
+            return v
+
+        policy = opt("policy", "str", "default")
+        if policy not in ("default", "roadmap"):
+            raise ValueError(f"policy is {policy[:40]!r}")
         return cls(
             out_dir=out_dir, family=get_family(data["family"]), script=Path(data["script"]),
-            dataset_file=Path(data["dataset_file"]) if data.get("dataset_file") else None,
+            dataset_file=Path(opt("dataset_file", "str")) if opt("dataset_file", "str") else None,
             plan_config=data["plan_config"], total_steps=int(data["total_steps"]), python=data["python"],
-            num_processes=int(data.get("num_processes") or 1), gpu_ids=tuple(data.get("gpu_ids") or ()),
-            gpu_index=int(data.get("gpu_index") or 0),
-            accelerate_config=Path(data["accelerate_config"]) if data.get("accelerate_config") else None,
-            cpu=bool(data.get("cpu")), emulate_vram_gb=data.get("emulate_vram_gb"),
-            max_attempts=int(data.get("max_attempts") or DEFAULT_MAX_ATTEMPTS),
-            hang_minutes=float(data.get("hang_minutes") or DEFAULT_HANG_MINUTES),
-            probe_steps=data.get("probe_steps"), policy=data.get("policy") or "default", gpu=data.get("gpu"),
-            predicted_gib=data.get("predicted_gib"), dataset=data.get("dataset"), model=data.get("model") or "",
-            job=data.get("job") or "",
+            num_processes=max(1, opt("num_processes", "int", 1)), gpu_ids=tuple(opt("gpu_ids", "ints", [])),
+            gpu_index=opt("gpu_index", "int", 0),
+            accelerate_config=Path(opt("accelerate_config", "str")) if opt("accelerate_config", "str") else None,
+            cpu=opt("cpu", "bool", False), emulate_vram_gb=opt("emulate_vram_gb", "num"),
+            max_attempts=opt("max_attempts", "int", 0) or DEFAULT_MAX_ATTEMPTS,
+            hang_minutes=opt("hang_minutes", "num", 0) or DEFAULT_HANG_MINUTES,
+            probe_steps=opt("probe_steps", "int") or None, policy=policy, gpu=opt("gpu", "dict"),
+            predicted_gib=opt("predicted_gib", "num"), dataset=opt("dataset", "dict"), model=opt("model", "str", ""),
+            job=opt("job", "str", ""),
         )
-
 
 
 def launch_spec(settings: RunSettings, config_file: Path, mixed_precision: str, dataset_file: Path | None = None):
@@ -91,9 +123,12 @@ def command_for(settings: RunSettings, config_file: Path, config: Mapping[str, A
     single = settings.num_processes <= 1
     # One process: pin the card through CUDA_VISIBLE_DEVICES. Several: accelerate's
     # --gpu_ids does it for each process.
+    from kohya_tuner.run import secretstore
+
     env = launcher.build_env(os.environ if base_env is None else base_env,
                              gpu_ids=settings.gpu_ids if single else (),
-                             emulate_vram_gb=settings.emulate_vram_gb)
+                             emulate_vram_gb=settings.emulate_vram_gb,
+                             extra=secretstore.environment(settings.out_dir) or None)
     if settings.gpu_ids and not single:
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return argv, env
@@ -121,7 +156,7 @@ def read_config_file(path: str, plan_config: Mapping[str, Any] | None = None) ->
 
     try:
         cfg = flatten(toml.load(path))
-    except (OSError, toml.TomlDecodeError):
+    except (OSError, ValueError, TypeError, IndexError, RecursionError):  # damaged: as if absent
         return None
     if plan_config is not None:
         from kohya_tuner.run.states import settings_of

@@ -146,7 +146,7 @@ def state_complete(state_dir: str | os.PathLike) -> bool:
     random states, written last, are there."""
     d = Path(state_dir)
     ts = jr.read_train_state(d)
-    if not ts or not isinstance(ts.get("current_step"), int):
+    if not ts or jr.valid_step(ts.get("current_step")) is None:
         return False
     if not _safetensors_whole(d / "model.safetensors"):
         return False
@@ -197,7 +197,8 @@ class AttemptOutput:
     start_step: int
 
 
-def states_on_disk(output_dir: str | os.PathLike | None, attempts: list[AttemptOutput]) -> list[StateRecord]:
+def states_on_disk(output_dir: str | os.PathLike | None, attempts: list[AttemptOutput],
+                   total_steps: int | None = None) -> list[StateRecord]:
     """Every complete state folder the given attempts wrote, with its absolute step (the
     attempt's start plus the trainer's own count in train_state.json), oldest first. Log
     lines play no part: with console_log_level = "WARNING" there are none."""
@@ -212,8 +213,10 @@ def states_on_disk(output_dir: str | os.PathLike | None, attempts: list[AttemptO
         if owner is None or not state_complete(d):
             continue
         ts = jr.read_train_state(d) or {}
-        found.append(StateRecord(path=str(d), step=owner.start_step + int(ts["current_step"]),
-                                 attempt=owner.attempt))
+        step = owner.start_step + int(ts["current_step"])
+        if total_steps is not None and step > total_steps:
+            continue  # a count past the plan is a damaged or foreign file, not progress
+        found.append(StateRecord(path=str(d), step=step, attempt=owner.attempt))
     return sorted(found, key=lambda s: (s.step, s.attempt))
 
 
@@ -231,7 +234,7 @@ def _owned(folder: str, name: str) -> bool:
 def newest_resumable(output_dir: str | os.PathLike | None, attempts: list[AttemptOutput],
                      total_steps: int) -> StateRecord | None:
     """The newest complete state before the end of the run (a final state has nothing left)."""
-    states = [s for s in states_on_disk(output_dir, attempts) if 0 < s.step < total_steps]
+    states = [s for s in states_on_disk(output_dir, attempts, total_steps) if 0 < s.step < total_steps]
     return states[-1] if states else None
 
 
@@ -325,3 +328,24 @@ def restamp_safetensors(src: Path, dest: Path, metadata: Mapping[str, str]) -> b
         for block in iter(lambda: f.read(1 << 20), b""):
             out.write(block)
     return True
+
+
+def settle_unfinished(attempts: list[AttemptRecord], plan_config: Mapping[str, Any],
+                      total_steps: int) -> list[AttemptRecord]:
+    """Attempts whose end the journal never saw (kohya-tuner was killed: only the record
+    written at launch is left) get the progress their complete states on disk prove,
+    counted against the plan, so steps done and redone are right after a SIGKILL."""
+    from dataclasses import replace
+
+    base = base_name(plan_config)
+    out = []
+    for a in attempts:
+        if a.outcome in jr.UNFINISHED and not a.probe:
+            found = states_on_disk(plan_config.get("output_dir"),
+                                   [AttemptOutput(a.attempt, attempt_name(base, a.attempt), a.start_step)],
+                                   total_steps)
+            if found and found[-1].step > a.end_step:
+                known = {s.path for s in a.states}
+                a = replace(a, end_step=found[-1].step, states=list(a.states) + [s for s in found if s.path not in known])
+        out.append(a)
+    return out
