@@ -38,6 +38,9 @@ class LoadedConfig:
     # What the reader had to guess (the model family a file does not state): these belong in the
     # estimate's Assumed list (JSON "assumptions"), not among the reading notes.
     assumptions: list[str] = field(default_factory=list)
+    # Values a plan assumes that the file does not set (kohya_tuner.assumed: comments kohya-tuner
+    # config wrote), already merged into `config`.
+    assumed: dict[str, Any] = field(default_factory=dict)
 
 
 # ---- reading -----------------------------------------------------------------------
@@ -422,11 +425,21 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
     nested = [k for k, v in config.items() if isinstance(v, dict)]
     notes = [f"{k} is a nested table; sd-scripts ignores its contents" for k in nested]
     weak: list[str] = []
+    from kohya_tuner import assumed as assumed_record
+
+    recorded = assumed_record.parse(text)
+    # The family kohya-tuner config planned for, while no model file says it (sd3_train_network.py
+    # trains SD3 and both SD3.5 sizes alike).
+    planned_model = recorded.pop(assumed_record.MODEL_KEY, None)
+    if model is None and planned_model in FAMILIES and not config.get("pretrained_model_name_or_path"):
+        model = planned_model
     fam = _guess_family(config, None, model, weak)
     assumptions = [f"model family {fam.label}: the config does not name its script; guessed because {weak[0]}. "
                    "Give --model to say otherwise"] if fam is not None and weak else []
+    config, used = assumed_record.merge(config, recorded)
+    lines = assumed_record.sentences(used)
     return LoadedConfig(config, fam, fam.script if fam else None, "toml", config.get("dataset_config"), notes,
-                        assumptions)
+                        assumptions + lines, used)
 
 
 def read_dataset(path: str | os.PathLike) -> dict[str, Any]:
@@ -558,7 +571,8 @@ def _comment(text: str) -> str:
 
 
 def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, script: str | None = None,
-                 header: str | None = None) -> str:
+                 header: str | None = None, assumed: dict[str, Any] | None = None,
+                 family: Family | None = None) -> str:
     """A `--config_file` TOML: one level of sections (ignored by sd-scripts), each key
     preceded by the reason it has this value when `why` gives one."""
     sources: dict[str, str] = {}
@@ -575,6 +589,17 @@ def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, s
     out = []
     if header:
         out.append(_comment(header))
+    record = {k: v for k, v in (assumed or {}).items() if config.get(k) is None}
+    if family is not None and not config.get("pretrained_model_name_or_path"):
+        guess = _guess_family(config, None, None)  # as read_config will guess it
+        if guess is None or guess.name != family.name:
+            from kohya_tuner.assumed import MODEL_KEY
+
+            record[MODEL_KEY] = family.name
+    if record:
+        from kohya_tuner.assumed import comment_block
+
+        out.append(comment_block(record))
     for section in _SECTION_ORDER:
         keys = groups.get(section)
         if not keys:

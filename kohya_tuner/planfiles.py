@@ -78,7 +78,9 @@ def _bat_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Pa
 
 
 def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str | os.PathLike | None = None,
-           ) -> PlanFiles:
+           assumed: dict[str, Any] | None = None) -> PlanFiles:
+    """The plan's files; `assumed` (values the fit planned for that the user has not given) is
+    recorded in config.toml as comments, so estimate and fit read the same plan back."""
     out_dir = Path(out_dir).absolute()
     config_path = out_dir / CONFIG_NAME
     dataset_path = out_dir / DATASET_NAME
@@ -87,7 +89,8 @@ def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str |
               f"Model {plan.family.label}, job {plan.job}, GPU class {plan.gpu_class} GB.\n"
               "Each comment says which preset layer set the value below it, and why.")
     texts = {
-        CONFIG_NAME: config_io.dumps_config(plan.config, plan.why(), script=plan.family.script, header=header),
+        CONFIG_NAME: config_io.dumps_config(plan.config, plan.why(), script=plan.family.script, header=header,
+                                            assumed=assumed, family=plan.family),
         DATASET_NAME: config_io.dumps_dataset(dataset, header="sd-scripts --dataset_config, written by kohya-tuner."),
         "launch.sh": _sh_script(plan, sd, config_path, dataset_path),
         "launch.bat": _bat_script(plan, sd, config_path, dataset_path),

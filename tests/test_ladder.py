@@ -65,7 +65,9 @@ def test_resume_safety_flags(name, safe):
 def test_resume_unsafe_moves_are_exactly_those_touching_what_a_state_depends_on():
     # sd-scripts: rank, alpha, network_args, optimizer type, text-encoder training (and switching to fp16).
     state_keys = {"network_dim", "network_alpha", "network_args", "optimizer_type", "optimizer_args",
-                  "network_train_unet_only", "mixed_precision"}
+                  "network_train_unet_only", "mixed_precision",
+                  # full fine-tunes: accelerate saves one optimizer state per fused group / block
+                  "fused_optimizer_groups", "blockwise_fused_optimizers", "fused_backward_pass"}
     for m in ladder.load_ladder().moves:
         touched = set(m.set) | set(m.unset) | ({m.key} if m.key else set()) | (
             {"network_args"} if m.network_args else set()) | (

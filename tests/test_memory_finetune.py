@@ -135,3 +135,41 @@ def test_fused_step_with_fp32_master_weights_keeps_autocast_copies():
     assert any("16-bit copy" in a for a in mixed.assumptions)
     plain = estimate({**cfg, "fused_backward_pass": False}, loaded.family)
     assert not any("16-bit copy" in a for a in plain.assumptions)
+
+
+def test_fit_finds_a_fused_step_for_a_12gb_sdxl_full_fine_tune(tmp_path):
+    p = tmp_path / "ft.sh"
+    p.write_text(SDXL_FT + "\n")
+    r = invoke("fit", str(p), "--gpu", "12", "--no-history", "--out", str(tmp_path / "ft.12gb.toml"), "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["fits"] and out["after"]["peak_gib"] <= out["budget_gib"]
+    keys = {c["key"] for s in out["steps"] for c in s["changes"]}
+    assert keys & {"fused_backward_pass", "fused_optimizer_groups"}
+    assert out["after"]["settings"]["fused_step"] is not None
+    # what is trained, in JSON: no rank, no LoRA parameters, the model's own weights
+    assert "rank" not in out["after"]["settings"] and "lora_params" not in out["after"]
+    assert out["after"]["trainable_params"] == FAMILIES["sdxl"].diffusion.params
+
+
+def test_fused_backward_move_brings_adafactor_and_respects_the_script():
+    from kohya_tuner.ladder import fit
+
+    loaded = config_io.parse_command_line(SDXL_FT)
+    cfg = {**loaded.config, "optimizer_type": "Adafactor", "full_bf16": True}
+    res = fit(cfg, loaded.family, 9.5)
+    assert res.fits, res.message
+    assert res.config.get("fused_backward_pass") or res.config.get("fused_optimizer_groups")
+    # train_db.py takes the flags but implements none: no fused move, and the estimate ignores them
+    db = family_for("train_db.py")
+    base = {"mixed_precision": "bf16", "cache_latents": True, "optimizer_type": "Adafactor"}
+    a, b = estimate(base, db), estimate({**base, "fused_backward_pass": True}, db)
+    assert a.peak_gib == b.peak_gib and any("does not act on it" in x for x in b.assumptions)
+    assert not any(s.move in ("fused_backward_pass", "fused_optimizer_groups", "blockwise_fused_optimizers")
+                   for s in fit(base, db, 6.0).steps)
+
+
+def test_lora_json_keeps_rank_and_lora_params():
+    e = estimate({"mixed_precision": "bf16", "network_dim": 8}, FAMILIES["sdxl"]).to_json()
+    assert e["settings"]["rank"] == 8 and e["lora_params"] == e["trainable_params"] > 0
+    assert e["settings"]["trained"] == "lora"

@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     from kohya_tuner import outpaths
 
     outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
-    files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute())
+    files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute(), assumed=fitted.assumed)
     written = planfiles.write(files, out, force=args.force)
     warnings = []
     if missing:
@@ -181,7 +181,9 @@ def run(args: argparse.Namespace) -> int:
         warnings.append(f"No sd-scripts checkout found; launch.sh expects one at {sd_path} "
                         "(run `kohya-tuner setup`, or set SD_SCRIPTS).")
     cautions = list(getattr(fitted, "cautions", []) or [])
-    assumptions = [f"{k} = {show_value(v)}: not given; the fit assumes it" for k, v in fitted.assumed.items()]
+    from kohya_tuner.assumed import sentences
+
+    assumptions = sentences(fitted.assumed)
     assumptions += [a for a in getattr(fitted, "assumptions", []) or [] if a not in assumptions]
     share = est.peak_gib / fitted.budget_gib if fitted.budget_gib > 0 else float("inf")
     if args.json:

@@ -115,7 +115,10 @@ def run(args: argparse.Namespace) -> int:
     dataset_written: Path | None = None
     backups: list[Path] = []  # where --force kept the files it replaced
     if result.fits:
-        new_config = dict(result.config)
+        from kohya_tuner.assumed import unmerge
+
+        # What the input only assumed stays an assumption in the fitted file, not a setting.
+        new_config = unmerge(dict(result.config), loaded.assumed)
         dataset_changed = any(k.startswith("dataset:") for st in result.steps for k, _, _ in st.changes)
         if dataset_changed and result.dataset is not None:
             dpath = _dataset_out_path(out)
@@ -140,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
 
         gate(new_config, family.script, dataset=result.dataset if result.dataset is not None else ds,
              what="The fitted config")
-        text = config_io.dumps_config(new_config, why=why, script=family.script, header=header)
+        text = config_io.dumps_config(new_config, why=why, script=family.script, header=header,
+                                      assumed=loaded.assumed, family=family)
         from kohya_tuner import redact
 
         # A config holding a wandb or Hugging Face token is readable by its owner only.

@@ -443,7 +443,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     for key, value in ensure_resumable(plan.config, total).items():
         if plan.config.get(key) != value:
             plan.set(key, value, "run", "Resumable states so an OOM costs minutes, not the run.")
-    est = memory.estimate(plan.config, family, dataset=ds, gpus=max(1, len(gpu_ids)), history=hist,
+    est = memory.estimate({**fitted.assumed, **plan.config}, family, dataset=ds, gpus=max(1, len(gpu_ids)), history=hist,
                           gpu_name=gpu_name)
 
     facts = preflight.gather(out_dir=out, python=python, sd_scripts=sd_scripts, cpu=cpu)
@@ -469,7 +469,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     secretstore.withhold(plan, out)  # the trainer gets them through its environment
 
     checkout = Path(facts.checkout_path)
-    files = planfiles.render(plan, ds, out, sd_scripts=checkout)
+    files = planfiles.render(plan, ds, out, sd_scripts=checkout, assumed=fitted.assumed)
     written = planfiles.write(files, out, force=force)
     num_processes = max(1, len(gpu_ids))
     gpu_info = None

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from kohya_tuner import schema
 from kohya_tuner.families import Family
-from kohya_tuner.memory import Estimate, estimate
+from kohya_tuner.memory import Estimate, estimate, finetune
 from kohya_tuner.memory.setup import Setup, _dataset_levels, network_args
 
 from kohya_tuner.ladder.data import MIN_SAVING_GIB, Move, Ladder
@@ -107,7 +107,17 @@ def facts(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None
         "sampling": s.sampling,
         "vae_batch_gt_1": s.vae_batch > 1,
         "te_batch_gt_1": s.te_batch > 1 and s.cache_te,
+        # Full fine-tunes: which fused optimizer step the script implements (memory/finetune.py).
+        "fused_backward_allowed": _fused_allowed(config, s, finetune.FUSED_BACKWARD_SCRIPTS) and not s.fused_backward,
+        "optimizer_groups_allowed": _fused_allowed(config, s, finetune.OPTIMIZER_GROUP_SCRIPTS),
+        "blockwise_allowed": _fused_allowed(config, s, finetune.BLOCKWISE_SCRIPTS) and not s.fused_groups,
     }
+
+
+def _fused_allowed(config: dict[str, Any], s: Setup, scripts: frozenset) -> bool:
+    ga = config.get("gradient_accumulation_steps")
+    single_step = not (isinstance(ga, int) and not isinstance(ga, bool) and ga > 1)
+    return s.mode == "full" and s.family.script in scripts and not s.fused_backward and single_step
 
 
 def _config_ok(config: dict[str, Any], cond: dict[str, dict[str, Any]]) -> bool:

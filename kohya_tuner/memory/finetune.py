@@ -31,6 +31,17 @@ SCRIPTS = {
 }
 
 
+# Which script implements which fused optimizer step at the pin (each accepts all three flags;
+# the others ignore them): fused_backward_pass (Adafactor only, train_util asserts, with
+# gradient_accumulation_steps 1) in sdxl_train.py, flux_train.py and sd3_train.py;
+# fused_optimizer_groups only in sdxl_train.py (flux_train.py / sd3_train.py: "does not work");
+# blockwise_fused_optimizers in flux_train.py and sd3_train.py. train_db.py and fine_tune.py
+# have none.
+FUSED_BACKWARD_SCRIPTS = frozenset({"sdxl_train.py", "flux_train.py", "sd3_train.py"})
+OPTIMIZER_GROUP_SCRIPTS = frozenset({"sdxl_train.py"})
+BLOCKWISE_SCRIPTS = frozenset({"flux_train.py", "sd3_train.py"})
+
+
 def is_finetune(family: Family) -> bool:
     return family.script in SCRIPTS
 

@@ -117,7 +117,9 @@ class Estimate(BaseModel):
             "fits_cards": self.fits_table(),
             "assumptions": list(self.assumptions),
             "component_notes": dict(self.component_notes),
-            "lora_params": self.lora_params,
+            # Parameters with a gradient; `lora_params` (the same number) only for a network.
+            "trainable_params": self.lora_params,
+            **({} if self.settings.get("trained") == "full" else {"lora_params": self.lora_params}),
             "settings": dict(self.settings),
             "history_correction": round(self.correction, 4),
             "uncorrected_peak_gib": round(self.uncorrected_peak_gib, 3),
@@ -556,8 +558,14 @@ def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus:
         "blocks_to_swap": s.blocks_to_swap, "attention": s.attention_flag, "cache_latents": s.cache_latents,
         "cache_text_encoder_outputs": s.cache_te, "text_encoders_trained": [
             te.name for te, t in zip(family.text_encoders, s.te_trained) if t],
-        "sampling": s.sampling, "gpus": s.gpus,
+        "sampling": s.sampling, "gpus": s.gpus, "trained": s.mode,
     }
+    if s.mode == "full":
+        # A full fine-tune has no rank: it trains the model's own weights.
+        del settings["rank"]
+        settings["fused_step"] = ("fused_backward_pass" if s.fused_backward else "blockwise_fused_optimizers"
+                                  if s.fused_groups == -1 else f"fused_optimizer_groups {s.fused_groups}"
+                                  if s.fused_groups else None)
     return Estimate.model_construct(
         model=family.name,
         peak_gib=totals[peak_phase],

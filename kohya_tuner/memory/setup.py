@@ -326,12 +326,19 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
     if not full and nm not in (family.network_module, "lycoris.kohya"):
         a.append(f"network_module {nm!r} is not {family.network_module}; trainable parameters counted as a LoRA "
                  f"of the same rank")
-    fused_backward = full and _true(c, "fused_backward_pass")
+    script = family.script
+    fused_backward = full and _true(c, "fused_backward_pass") and script in finetune.FUSED_BACKWARD_SCRIPTS
     fused_groups = 0
-    if full and _int(c.get("fused_optimizer_groups"), 0) > 1:
+    if full and _int(c.get("fused_optimizer_groups"), 0) > 1 and script in finetune.OPTIMIZER_GROUP_SCRIPTS:
         fused_groups = _int(c.get("fused_optimizer_groups"), 0)
-    elif full and _true(c, "blockwise_fused_optimizers"):
+    elif full and _true(c, "blockwise_fused_optimizers") and script in finetune.BLOCKWISE_SCRIPTS:
         fused_groups = -1
+    ignored_fused = [k for k in ("fused_backward_pass", "fused_optimizer_groups", "blockwise_fused_optimizers")
+                     if c.get(k) and not (k == "fused_backward_pass" and fused_backward)
+                     and not (k != "fused_backward_pass" and fused_groups)]
+    if ignored_fused:
+        a.append(f"{', '.join(ignored_fused)}: {script} takes the argument but does not act on it at the pinned "
+                 f"commit; counted without it")
 
     opt = lookup(c.get("optimizer_type"), c.get("optimizer_args"), use_8bit_adam=_true(c, "use_8bit_adam"),
                  use_lion_optimizer=_true(c, "use_lion_optimizer"))
