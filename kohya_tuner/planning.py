@@ -148,6 +148,20 @@ def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps,
     return inputs, missing
 
 
+def missing_model_files(inputs: dict[str, Any], family) -> list[str]:
+    """A warning per model file the plan names that is not on this machine (a Hugging Face id,
+    which sd-scripts downloads, is not a file)."""
+    flags = family.required_files
+    out = []
+    for key, flag in flags.items():
+        value = inputs.get(key)
+        if not value or _looks_like_hub_id(str(value)) or os.path.exists(str(value)):
+            continue
+        out.append(f"{flag} {value} does not exist on this machine: sd-scripts will fail to load it. Fix the path "
+                   "before training (or plan here for a file that lives on another machine).")
+    return out
+
+
 def _looks_like_hub_id(value: str) -> bool:
     # SD/SDXL also load from a Hugging Face id such as stabilityai/stable-diffusion-xl-base-1.0.
     return value.count("/") == 1 and not os.path.exists(value) and not value.startswith((".", "/", "~"))

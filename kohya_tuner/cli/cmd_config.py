@@ -167,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         warnings.append(f"Model files not given: {', '.join(missing)}. Add them before training "
                         f"(config.toml has no path for them yet).")
+    warnings += planning.missing_model_files(inputs, family)
     if data is None:
         warnings.append(f"No --data folder given: dataset.toml points at {Path(out).absolute() / 'images'}; "
                         "put your images there or edit image_dir.")
@@ -175,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         warnings.append(f"Other processes hold GPU memory: {others}.")
     if checkout is None:
         warnings.append(f"No sd-scripts checkout found; launch.sh expects one at {sd_path} "
-                        "(run `kohya-tuner setup`, or set SD_SCRIPTS).")
+                        "(run `kohya-tuner setup`, or give --sd-scripts DIR or set KOHYA_SD_SCRIPTS).")
     cautions = list(getattr(fitted, "cautions", []) or [])
     assumptions = [f"{k} = {show_value(v)}: not given; the fit assumes it" for k, v in fitted.assumed.items()]
     assumptions += [a for a in getattr(fitted, "assumptions", []) or [] if a not in assumptions]

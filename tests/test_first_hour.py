@@ -1,0 +1,76 @@
+"""What a newcomer meets in the first hour: presets, plans and the messages around them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kohya_tuner import presets
+from tests.clihelp import invoke
+
+
+def _config(tmp_path, *args):
+    res = invoke("config", *args, "--out", tmp_path / "out", "--json")
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@pytest.mark.parametrize("model", ["hunyuan21", "lumina2", "anima"])
+def test_bf16_only_family_keeps_bf16_on_an_unknown_card_and_names_the_cards(model, tmp_path):
+    data = _config(tmp_path, "--model", model, "--job", "style", "--gpu", "24")
+    assert data["config"]["mixed_precision"] == "bf16"
+    caution = " ".join(data["cautions"])
+    assert "bf16" in caution and "compute capability below 8.0" in caution and "RTX 20xx" in caution
+
+
+def test_bf16_only_family_passes_its_own_check(tmp_path):
+    _config(tmp_path, "--model", "hunyuan21", "--job", "style", "--gpu", "24")
+    res = invoke("check", tmp_path / "out" / "config.toml")
+    assert "wants mixed_precision bf16" not in res.output
+
+
+def test_other_families_still_take_fp16_on_an_unknown_card(tmp_path):
+    data = _config(tmp_path, "--model", "sdxl", "--job", "style", "--gpu", "24")
+    assert data["config"]["mixed_precision"] == "fp16"
+
+
+def test_bf16_requirement_is_data_in_the_model_preset():
+    from kohya_tuner.presets import _load_toml, required_precision
+    from kohya_tuner.resources import presets_dir
+
+    needs = {p.stem for p in (presets_dir() / "models").glob("*.toml")
+             if required_precision(_load_toml(p, "Preset"))}
+    assert "hunyuan21" in needs and "sdxl" not in needs and "sd15" not in needs
+
+
+def test_chroma_samples_disable_embedded_guidance(tmp_path):
+    _config(tmp_path, "--model", "chroma", "--job", "character", "--gpu", "24", "--gpu-arch", "ampere",
+            "--trigger", "ohwx")
+    lines = [ln for ln in (tmp_path / "out" / "sample_prompts.txt").read_text().splitlines()
+             if not ln.startswith("#")]
+    assert lines and all("--g 0" in ln and "--n " in ln and "--l " in ln for ln in lines)
+
+
+@pytest.mark.parametrize("template", ["a lighthouse at sunset, {trigger} style", "{trigger}, a portrait photo",
+                                      "a {trigger} on a table"])
+def test_prompt_without_trigger_has_no_double_space_or_stray_comma(template):
+    text = presets.fill_trigger(template, "")
+    assert "  " not in text and " ," not in text and not text.startswith(",") and "{trigger}" not in text
+    assert "ohwx" in presets.fill_trigger(template, "ohwx")
+
+
+def test_missing_base_file_is_a_warning_but_a_hub_id_is_not(tmp_path):
+    res = invoke("config", "--model", "sdxl", "--job", "style", "--gpu", "12", "--out", tmp_path / "a",
+                 "--base", "/nonexistent/model.safetensors", "--json")
+    assert res.exit_code == 0
+    assert any("/nonexistent/model.safetensors does not exist" in w for w in json.loads(res.stdout)["warnings"])
+    res = invoke("config", "--model", "sdxl", "--job", "style", "--gpu", "12", "--out", tmp_path / "b",
+                 "--base", "stabilityai/stable-diffusion-xl-base-1.0", "--json")
+    assert not any("does not exist" in w for w in json.loads(res.stdout)["warnings"])
+
+
+def test_missing_checkout_warning_names_the_variable_config_reads(tmp_path):
+    data = _config(tmp_path, "--model", "sd15", "--job", "style", "--gpu", "12")
+    text = " ".join(data["warnings"])
+    assert "KOHYA_SD_SCRIPTS" in text and "set SD_SCRIPTS" not in text
