@@ -74,3 +74,18 @@ def test_missing_checkout_warning_names_the_variable_config_reads(tmp_path):
     data = _config(tmp_path, "--model", "sd15", "--job", "style", "--gpu", "12")
     text = " ".join(data["warnings"])
     assert "KOHYA_SD_SCRIPTS" in text and "set SD_SCRIPTS" not in text
+
+
+def test_jpeg_cut_off_in_its_headers_is_called_truncated_not_a_permission_problem(tmp_path):
+    from PIL import Image
+
+    from kohya_tuner.dataset.images import inspect_image
+
+    whole = tmp_path / "whole.jpg"
+    Image.new("RGB", (256, 256), (200, 40, 90)).save(whole, quality=90)
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(whole.read_bytes()[:400])
+    info = inspect_image(str(cut))
+    assert info["problems"] == ["truncated"], info
+    res = invoke("dataset", "check", tmp_path, "-m", "sdxl")
+    assert "truncated" in res.output and "permissions" not in res.output

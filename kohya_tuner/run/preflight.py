@@ -45,6 +45,9 @@ class Facts:
     pin_differences: tuple[str, ...] = ()
     pin_commit: str | None = None
     pin_unchecked: bool = False
+    # The pinned commit itself, with these work-tree files changed (git status).
+    pin_at_commit: bool = False
+    pin_local_changes: tuple[str, ...] = ()
     python: str = ""
     python_probe: dict[str, Any] = field(default_factory=dict)
     own_pids: frozenset[int] = frozenset()
@@ -182,6 +185,14 @@ def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_ind
                             "FLUX.1 needs sd-scripts 0.10 or later; run `kohya-tuner setup`."))
     elif facts.pin_matches:
         checks.append(Check("sd-scripts", "ok", f"sd-scripts at {facts.checkout_path} is the pinned commit"))
+    elif facts.pin_at_commit and not facts.pin_differences:
+        n = len(facts.pin_local_changes)
+        shown = ", ".join(facts.pin_local_changes[:4]) + (f" (+{n - 4} more)" if n > 4 else "")
+        checks.append(Check("sd-scripts", "fail" if strict_pin else "warn",
+                            f"sd-scripts at {facts.checkout_path} is the pinned commit with local changes to {n} "
+                            f"file{'s' if n != 1 else ''}" + (f": {shown}" if shown else ""),
+                            "Going on; --strict-pin refuses this, `git -C <checkout> stash` (or checkout --) puts the "
+                            "files back."))
     else:
         what = f"commit {facts.pin_commit[:10]}" if facts.pin_commit else "not a git checkout"
         diffs = "; ".join(facts.pin_differences[:4]) or (
@@ -297,6 +308,8 @@ def gather(*, out_dir: Path, python: str, sd_scripts: str | Path | None, cpu: bo
         facts.pin_differences = tuple(pin.differences) + tuple(f"missing {s}" for s in pin.missing_scripts)
         facts.pin_commit = pin.commit
         facts.pin_unchecked = bool(pin.unchecked)
+        facts.pin_at_commit = pin.commit == pin.pinned_commit
+        facts.pin_local_changes = tuple(pin.local_changes)
     found = probe_modules(python, ["torch", "accelerate", "xformers", "bitsandbytes"])
     facts.python_probe = dict(found)
     if facts.gpus and not found.get("error") and (found.get("modules") or {}).get("torch"):
