@@ -89,3 +89,31 @@ def test_jpeg_cut_off_in_its_headers_is_called_truncated_not_a_permission_proble
     assert info["problems"] == ["truncated"], info
     res = invoke("dataset", "check", tmp_path, "-m", "sdxl")
     assert "truncated" in res.output and "permissions" not in res.output
+
+
+def _images(folder, n=12, size=(768, 1024)):
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        Image.new("RGB", size, (i * 20, 30, 200)).save(folder / f"{i}.png")
+        (folder / f"{i}.txt").write_text(f"a photo number {i}")
+    return folder
+
+
+def test_dry_run_without_a_checkout_plans_and_prints_the_command_with_a_placeholder(tmp_path):
+    from kohya_tuner.run.preflight import PLACEHOLDER
+
+    base = tmp_path / "base.safetensors"
+    base.write_bytes(b"x")
+    res = invoke("run", "--model", "sd15", "--job", "character", "--gpu", "12", "--data", _images(tmp_path / "d"),
+                 "--out", tmp_path / "r", "--base", base, "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert any(f"{PLACEHOLDER}/train_network.py" in a for a in data["command"])
+    assert any(c["name"] == "sd-scripts" and c["status"] == "warn" and PLACEHOLDER in c["message"]
+               for c in data["checks"])
+    # Without --dry-run the missing checkout still stops the run before anything launches.
+    res = invoke("run", "--model", "sd15", "--job", "character", "--gpu", "12", "--data", tmp_path / "d",
+                 "--out", tmp_path / "r2", "--base", base)
+    assert res.exit_code == 2 and "no sd-scripts checkout" in res.output

@@ -448,7 +448,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     checks = preflight.evaluate(plan.config, family, facts, gpu_index=index, gpu_ids=gpu_ids,
                                 num_processes=max(1, len(gpu_ids)), predicted_gib=est.peak_gib,
                                 lora_params=est.lora_params, total_steps=total, images=images, strict=strict,
-                                strict_pin=strict_pin, cpu=cpu)
+                                strict_pin=strict_pin, cpu=cpu, dry_run=dry_run)
     for key, _old, new, why in checks.changes:
         plan.set(key, new, "pre-flight", why)
     for f in report.findings:
@@ -461,7 +461,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         raise UserError(f"Pre-flight checks failed: {listed}.")
     schema.raise_if_invalid(presets.validate_plan(plan, ds), "The planned config")
 
-    checkout = Path(facts.checkout_path)
+    checkout = Path(facts.checkout_path or preflight.PLACEHOLDER)
     files = planfiles.render(plan, ds, out, sd_scripts=checkout)
     written = planfiles.write(files, out, force=force)
     num_processes = max(1, len(gpu_ids))

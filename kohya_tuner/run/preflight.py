@@ -108,10 +108,14 @@ def disk_need_gib(config: Mapping[str, Any], lora_params: int, total_steps: int,
     return round(lora_file * saves + state * keep_states + caches + 0.5, 2)
 
 
+# Where the checkout goes in a dry run's command when there is none yet.
+PLACEHOLDER = "SD_SCRIPTS_DIR"
+
+
 def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_index: int = 0,
              gpu_ids: tuple[int, ...] = (), num_processes: int = 1, predicted_gib: float | None = None,
              lora_params: int = 0, total_steps: int = 0, images: int = 0, strict: bool = False,
-             strict_pin: bool = False, cpu: bool = False) -> Report:
+             strict_pin: bool = False, cpu: bool = False, dry_run: bool = False) -> Report:
     checks: list[Check] = []
     changes: list[tuple[str, Any, Any, str]] = []
 
@@ -177,7 +181,12 @@ def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_ind
             checks.append(Check("disk", "ok", f"disk: about {disk:.1f} GiB needed, {facts.disk_free_gib:.0f} GiB free"))
 
     # sd-scripts
-    if facts.checkout_path is None:
+    if facts.checkout_path is None and dry_run:
+        # A dry run only plans: the command is printed with a placeholder where the checkout goes.
+        checks.append(Check("sd-scripts", "warn", f"no sd-scripts checkout found: the command names {PLACEHOLDER} "
+                            "where it goes",
+                            "Run `kohya-tuner setup` (or pass --sd-scripts PATH) before training."))
+    elif facts.checkout_path is None:
         checks.append(Check("sd-scripts", "fail", "no sd-scripts checkout found",
                             "Run `kohya-tuner setup` to clone the pinned release, or pass --sd-scripts PATH."))
     elif family.script not in facts.checkout_scripts:
