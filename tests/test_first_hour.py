@@ -117,3 +117,39 @@ def test_dry_run_without_a_checkout_plans_and_prints_the_command_with_a_placehol
     res = invoke("run", "--model", "sd15", "--job", "character", "--gpu", "12", "--data", tmp_path / "d",
                  "--out", tmp_path / "r2", "--base", base)
     assert res.exit_code == 2 and "no sd-scripts checkout" in res.output
+
+
+def test_config_data_refuses_what_run_data_refuses(tmp_path):
+    data = _images(tmp_path / "d")
+    (data / "3.txt").write_text("")
+    for cmd in (["config"], ["run", "--dry-run"]):
+        res = invoke(*cmd, "--model", "sdxl", "--job", "character", "--gpu", "24", "--data", data,
+                     "--out", tmp_path / cmd[0], "--base", "stabilityai/stable-diffusion-xl-base-1.0")
+        assert res.exit_code == 2 and "zero-byte caption" in res.output, (cmd, res.output)
+
+
+def test_the_dataset_is_judged_at_the_resolution_the_plan_trains_at(tmp_path):
+    from kohya_tuner import planning
+    from kohya_tuner.families import get_family
+
+    data = _images(tmp_path / "d", size=(400, 400))
+    fam = get_family("sdxl")
+    at_1024, _ = planning.check_data(data, fam, "character", None, {"resolution": "1024"})
+    at_512, _ = planning.check_data(data, fam, "character", None, {"resolution": "512,512"})
+    assert at_1024.resolution == 1024 and any(f.code == "tiny" for f in at_1024.findings)
+    assert at_512.resolution == 512 and not any(f.code == "tiny" for f in at_512.findings)
+
+
+@pytest.mark.parametrize("model,side", [("flux", 48), ("sdxl", 20)])
+def test_a_side_below_the_bucket_step_fails_dataset_check_and_the_plan(model, side, tmp_path):
+    from PIL import Image
+
+    data = _images(tmp_path / "d")
+    Image.new("RGB", (side, 400)).save(data / "thin.png")
+    res = invoke("dataset", "check", data, "-m", model, "--json")
+    found = {f["code"]: f for f in json.loads(res.stdout)["findings"]}
+    assert json.loads(res.stdout)["status"] == "fail" and found["too_small"]["severity"] == "fail"
+    assert any("thin.png" in f for f in found["too_small"]["files"])
+    res = invoke("config", "--model", model, "--job", "character", "--gpu", "24", "--data", data,
+                 "--out", tmp_path / "c")
+    assert res.exit_code == 2 and "division by zero" in res.output

@@ -147,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
                                             files=plan_options.model_files(args))
     plan = presets.compose(family.name, args.job, choice.gb, preset_file=args.preset, sets=args.sets or [],
                            variant=args.variant, inputs=inputs, bf16=choice.bf16, network=args.network)
+    if data is not None:
+        planning.check_data(data, family, args.job, args.trigger, plan.config)  # as `run --data` does
     images_dir = data if data is not None else Path(out) / "images"
     dataset = presets.build_dataset(plan, images_dir, args.trigger)
     fitted = planning.fit_plan(plan, dataset, choice.gb, others_gib=choice.others_gib,
