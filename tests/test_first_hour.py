@@ -153,3 +153,19 @@ def test_a_side_below_the_bucket_step_fails_dataset_check_and_the_plan(model, si
     res = invoke("config", "--model", model, "--job", "character", "--gpu", "24", "--data", data,
                  "--out", tmp_path / "c")
     assert res.exit_code == 2 and "division by zero" in res.output
+
+
+def test_prep_upscales_a_thin_image_and_leaves_out_one_too_small_saying_so(tmp_path):
+    from PIL import Image
+
+    data = _images(tmp_path / "d", n=3, size=(512, 512))
+    Image.new("RGB", (40, 300), (9, 9, 9)).save(data / "thin.png")
+    Image.new("RGB", (8, 300), (9, 9, 9)).save(data / "sliver.png")
+    res = invoke("dataset", "prep", data, "--out", tmp_path / "p", "-m", "sdxl", "--json")
+    assert res.exit_code == 0, res.output
+    from kohya_tuner.dataset.walk import MANIFEST_NAME
+
+    manifest = json.loads((tmp_path / "p" / MANIFEST_NAME).read_text())
+    with Image.open(tmp_path / "p" / manifest["entries"]["thin.png"]["output"]) as im:
+        assert min(im.size) >= 64
+    assert "sliver.png" in manifest["failed"] and "under 64 px" in manifest["failed"]["sliver.png"]
