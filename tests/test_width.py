@@ -1,0 +1,38 @@
+"""Plain-text output at 80, 100 and 160 columns: every line fits or is one unbreakable word
+(a path or a command to copy)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+EXE = [sys.executable, "-m", "kohya_tuner"]
+
+
+def _over(text: str, cols: int) -> list[str]:
+    return [ln for ln in text.splitlines() if len(ln) > cols and len(ln.split()) > 1
+            and not any(len(w) > cols // 2 for w in ln.split())]
+
+
+def _run(cols: int, *args):
+    return subprocess.run([*EXE, *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": str(cols)})
+
+
+@pytest.mark.parametrize("cols", [80, 100, 160])
+def test_top_level_help_and_refusals_fit_the_terminal(cols, tmp_path):
+    res = _run(cols, "--help")
+    assert res.returncode == 0 and _over(res.stdout, cols) == []
+    # A refusal: SD 3.5 Large on 6 GB, and a dataset that cannot be trained on.
+    res = _run(cols, "config", "--model", "sd35l", "--job", "style", "--gpu", "6", "--out", tmp_path / "a")
+    assert res.returncode == 2 and _over(res.stderr, cols) == [], res.stderr
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "a.png").write_bytes(b"not an image")
+    res = _run(cols, "config", "--model", "sdxl", "--job", "style", "--gpu", "12", "--data", data,
+               "--out", tmp_path / "b")
+    assert res.returncode == 2 and _over(res.stderr, cols) == [], res.stderr
+    assert len(res.stderr.splitlines()) > 1 or len(res.stderr) <= cols
