@@ -36,3 +36,13 @@ def test_top_level_help_and_refusals_fit_the_terminal(cols, tmp_path):
                "--out", tmp_path / "b")
     assert res.returncode == 2 and _over(res.stderr, cols) == [], res.stderr
     assert len(res.stderr.splitlines()) > 1 or len(res.stderr) <= cols
+
+
+@pytest.mark.parametrize("cols", [80, 100, 160])
+def test_fit_changes_fit_the_terminal_without_cutting_values(cols, tmp_path):
+    res = _run(200, "config", "--model", "sdxl", "--job", "style", "--gpu", "24", "--out", tmp_path / "c", "--no-fit")
+    assert res.returncode == 0, res.stderr
+    res = _run(cols, "fit", tmp_path / "c" / "config.toml", "--gpu", "6", "--out", tmp_path / "f.toml")
+    assert res.returncode == 0, res.stderr
+    assert _over(res.stdout, cols) == [] and "…" not in res.stdout
+    assert "train_batch_size" in res.stdout and "4 → 1" in res.stdout
