@@ -46,3 +46,12 @@ def test_fit_changes_fit_the_terminal_without_cutting_values(cols, tmp_path):
     assert res.returncode == 0, res.stderr
     assert _over(res.stdout, cols) == [] and "…" not in res.stdout
     assert "train_batch_size" in res.stdout and "4 → 1" in res.stdout
+
+
+@pytest.mark.parametrize("cols", [80, 100, 160])
+def test_estimate_assumptions_wrap_at_words(cols, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('network_module = "networks.lora"\nnetwork_dim = 16\n')
+    res = _run(cols, "estimate", cfg, "--model", "sdxl", "--gpu", "12")
+    assert res.returncode == 0, res.stderr
+    assert "Assumed" in res.stdout and _over(res.stdout, cols) == []
