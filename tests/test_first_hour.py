@@ -169,3 +169,12 @@ def test_prep_upscales_a_thin_image_and_leaves_out_one_too_small_saying_so(tmp_p
     with Image.open(tmp_path / "p" / manifest["entries"]["thin.png"]["output"]) as im:
         assert min(im.size) >= 64
     assert "sliver.png" in manifest["failed"] and "under 64 px" in manifest["failed"]["sliver.png"]
+
+
+@pytest.mark.parametrize("job", presets.JOBS)
+def test_the_step_note_states_the_effective_batch_it_counts_at(job):
+    plan = presets.compose("sdxl", job, 12)
+    why = plan.provenance["max_train_steps"].why
+    batch = int(plan.config.get("train_batch_size", 1)) * int(plan.config.get("gradient_accumulation_steps", 1))
+    assert "effective batch of 4" in why and "image passes" in why
+    assert batch == 4, "the note's effective batch must match the presets it explains"
