@@ -55,3 +55,16 @@ def test_estimate_assumptions_wrap_at_words(cols, tmp_path):
     res = _run(cols, "estimate", cfg, "--model", "sdxl", "--gpu", "12")
     assert res.returncode == 0, res.stderr
     assert "Assumed" in res.stdout and _over(res.stdout, cols) == []
+
+
+@pytest.mark.parametrize("cols", [80, 100, 160])
+def test_dataset_prep_summary_wraps_at_words(cols, tmp_path):
+    from PIL import Image
+
+    data = tmp_path / "d"
+    data.mkdir()
+    for i in range(3):
+        Image.new("RGB", (512, 512), (i, 2, 3)).save(data / f"{i}.png")
+    res = _run(cols, "dataset", "prep", data, "--out", tmp_path / "p", "-m", "sdxl")
+    assert res.returncode == 0, res.stderr
+    assert "copied unchanged" in res.stdout and _over(res.stdout, cols) == []
