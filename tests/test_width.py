@@ -68,3 +68,14 @@ def test_dataset_prep_summary_wraps_at_words(cols, tmp_path):
     res = _run(cols, "dataset", "prep", data, "--out", tmp_path / "p", "-m", "sdxl")
     assert res.returncode == 0, res.stderr
     assert "copied unchanged" in res.stdout and _over(res.stdout, cols) == []
+
+
+@pytest.mark.parametrize("cols", [80, 100, 160])
+def test_diagnose_advice_wraps_at_words(cols, tmp_path):
+    log = tmp_path / "oom.log"
+    log.write_text("steps:  10%|█         | 100/1000 [01:00<09:00, 1.67it/s, avr_loss=0.1]\n"
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                   "capacity of 11.76 GiB of which 1.06 GiB is free. Of the allocated memory 9.50 GiB is allocated "
+                   "by PyTorch, and 0.50 GiB is reserved by PyTorch but unallocated.\n")
+    res = _run(cols, "diagnose", log)
+    assert "What to do" in res.stdout and _over(res.stdout, cols) == [], res.stdout
