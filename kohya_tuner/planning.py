@@ -155,6 +155,51 @@ def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps,
     return inputs, missing
 
 
+def missing_model_files(inputs: dict[str, Any], family) -> list[str]:
+    """A warning per model file the plan names that is not on this machine (a Hugging Face id,
+    which sd-scripts downloads, is not a file)."""
+    flags = family.required_files
+    out = []
+    for key, flag in flags.items():
+        value = inputs.get(key)
+        if not value or _looks_like_hub_id(str(value)) or os.path.exists(str(value)):
+            continue
+        out.append(f"{flag} {value} does not exist on this machine: sd-scripts will fail to load it. Fix the path "
+                   "before training (or plan here for a file that lives on another machine).")
+    return out
+
+
 def _looks_like_hub_id(value: str) -> bool:
     # SD/SDXL also load from a Hugging Face id such as stabilityai/stable-diffusion-xl-base-1.0.
     return value.count("/") == 1 and not os.path.exists(value) and not value.startswith((".", "/", "~"))
+
+
+def check_data(data: str | Path, family, job: str, trigger: str | None, config: dict[str, Any]):
+    """`dataset check` of the folder a plan trains from, judged at the plan's own resolution
+    and buckets (so `--set resolution=...` counts); a failing dataset is refused here, the
+    same way for `config --data` and `run --data`. Returns (report, the folder checked)."""
+    import math
+
+    from kohya_tuner import dataset as ds_mod
+    from kohya_tuner.memory.setup import _res_pair
+
+    prepared = ds_mod.find_prepared(data)
+    checked = Path(prepared) if prepared is not None else Path(data)
+    pair = _res_pair(config.get("resolution"))
+    res = int(round(math.sqrt(pair[0] * pair[1]))) if pair else None
+
+    def side(key):
+        v = config.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and 64 <= v <= 16384 else None
+
+    no_upscale = config.get("bucket_no_upscale")
+    report = ds_mod.check(checked, job, family, trigger, res if res and 64 <= res <= 16384 else None,
+                          min_bucket_reso=side("min_bucket_reso"), max_bucket_reso=side("max_bucket_reso"),
+                          bucket_no_upscale=bool(no_upscale) if no_upscale is not None else None)
+    errors = [f for f in report.findings if f.severity == "fail"]
+    if errors:
+        listed = "; ".join(f.message.rstrip(".") + (f" ({f.fix.rstrip('.')})" if f.fix else "") for f in errors[:5])
+        raise UserError(f"The dataset in {checked} cannot be trained on: {listed}.",
+                        "`kohya-tuner dataset check` lists every problem; `kohya-tuner dataset prep` makes a "
+                        "fixed copy.")
+    return report, checked

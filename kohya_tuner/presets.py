@@ -115,11 +115,32 @@ def _job_doc(job: str) -> dict[str, Any]:
     return _load_toml(presets_dir() / "jobs" / f"{job}.toml", "Preset")
 
 
-def _precision(plan: Plan, bf16: bool | None) -> None:
+# Cards that cannot train a bf16-only family at speed, named in its caution.
+PRE_AMPERE = "cards before Ampere (compute capability below 8.0: GTX 10xx, RTX 20xx, Tesla T4, V100)"
+
+
+def required_precision(model_doc: dict[str, Any]) -> tuple[str, str] | None:
+    """A model preset's `[precision] requires` (and why): the family trains in that precision only."""
+    table = model_doc.get("precision") or {}
+    need = table.get("requires")
+    return (str(need), str(table.get("why", ""))) if need else None
+
+
+def _precision(plan: Plan, bf16: bool | None, required: tuple[str, str] | None = None) -> None:
     """fp16 where the card has no fast bf16, or where only a size was given and cards of that
     size without it exist: fp16 takes the same memory and runs as fast on newer cards, while
-    bf16 on a GTX 10xx / RTX 20xx is emulated and many times slower."""
+    bf16 on a GTX 10xx / RTX 20xx is emulated and many times slower. A family whose scripts
+    train in bf16 only keeps bf16, and the plan's caution names the cards that cannot run it."""
     if plan.config.get("mixed_precision") != "bf16" or bf16 is True:
+        return
+    if required and required[0] == "bf16":
+        label = plan.family.label
+        if bf16 is False:
+            plan.cautions.append(f"{label} trains in bf16 only, and this GPU has no fast bf16 (compute capability "
+                                 f"below 8.0): expect it to be many times slower, or fail, as on all {PRE_AMPERE}.")
+        elif cards_without_bf16(plan.gpu_gb):
+            plan.cautions.append(f"Trains in bf16, which {label} needs: {PRE_AMPERE} cannot run it at speed "
+                                 f"(at {plan.gpu_gb} GB: {', '.join(cards_without_bf16(plan.gpu_gb)[:3])}).")
         return
     if bf16 is False:
         layer, why = "gpu:detected", "This GPU has no bf16 support (compute capability below 8.0); fp16 instead."
@@ -247,7 +268,7 @@ def compose(
     if variant == "schnell":
         plan.set("guidance_scale", 0.0, "variant:schnell", "schnell is guidance-distilled; train without guidance.")
         plan.set("t5xxl_max_token_length", 256, "variant:schnell", "FLUX.1 schnell uses 256 T5 tokens.")
-    _precision(plan, bf16)
+    _precision(plan, bf16, required_precision(model_doc))
     plan.sample_prompts = [str(p) for p in (_job_doc(job).get("sample") or {}).get("prompts", [])]
     plan.sample_options = str({**(model_doc.get("sample") or {}), **(variant_doc.get("sample") or {})}
                               .get("options", ""))
@@ -295,6 +316,18 @@ def _trigger_of(dataset: dict[str, Any] | None) -> str:
     return ""
 
 
+def fill_trigger(template: str, trigger: str) -> str:
+    """A job prompt with its trigger word; without one, the `{trigger}` and its own spacing
+    go, so "at sunset, {trigger} style" reads "at sunset, style", never a double space."""
+    import re
+
+    text = template.replace("{trigger}", trigger) if trigger else re.sub(r"\s*\{trigger\}", "", template)
+    text = re.sub(r"\s+", " ", text)
+    text = re.sub(r"\s+,", ",", text)
+    text = re.sub(r",(\s*,)+", ",", text)
+    return text.strip(" ,")
+
+
 def sample_prompts_text(plan: Plan, dataset: dict[str, Any] | None) -> str | None:
     """The prompt file for `sample_prompts`, when the plan points it at SAMPLE_PROMPTS_NAME.
 
@@ -325,7 +358,7 @@ def sample_prompts_text(plan: Plan, dataset: dict[str, Any] | None) -> str | Non
     lines = ["# Sample prompts for sd-scripts: one per line, options after the prompt (--w/--h size, --s steps, "
              "--d seed, --n negative prompt, --l guidance scale)."]
     for template in plan.sample_prompts:
-        prompt = template.replace("{trigger}", trigger).strip(" ,")
+        prompt = fill_trigger(template, trigger)
         lines.append(f"{prompt} {opts}")
     return "\n".join(lines) + "\n"
 

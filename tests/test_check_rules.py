@@ -207,7 +207,7 @@ def test_rule_fires_on_its_example_and_not_on_the_fix(rule_id):
 
 FILE_RULES = ("dataset_config_missing", "no_training_images", "subset_image_dir_missing", "caption_file_empty",
               "pretrained_model_missing", "network_weights_missing", "resume_state_missing", "vae_missing",
-              "fixed_resolution_image_too_large", "fixed_resolution_image_too_small")
+              "fixed_resolution_image_too_large", "fixed_resolution_image_too_small", "image_side_below_bucket_step")
 
 
 def _tree(tmp_path):
@@ -251,6 +251,12 @@ def _file_case(rule_id, tmp_path):
         if rule_id.endswith("large"):
             return (fixed, None), ({**fixed, "random_crop": True}, None)
         return ({**fixed, "resolution": "96,96"}, None), ({**fixed, "enable_bucket": True, "resolution": "96,96", "min_bucket_reso": 64}, None)
+    if rule_id == "image_side_below_bucket_step":
+        from PIL import Image
+
+        Image.new("RGB", (40, 300)).save(tmp_path / "img" / "2_ohwx" / "a.png")
+        bucketed = {**base, "enable_bucket": True, "bucket_reso_steps": 64}
+        return ({**bucketed, "bucket_no_upscale": True}, None), (bucketed, None)
     if rule_id == "vae_missing":
         return ({**base, "vae": str(tmp_path / "vae.safetensors")}, None), ({**base, "vae": str(tmp_path / "w.safetensors")}, None)
     if rule_id == "resume_state_missing":

@@ -123,3 +123,15 @@ def test_ram_and_disk_needs_follow_the_config():
     often = disk_need_gib({"save_every_n_steps": 10}, 100_000_000, 1000)
     rarely = disk_need_gib({"save_every_n_steps": 500}, 100_000_000, 1000)
     assert often > rarely
+
+
+def test_pinned_commit_with_edited_files_is_named_as_such():
+    edited = facts(pin_matches=False, pin_commit="48d368fa" + "0" * 32, pin_at_commit=True,
+                   pin_local_changes=("library/train_util.py", "README.md"))
+    c = by_name(evaluate({}, SD15, edited), "sd-scripts")[0]
+    assert c.status == "warn" and "not the pinned commit" not in c.message
+    assert "pinned commit with local changes to 2 files" in c.message and "train_util.py" in c.message
+    # Edits that change the argument set are still differences from the pin.
+    args = facts(pin_matches=False, pin_commit="x", pin_at_commit=True, pin_local_changes=("train_network.py",),
+                 pin_differences=("added: --foo",))
+    assert "added: --foo" in by_name(evaluate({}, SD15, args), "sd-scripts")[0].message

@@ -206,6 +206,8 @@ class Context:
             return self._empty_caption(ds, sub)
         if key in ("@image_too_large", "@image_too_small"):
             return self._fixed_size_image(key, ds, sub)
+        if key == "@image_below_bucket_step":
+            return self._below_bucket_step(ds, sub)
         if key in ("@finetune_dataset", "@mixed_subsets"):
             meta = [("metadata_file" in s.values) for s in ds.subsets if s.values]
             if key == "@finetune_dataset":
@@ -234,6 +236,28 @@ class Context:
             if key == "@image_too_large" and (w > width or h > height):
                 return f"{img} ({w}x{h})"
             if key == "@image_too_small" and (w < width or h < height):
+                return f"{img} ({w}x{h})"
+        return None
+
+    def _below_bucket_step(self, ds: Dataset, sub: Subset | None) -> str | None:
+        """The first image with a side shorter than the bucket step: sd-scripts rounds each
+        side down to the step and, with bucket_no_upscale, never scales the image up first."""
+        d = sub.values.get("image_dir") if sub else None
+        step = self.lookup("bucket_reso_steps", ds, sub)
+        if not (self.filesystem and isinstance(d, str) and isinstance(step, int) and step > 0
+                and self._path(d).is_dir()):
+            return None
+        from PIL import Image  # only when files are checked
+
+        for img in sorted(self._path(d).iterdir()):
+            if img.suffix.lower() not in IMAGE_SUFFIXES:
+                continue
+            try:
+                with Image.open(img) as im:
+                    w, h = im.size
+            except (OSError, ValueError):
+                continue
+            if min(w, h) < step:
                 return f"{img} ({w}x{h})"
         return None
 

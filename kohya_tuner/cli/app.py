@@ -60,12 +60,32 @@ def new_parser(prog: str, description: str | None) -> Parser:
     return Parser(prog=prog, description=description, formatter_class=formatter, allow_abbrev=False)
 
 
+def _wrap_columns(stream) -> int:
+    """The width to wrap plain text at: the terminal's, or COLUMNS; output piped to another
+    program (no COLUMNS) is not wrapped, so it can be searched line by line."""
+    import os
+    import shutil
+
+    if os.environ.get("COLUMNS", "").isdigit() or (hasattr(stream, "isatty") and stream.isatty()):
+        return max(40, shutil.get_terminal_size((80, 24)).columns)
+    return 10**6
+
+
 def _top_help() -> str:
     from kohya_tuner import __version__
 
+    import textwrap
+
+    # Wrapped at words to the terminal (80 columns when it cannot be told), summaries
+    # indented under their command name.
+    cols = _wrap_columns(sys.stdout)
     width = max(len(n) for n in COMMANDS)
-    lines = [f"usage: kohya-tuner [--version] COMMAND [ARGS] ...", "", DESCRIPTION, "", "commands:"]
-    lines += [f"  {name.ljust(width)}  {summary}" for name, (_m, summary) in COMMANDS.items()]
+    lines = ["usage: kohya-tuner [--version] COMMAND [ARGS] ...", "", *textwrap.wrap(DESCRIPTION, cols), "",
+             "commands:"]
+    indent = " " * (width + 4)
+    for name, (_m, summary) in COMMANDS.items():
+        lines += textwrap.wrap(summary, cols, initial_indent=f"  {name.ljust(width)}  ", subsequent_indent=indent,
+                               break_long_words=False, break_on_hyphens=False)
     lines += ["", "`kohya-tuner COMMAND --help` describes a command's options.", f"kohya-tuner {__version__}"]
     return "\n".join(lines) + "\n"
 
@@ -132,8 +152,15 @@ def _report_error(message: str, hint: str | None, want_json: bool) -> int:
         sys.stdout.write(json.dumps({"error": {"message": message, "hint": hint}}, ensure_ascii=False) + "\n")
         sys.stdout.flush()
     # Plain text on purpose: messages carry paths and log text, which must never be read as markup.
+    import textwrap
+
     text = message.rstrip() + (" " + hint.strip() if hint else "")
-    sys.stderr.write(f"error: {text}\n")
+    # One paragraph wrapped at words to the terminal; a path or command longer than a line
+    # stays whole so it can be copied.
+    cols = _wrap_columns(sys.stderr)
+    wrapped = "\n".join("\n".join(textwrap.wrap(part, cols, break_long_words=False, break_on_hyphens=False)
+                                  or [""]) for part in f"error: {text}".split("\n"))
+    sys.stderr.write(wrapped + "\n")
     sys.stderr.flush()
     return 2
 

@@ -148,6 +148,10 @@ def run(args: argparse.Namespace) -> int:
                                             files=plan_options.model_files(args))
     plan = presets.compose(family.name, args.job, choice.gb, preset_file=args.preset, sets=args.sets or [],
                            variant=args.variant, inputs=inputs, bf16=choice.bf16, network=args.network)
+    # The dataset check `run --data` makes; a folder still empty is one to fill later (warned below).
+    data_empty = data is not None and not any(data.iterdir())
+    if data is not None and not data_empty:
+        planning.check_data(data, family, args.job, args.trigger, plan.config)
     images_dir = data if data is not None else Path(out) / "images"
     dataset = presets.build_dataset(plan, images_dir, args.trigger)
     fitted = planning.fit_plan(plan, dataset, choice.gb, others_gib=choice.others_gib,
@@ -171,6 +175,9 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         warnings.append(f"Model files not given: {', '.join(missing)}. Add them before training "
                         f"(config.toml has no path for them yet).")
+    warnings += planning.missing_model_files(inputs, family)
+    if data_empty:
+        warnings.append(f"--data {data} is empty: put the training images (and captions) in it before training.")
     if data is None:
         warnings.append(f"No --data folder given: dataset.toml points at {Path(out).absolute() / 'images'}; "
                         "put your images there or edit image_dir.")
@@ -179,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         warnings.append(f"Other processes hold GPU memory: {others}.")
     if checkout is None:
         warnings.append(f"No sd-scripts checkout found; launch.sh expects one at {sd_path} "
-                        "(run `kohya-tuner setup`, or set SD_SCRIPTS).")
+                        "(run `kohya-tuner setup`, or give --sd-scripts DIR or set KOHYA_SD_SCRIPTS).")
     cautions = list(getattr(fitted, "cautions", []) or [])
     from kohya_tuner.assumed import sentences
 

@@ -198,9 +198,11 @@ def _render_prep(result) -> None:
 
     from kohya_tuner.cli.common import console
 
-    out = lambda text="": console.print(text, soft_wrap=True)  # noqa: E731
+    # Prose wraps at words; a line that is a path to copy stays whole.
+    out = lambda text="": console.print(text, soft_wrap=False)  # noqa: E731
+    whole = lambda text="": console.print(text, soft_wrap=True)  # noqa: E731
     c = {k: result.count(k) for k in ("written", "copied", "skipped", "failed")}
-    out(f"[bold]{escape(result.out)}[/bold] ← {escape(result.source)}")
+    whole(f"[bold]{escape(result.out)}[/bold] ← {escape(result.source)}")
     out(f"  {c['written']} converted or resized, {c['copied']} copied unchanged, {c['skipped']} already done, "
         f"{c['failed']} left out; long side at most {result.max_side} px; "
         f"{result.images_per_s:.1f} images/s on {result.workers} process(es)")
@@ -209,7 +211,7 @@ def _render_prep(result) -> None:
     changed: dict[str, int] = {}
     for item in result.items:
         for action in item.actions:
-            key = action.split(" ")[0] if action.startswith("resized") else action
+            key = action.split(" ")[0] if action.startswith(("resized", "upscaled")) else action
             changed[key] = changed.get(key, 0) + 1
     for action, n in sorted(changed.items(), key=lambda kv: -kv[1]):
         out(f"    {n} × {escape(action)}")
@@ -220,6 +222,6 @@ def _render_prep(result) -> None:
         out(f"  [yellow]kept[/yellow] your edit of {escape(name)} in the copy (its source caption was not copied over it)")
     for name in result.removed:
         out(f"  removed {escape(name)} (its original is gone)")
-    out(f"Manifest: {escape(result.manifest)}")
+    whole(f"Manifest: {escape(result.manifest)}")
     out(f"Train from [bold]{escape(result.out)}[/bold] (`config`/`run` use it automatically when it is beside the "
         "originals or was written by prep).")

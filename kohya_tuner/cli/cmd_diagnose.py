@@ -29,6 +29,7 @@ _EVIDENCE = {"frames": "from the traceback", "context": "from the lines before i
 def _render(diagnosis, source: Path) -> None:
     # Every piece of user or log text goes in as a Text, never through markup: a path or a
     # message with "[bold]" in it is printed as it is.
+    from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
 
@@ -36,7 +37,7 @@ def _render(diagnosis, source: Path) -> None:
     from kohya_tuner.logparse.advice import size_text
 
     def line(label: str, *parts) -> None:
-        console.print(Text.assemble(f"{label:<9}", *parts), soft_wrap=True)
+        console.print(Text.assemble(f"{label:<9}", *parts))
 
     d = diagnosis
     details = d.details
@@ -84,7 +85,8 @@ def _render(diagnosis, source: Path) -> None:
     if d.advice:
         console.print(Text("What to do", style="bold"))
         for i, advice in enumerate(d.advice, 1):
-            console.print(Text(f"  {i}. {advice}"), soft_wrap=True)
+            # Wrapped at words, continuation lines under the advice's text.
+            console.print(Padding(Text(f"{i}. {advice}"), (0, 0, 0, 2), expand=False))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -76,6 +76,7 @@ def resolve_gpu(gpu: str | None) -> tuple[GpuChoice | None, str | None]:
 
 def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: float = 0.0,
                     assumptions: list[str] | None = None, cautions: list[str] = ()) -> None:
+    from rich.padding import Padding
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
@@ -124,7 +125,8 @@ def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: flo
     if assumptions:
         console.print("[bold]Assumed[/bold] (the input left these unsaid):")
         for line in assumptions:
-            console.print(f"  • {line}", soft_wrap=True, markup=False)
+            # Wrapped at words, continuation lines under the text (never read as markup).
+            console.print(Padding(Text(f"• {line}"), (0, 0, 0, 2), expand=False))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

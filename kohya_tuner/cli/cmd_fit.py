@@ -38,6 +38,28 @@ def step_json(st: ladder.Step) -> dict[str, Any]:
     }
 
 
+# Below this width six columns cut values to "Prod… → Adaf…": one entry per change instead.
+STEPS_TABLE_MIN_WIDTH = 120
+
+
+def _render_steps_list(steps: list[ladder.Step]) -> None:
+    """The fit's changes as a list wrapped at words: each change whole, its costs below it."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    from kohya_tuner.cli.common import console
+    from kohya_tuner.config_io import show_value
+
+    console.print(Text("Changes", style="bold"))
+    for st in steps:
+        for key, old, new in st.changes:
+            console.print(Padding(Text.assemble("• ", (key, "cyan"), f": {show_value(old)} → {show_value(new)}"),
+                                  (0, 0, 0, 2), expand=False))
+        resume = "resume-safe" if st.resume_safe else "not resume-safe"
+        console.print(Padding(Text(f"saves {st.saved_gib:.2f} GiB; speed: {st.speed_cost}; quality: "
+                                   f"{st.quality_cost}; {resume}"), (0, 0, 0, 4), expand=False))
+
+
 def render_steps(steps: list[ladder.Step]) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -45,6 +67,9 @@ def render_steps(steps: list[ladder.Step]) -> None:
     from kohya_tuner.cli.common import console
     from kohya_tuner.config_io import show_value
 
+    if console.width < STEPS_TABLE_MIN_WIDTH:
+        _render_steps_list(steps)
+        return
     table = Table(title="Changes")
     table.add_column("setting", style="cyan", no_wrap=True)
     table.add_column("old → new")

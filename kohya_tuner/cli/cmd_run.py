@@ -366,7 +366,6 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
              sd_scripts, python, dry_run, max_attempts, probe_steps, emulate_vram, gpus, accelerate_config,
              json_events, strict, strict_pin, hang_timeout, cpu, policy, no_fit, force, as_json,
              files=None, network=None, gpu_arch=None) -> int:
-    from kohya_tuner import dataset as dataset_mod
     from kohya_tuner import gpu as gpu_mod
     from kohya_tuner import history, memory, planfiles, planning, presets, schema
     from kohya_tuner.run import launcher, preflight
@@ -403,14 +402,9 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     # The images first: a broken dataset is the cheapest thing to find out about. A fresh
     # `dataset prep` copy is what training reads (build_dataset picks it the same way), so it
     # is what gets checked.
-    prepared = dataset_mod.find_prepared(data)
-    checked = Path(prepared) if prepared is not None else data
-    report = dataset_mod.check(checked, job, family, trigger)
-    errors = [f for f in report.findings if f.severity == "fail"]
-    if errors:
-        listed = "; ".join(f.message.rstrip(".") + (f" ({f.fix.rstrip('.')})" if f.fix else "") for f in errors[:5])
-        raise UserError(f"The dataset in {checked} cannot be trained on: {listed}.",
-                        "`kohya-tuner dataset check` lists every problem; `kohya-tuner dataset prep` makes a fixed copy.")
+    # Judged at the resolution the plan trains at: --preset / --set may change it.
+    sized = presets.compose(family.name, job, plan_gb, preset_file=preset, sets=sets, variant=variant)
+    report, checked = planning.check_data(data, family, job, trigger, sized.config)
     images = len(report.trainable)
 
     inputs, missing_files = planning.model_inputs(family, base=base, clip_l=clip_l, t5xxl=t5xxl, ae=ae, name=name, out=out,
@@ -450,7 +444,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     checks = preflight.evaluate(plan.config, family, facts, gpu_index=index, gpu_ids=gpu_ids,
                                 num_processes=max(1, len(gpu_ids)), predicted_gib=est.peak_gib,
                                 lora_params=est.lora_params, total_steps=total, images=images, strict=strict,
-                                strict_pin=strict_pin, cpu=cpu)
+                                strict_pin=strict_pin, cpu=cpu, dry_run=dry_run)
     for key, _old, new, why in checks.changes:
         plan.set(key, new, "pre-flight", why)
     for f in report.findings:
@@ -468,7 +462,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
     secretstore.withhold(plan, out)  # the trainer gets them through its environment
 
-    checkout = Path(facts.checkout_path)
+    checkout = Path(facts.checkout_path or preflight.PLACEHOLDER)
     files = planfiles.render(plan, ds, out, sd_scripts=checkout, assumed=fitted.assumed)
     written = planfiles.write(files, out, force=force)
     num_processes = max(1, len(gpu_ids))

@@ -57,6 +57,9 @@ PROBLEMS: dict[str, tuple[str, str, str]] = {
     # The three size problems get their numbers and consequences from check().
     "huge": ("warn", "are far larger than the training resolution",
              "`dataset prep` downscales them (Lanczos) to the largest bucket."),
+    "too_small": ("fail", "have a side shorter than the bucket step",
+                  "Replace them with larger originals, or train from `kohya-tuner dataset prep`'s copy, which "
+                  "upscales them (or leaves them out when they are too small to upscale)."),
     "tiny": ("warn", "are well below the training resolution", "Replace them with larger originals if you have them."),
     "extreme_aspect": ("warn", "have an extreme aspect ratio",
                        "Crop them to the part that matters, or widen the bucket range (min/max_bucket_reso)."),
@@ -193,7 +196,7 @@ def _verb(what: str, n: int) -> str:
 
 
 # Judged by check() against the training plan; the rest are facts about the files.
-_PLAN_CODES = ("huge", "tiny", "extreme_aspect", "trigger_missing")
+_PLAN_CODES = ("too_small", "huge", "tiny", "extreme_aspect", "trigger_missing")
 _FILE_CODES = [c for c in _ORDER if c not in _PLAN_CODES]
 
 
@@ -338,7 +341,9 @@ def evaluate(report: DatasetReport, job: str | None, family: Family | str | None
             else:
                 scale = guidance.bucket_scale(info.width, info.height,
                                               guidance.bucket_for(info.width, info.height, buckets))
-            if scale < 0.5:
+            if plan.no_upscale and min(info.width, info.height) < plan.step:
+                info.problems.append("too_small")
+            elif scale < 0.5:
                 info.problems.append("huge")
             elif scale > 1.5:
                 info.problems.append("tiny")
@@ -361,6 +366,10 @@ def evaluate(report: DatasetReport, job: str | None, family: Family | str | None
         findings.insert(1, Finding(code="count", severity=severity, message=message, fix=fix))
     bucket_text = f"buckets of {plan.min_bucket}-{plan.max_bucket} px at {res} px"
     plan_findings = _problem_findings(images, _PLAN_CODES, {
+        # sd-scripts rounds a bucket side down to the step (library/train_util.py:337-338,
+        # BucketManager.select_bucket), so a side below it gives a 0 px bucket and line 345 divides by it.
+        "too_small": f" ({plan.step} px): with bucket_no_upscale sd-scripts rounds that side down to a 0 px bucket "
+                     "and stops with a division by zero",
         "huge": f" (over twice the {res} px training size per side): slow to load and cache, heavy on host RAM, "
                 "and no sharper once scaled down",
         "tiny": f" (over 1.5x smaller per side than {res} px)" + (
@@ -371,7 +380,7 @@ def evaluate(report: DatasetReport, job: str | None, family: Family | str | None
             else ": sd-scripts crops them to the nearest bucket"),
     })
     findings.extend(plan_findings)
-    if trainable and not any(f.code in ("huge", "tiny", "extreme_aspect") for f in plan_findings):
+    if trainable and not any(f.code in ("too_small", "huge", "tiny", "extreme_aspect") for f in plan_findings):
         findings.append(Finding(code="sizes", severity="pass",
                                 message=f"Image sizes suit training at {res} px ({bucket_text})."))
     if trigger and trainable:

@@ -64,6 +64,12 @@ def _has_transparency(img: Image.Image) -> bool:
     return "transparency" in img.info
 
 
+# The shortest side a prepared image keeps (the presets' largest bucket step), and the most
+# an image is blown up to reach it; a smaller one is left out, as the manifest says.
+MIN_SIDE = 64
+MAX_UPSCALE = 4.0
+
+
 def _convert(img: Image.Image, max_side: int) -> tuple[Image.Image, list[str]]:
     """The picture as it should be trained, and what was done to get it."""
     actions: list[str] = []
@@ -118,6 +124,18 @@ def _convert(img: Image.Image, max_side: int) -> tuple[Image.Image, list[str]]:
         size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
         shown = original if orientation not in TRANSPOSING else original[::-1]
         actions.append(f"resized {shown[0]}x{shown[1]} to {size[0]}x{size[1]}")
+        img = img.resize(size, Image.Resampling.LANCZOS)
+    short = min(img.size)
+    if short < MIN_SIDE:
+        # sd-scripts rounds a bucket side down to its step (64 in the presets); with
+        # bucket_no_upscale a shorter side becomes a 0 px bucket and a division by zero.
+        scale = MIN_SIDE / short
+        size = (max(MIN_SIDE, round(img.width * scale)), max(MIN_SIDE, round(img.height * scale)))
+        if scale > MAX_UPSCALE or max(size) > max_side:
+            raise ValueError(f"left out: {img.width}x{img.height} has a side under {MIN_SIDE} px, too small to "
+                             f"upscale (more than {MAX_UPSCALE:g}x) for training")
+        actions.append(f"upscaled {img.width}x{img.height} to {size[0]}x{size[1]} (a side under {MIN_SIDE} px "
+                       "makes a 0 px bucket in sd-scripts)")
         img = img.resize(size, Image.Resampling.LANCZOS)
     return img, actions
 

@@ -66,6 +66,17 @@ def _alpha_used(img: Image.Image) -> bool:
     return False
 
 
+def _looks_cut(path: str) -> bool:
+    """A JPEG without its end-of-image marker was cut off (an interrupted download or copy)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+            fh.seek(-2, os.SEEK_END)
+            return head == b"\xff\xd8" and fh.read(2) != b"\xff\xd9"
+    except OSError:
+        return False
+
+
 def inspect_image(path: str, want_hash: bool = True) -> dict[str, Any]:
     """Everything check() needs to know about one image file; never raises.
 
@@ -99,8 +110,15 @@ def inspect_image(path: str, want_hash: bool = True) -> dict[str, Any]:
             info["error"] = "Pillow does not recognise this file as an image"
             return info
         except OSError as exc:
-            info["problems"].append("unreadable")
-            info["error"] = _os_reason(exc)
+            # Pillow raises a bare OSError (no errno) for a file it can read but not parse, such
+            # as a JPEG cut off inside its headers: that is a damaged file, not a permission problem.
+            if exc.errno is None:
+                text = str(exc)
+                info["problems"].append("truncated" if "truncated" in text or _looks_cut(path) else "corrupt")
+                info["error"] = text or type(exc).__name__
+            else:
+                info["problems"].append("unreadable")
+                info["error"] = _os_reason(exc)
             return info
         try:
             with img:

@@ -45,6 +45,9 @@ class Facts:
     pin_differences: tuple[str, ...] = ()
     pin_commit: str | None = None
     pin_unchecked: bool = False
+    # The pinned commit itself, with these work-tree files changed (git status).
+    pin_at_commit: bool = False
+    pin_local_changes: tuple[str, ...] = ()
     python: str = ""
     python_probe: dict[str, Any] = field(default_factory=dict)
     own_pids: frozenset[int] = frozenset()
@@ -105,10 +108,14 @@ def disk_need_gib(config: Mapping[str, Any], lora_params: int, total_steps: int,
     return round(lora_file * saves + state * keep_states + caches + 0.5, 2)
 
 
+# Where the checkout goes in a dry run's command when there is none yet.
+PLACEHOLDER = "SD_SCRIPTS_DIR"
+
+
 def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_index: int = 0,
              gpu_ids: tuple[int, ...] = (), num_processes: int = 1, predicted_gib: float | None = None,
              lora_params: int = 0, total_steps: int = 0, images: int = 0, strict: bool = False,
-             strict_pin: bool = False, cpu: bool = False) -> Report:
+             strict_pin: bool = False, cpu: bool = False, dry_run: bool = False) -> Report:
     checks: list[Check] = []
     changes: list[tuple[str, Any, Any, str]] = []
 
@@ -174,7 +181,12 @@ def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_ind
             checks.append(Check("disk", "ok", f"disk: about {disk:.1f} GiB needed, {facts.disk_free_gib:.0f} GiB free"))
 
     # sd-scripts
-    if facts.checkout_path is None:
+    if facts.checkout_path is None and dry_run:
+        # A dry run only plans: the command is printed with a placeholder where the checkout goes.
+        checks.append(Check("sd-scripts", "warn", f"no sd-scripts checkout found: the command names {PLACEHOLDER} "
+                            "where it goes",
+                            "Run `kohya-tuner setup` (or pass --sd-scripts PATH) before training."))
+    elif facts.checkout_path is None:
         checks.append(Check("sd-scripts", "fail", "no sd-scripts checkout found",
                             "Run `kohya-tuner setup` to clone the pinned release, or pass --sd-scripts PATH."))
     elif family.script not in facts.checkout_scripts:
@@ -182,6 +194,14 @@ def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_ind
                             "FLUX.1 needs sd-scripts 0.10 or later; run `kohya-tuner setup`."))
     elif facts.pin_matches:
         checks.append(Check("sd-scripts", "ok", f"sd-scripts at {facts.checkout_path} is the pinned commit"))
+    elif facts.pin_at_commit and not facts.pin_differences:
+        n = len(facts.pin_local_changes)
+        shown = ", ".join(facts.pin_local_changes[:4]) + (f" (+{n - 4} more)" if n > 4 else "")
+        checks.append(Check("sd-scripts", "fail" if strict_pin else "warn",
+                            f"sd-scripts at {facts.checkout_path} is the pinned commit with local changes to {n} "
+                            f"file{'s' if n != 1 else ''}" + (f": {shown}" if shown else ""),
+                            "Going on; --strict-pin refuses this, `git -C <checkout> stash` (or checkout --) puts the "
+                            "files back."))
     else:
         what = f"commit {facts.pin_commit[:10]}" if facts.pin_commit else "not a git checkout"
         diffs = "; ".join(facts.pin_differences[:4]) or (
@@ -297,6 +317,8 @@ def gather(*, out_dir: Path, python: str, sd_scripts: str | Path | None, cpu: bo
         facts.pin_differences = tuple(pin.differences) + tuple(f"missing {s}" for s in pin.missing_scripts)
         facts.pin_commit = pin.commit
         facts.pin_unchecked = bool(pin.unchecked)
+        facts.pin_at_commit = pin.commit == pin.pinned_commit
+        facts.pin_local_changes = tuple(pin.local_changes)
     found = probe_modules(python, ["torch", "accelerate", "xformers", "bitsandbytes"])
     facts.python_probe = dict(found)
     if facts.gpus and not found.get("error") and (found.get("modules") or {}).get("torch"):

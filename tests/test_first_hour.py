@@ -1,0 +1,180 @@
+"""What a newcomer meets in the first hour: presets, plans and the messages around them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kohya_tuner import presets
+from tests.clihelp import invoke
+
+
+def _config(tmp_path, *args):
+    res = invoke("config", *args, "--out", tmp_path / "out", "--json")
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@pytest.mark.parametrize("model", ["hunyuan21", "lumina2", "anima"])
+def test_bf16_only_family_keeps_bf16_on_an_unknown_card_and_names_the_cards(model, tmp_path):
+    data = _config(tmp_path, "--model", model, "--job", "style", "--gpu", "24")
+    assert data["config"]["mixed_precision"] == "bf16"
+    caution = " ".join(data["cautions"])
+    assert "bf16" in caution and "compute capability below 8.0" in caution and "RTX 20xx" in caution
+
+
+def test_bf16_only_family_passes_its_own_check(tmp_path):
+    _config(tmp_path, "--model", "hunyuan21", "--job", "style", "--gpu", "24")
+    res = invoke("check", tmp_path / "out" / "config.toml")
+    assert "wants mixed_precision bf16" not in res.output
+
+
+def test_other_families_still_take_fp16_on_an_unknown_card(tmp_path):
+    data = _config(tmp_path, "--model", "sdxl", "--job", "style", "--gpu", "24")
+    assert data["config"]["mixed_precision"] == "fp16"
+
+
+def test_bf16_requirement_is_data_in_the_model_preset():
+    from kohya_tuner.presets import _load_toml, required_precision
+    from kohya_tuner.resources import presets_dir
+
+    needs = {p.stem for p in (presets_dir() / "models").glob("*.toml")
+             if required_precision(_load_toml(p, "Preset"))}
+    assert "hunyuan21" in needs and "sdxl" not in needs and "sd15" not in needs
+
+
+def test_chroma_samples_disable_embedded_guidance(tmp_path):
+    _config(tmp_path, "--model", "chroma", "--job", "character", "--gpu", "24", "--gpu-arch", "ampere",
+            "--trigger", "ohwx")
+    lines = [ln for ln in (tmp_path / "out" / "sample_prompts.txt").read_text().splitlines()
+             if not ln.startswith("#")]
+    assert lines and all("--g 0" in ln and "--n " in ln and "--l " in ln for ln in lines)
+
+
+@pytest.mark.parametrize("template", ["a lighthouse at sunset, {trigger} style", "{trigger}, a portrait photo",
+                                      "a {trigger} on a table"])
+def test_prompt_without_trigger_has_no_double_space_or_stray_comma(template):
+    text = presets.fill_trigger(template, "")
+    assert "  " not in text and " ," not in text and not text.startswith(",") and "{trigger}" not in text
+    assert "ohwx" in presets.fill_trigger(template, "ohwx")
+
+
+def test_missing_base_file_is_a_warning_but_a_hub_id_is_not(tmp_path):
+    res = invoke("config", "--model", "sdxl", "--job", "style", "--gpu", "12", "--out", tmp_path / "a",
+                 "--base", "/nonexistent/model.safetensors", "--json")
+    assert res.exit_code == 0
+    assert any("/nonexistent/model.safetensors does not exist" in w for w in json.loads(res.stdout)["warnings"])
+    res = invoke("config", "--model", "sdxl", "--job", "style", "--gpu", "12", "--out", tmp_path / "b",
+                 "--base", "stabilityai/stable-diffusion-xl-base-1.0", "--json")
+    assert not any("does not exist" in w for w in json.loads(res.stdout)["warnings"])
+
+
+def test_missing_checkout_warning_names_the_variable_config_reads(tmp_path):
+    data = _config(tmp_path, "--model", "sd15", "--job", "style", "--gpu", "12")
+    text = " ".join(data["warnings"])
+    assert "KOHYA_SD_SCRIPTS" in text and "set SD_SCRIPTS" not in text
+
+
+def test_jpeg_cut_off_in_its_headers_is_called_truncated_not_a_permission_problem(tmp_path):
+    from PIL import Image
+
+    from kohya_tuner.dataset.images import inspect_image
+
+    whole = tmp_path / "whole.jpg"
+    Image.new("RGB", (256, 256), (200, 40, 90)).save(whole, quality=90)
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(whole.read_bytes()[:400])
+    info = inspect_image(str(cut))
+    assert info["problems"] == ["truncated"], info
+    res = invoke("dataset", "check", tmp_path, "-m", "sdxl")
+    assert "truncated" in res.output and "permissions" not in res.output
+
+
+def _images(folder, n=12, size=(768, 1024)):
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        Image.new("RGB", size, (i * 20, 30, 200)).save(folder / f"{i}.png")
+        (folder / f"{i}.txt").write_text(f"a photo number {i}")
+    return folder
+
+
+def test_dry_run_without_a_checkout_plans_and_prints_the_command_with_a_placeholder(tmp_path):
+    from kohya_tuner.run.preflight import PLACEHOLDER
+
+    base = tmp_path / "base.safetensors"
+    base.write_bytes(b"x")
+    res = invoke("run", "--model", "sd15", "--job", "character", "--gpu", "12", "--data", _images(tmp_path / "d"),
+                 "--out", tmp_path / "r", "--base", base, "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert any(f"{PLACEHOLDER}/train_network.py" in a for a in data["command"])
+    assert any(c["name"] == "sd-scripts" and c["status"] == "warn" and PLACEHOLDER in c["message"]
+               for c in data["checks"])
+    # Without --dry-run the missing checkout still stops the run before anything launches.
+    res = invoke("run", "--model", "sd15", "--job", "character", "--gpu", "12", "--data", tmp_path / "d",
+                 "--out", tmp_path / "r2", "--base", base)
+    assert res.exit_code == 2 and "no sd-scripts checkout" in res.output
+
+
+def test_config_data_refuses_what_run_data_refuses(tmp_path):
+    data = _images(tmp_path / "d")
+    (data / "3.txt").write_text("")
+    for cmd in (["config"], ["run", "--dry-run"]):
+        res = invoke(*cmd, "--model", "sdxl", "--job", "character", "--gpu", "24", "--data", data,
+                     "--out", tmp_path / cmd[0], "--base", "stabilityai/stable-diffusion-xl-base-1.0")
+        assert res.exit_code == 2 and "zero-byte caption" in res.output, (cmd, res.output)
+
+
+def test_the_dataset_is_judged_at_the_resolution_the_plan_trains_at(tmp_path):
+    from kohya_tuner import planning
+    from kohya_tuner.families import get_family
+
+    data = _images(tmp_path / "d", size=(400, 400))
+    fam = get_family("sdxl")
+    at_1024, _ = planning.check_data(data, fam, "character", None, {"resolution": "1024"})
+    at_512, _ = planning.check_data(data, fam, "character", None, {"resolution": "512,512"})
+    assert at_1024.resolution == 1024 and any(f.code == "tiny" for f in at_1024.findings)
+    assert at_512.resolution == 512 and not any(f.code == "tiny" for f in at_512.findings)
+
+
+@pytest.mark.parametrize("model,side", [("flux", 48), ("sdxl", 20)])
+def test_a_side_below_the_bucket_step_fails_dataset_check_and_the_plan(model, side, tmp_path):
+    from PIL import Image
+
+    data = _images(tmp_path / "d")
+    Image.new("RGB", (side, 400)).save(data / "thin.png")
+    res = invoke("dataset", "check", data, "-m", model, "--json")
+    found = {f["code"]: f for f in json.loads(res.stdout)["findings"]}
+    assert json.loads(res.stdout)["status"] == "fail" and found["too_small"]["severity"] == "fail"
+    assert any("thin.png" in f for f in found["too_small"]["files"])
+    res = invoke("config", "--model", model, "--job", "character", "--gpu", "24", "--data", data,
+                 "--out", tmp_path / "c")
+    assert res.exit_code == 2 and "division by zero" in res.output
+
+
+def test_prep_upscales_a_thin_image_and_leaves_out_one_too_small_saying_so(tmp_path):
+    from PIL import Image
+
+    data = _images(tmp_path / "d", n=3, size=(512, 512))
+    Image.new("RGB", (40, 300), (9, 9, 9)).save(data / "thin.png")
+    Image.new("RGB", (8, 300), (9, 9, 9)).save(data / "sliver.png")
+    res = invoke("dataset", "prep", data, "--out", tmp_path / "p", "-m", "sdxl", "--json")
+    assert res.exit_code == 0, res.output
+    from kohya_tuner.dataset.walk import MANIFEST_NAME
+
+    manifest = json.loads((tmp_path / "p" / MANIFEST_NAME).read_text())
+    with Image.open(tmp_path / "p" / manifest["entries"]["thin.png"]["output"]) as im:
+        assert min(im.size) >= 64
+    assert "sliver.png" in manifest["failed"] and "under 64 px" in manifest["failed"]["sliver.png"]
+
+
+@pytest.mark.parametrize("job", presets.JOBS)
+def test_the_step_note_states_the_effective_batch_it_counts_at(job):
+    plan = presets.compose("sdxl", job, 12)
+    why = plan.provenance["max_train_steps"].why
+    batch = int(plan.config.get("train_batch_size", 1)) * int(plan.config.get("gradient_accumulation_steps", 1))
+    assert "effective batch of 4" in why and "image passes" in why
+    assert batch == 4, "the note's effective batch must match the presets it explains"
