@@ -69,7 +69,7 @@ FP8_T5_FILE = "t5xxl_fp8_e4m3fn.safetensors"
 
 def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: float = 0.0,
              gpu_name: str | None = None, bf16: bool | None = None, gpus: int = 1, do_fit: bool = True,
-             use_history: bool = True) -> FittedPlan:
+             use_history: bool = True, cpu: bool = False) -> FittedPlan:
     """Run the plan through `ladder.tune` (downgrade what does not fit, remove speed
     costs the card does not need) and record every change as the layer `fit`.
 
@@ -83,7 +83,7 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
     if do_fit:
         def tune(extra):
             return ladder.tune({**plan.config, **extra}, plan.family, budget, dataset=dataset, history=hist,
-                               gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16 is not False)
+                               gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16 is not False, cpu=cpu)
 
         result = tune({})
         offer = result.offer

@@ -36,8 +36,8 @@ class FakeLadder:
     moves: list[FakeStep]
     calls: list[dict] = field(default_factory=list)
 
-    def __call__(self, config, family, *, phase, deficit_gib, policy, dataset, tried, require_resume_safe):
-        self.calls.append(dict(phase=phase, deficit=deficit_gib, tried=set(tried), safe=require_resume_safe))
+    def __call__(self, config, family, *, phase, deficit_gib, policy, dataset, tried, require_resume_safe, **kw):
+        self.calls.append(dict(phase=phase, deficit=deficit_gib, tried=set(tried), safe=require_resume_safe, **kw))
         for m in self.moves:
             if m.move in tried:
                 continue
@@ -388,3 +388,22 @@ def test_a_move_to_an_8bit_optimizer_without_bitsandbytes_becomes_adafactor(tmp_
     assert [c for c in fitted.changes if c.key == "optimizer_type"] == [Change("optimizer_type", "AdamW", "Adafactor")]
     sup._modules = {"bitsandbytes": "0.45.0"}
     assert sup._fit_environment(move) == move
+
+
+def test_the_ladder_hears_the_cpu_the_users_keys_and_a_repeated_phase():
+    from kohya_tuner import ladder as real_ladder
+
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
+    s = state(newest_state=StateRecord("/o/lora-step00000030-state", 30, 1), cpu=True,
+              user_keys=frozenset({"mixed_precision"}), last_move_phase="training")
+    decide(oom(), PLAN, SD15, s, facts(), next_step=ladder)
+    call = ladder.calls[0]
+    assert call["cpu"] is True and call["keep"] == {"mixed_precision"} and call["one_at_a_time"] is True
+    decide(oom(phase="model_load"), PLAN, SD15, s, facts(), next_step=ladder)
+    assert ladder.calls[-1]["one_at_a_time"] is False  # another phase: the estimate was not proven wrong there
+    # With the real ladder the note of a repeated phase says why the move comes alone.
+    cfg = {"network_module": "networks.lora", "network_dim": 32, "network_alpha": 16.0, "resolution": "768",
+           "train_batch_size": 2, "mixed_precision": "no", "max_train_steps": 100, "save_every_n_steps": 10}
+    action = decide(oom(tried=60.0, free=0.5), cfg, SD15, s, facts(), next_step=real_ladder.next_step)
+    assert isinstance(action, Retry) and "+" not in action.move and action.move != "mixed_precision"
+    assert "the estimate said the last move would be enough, and it ran out of memory while training again" in action.note

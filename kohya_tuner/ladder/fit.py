@@ -19,11 +19,14 @@ from kohya_tuner.ladder.moves import (
 
 def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: str = "default",
         dataset: dict[str, Any] | None = None, history: list | None = None, gpu_name: str | None = None,
-        gpu_gb: float | None = None, bf16: bool = True, ladder: Ladder | None = None) -> FitResult:
-    """Apply the fewest, cheapest moves until the estimate is within `budget_gib`."""
+        gpu_gb: float | None = None, bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False
+        ) -> FitResult:
+    """Apply the fewest, cheapest moves until the estimate is within `budget_gib`.
+    With `cpu`, moves a CPU cannot run are left out."""
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
-    ctx = _Ctx(family, history, gpu_name, bf16, ladder or load_ladder())
+    lad = ladder or load_ladder()
+    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad)
     cfg = dict(config)
     ds = copy.deepcopy(dataset) if dataset is not None else None
     before = ctx.est(cfg, ds)

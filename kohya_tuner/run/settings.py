@@ -37,6 +37,8 @@ class RunSettings:
     dataset: dict[str, Any] | None = None
     model: str = ""
     job: str = ""
+    # Keys the user set (--set, --preset): the ladder moves them last.
+    user_keys: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,7 @@ class RunSettings:
             "emulate_vram_gb": self.emulate_vram_gb, "max_attempts": self.max_attempts,
             "hang_minutes": self.hang_minutes, "probe_steps": self.probe_steps, "policy": self.policy,
             "gpu": self.gpu, "predicted_gib": self.predicted_gib, "dataset": self.dataset,
+            "user_keys": list(self.user_keys),
         }
 
     @classmethod
@@ -66,7 +69,7 @@ class RunSettings:
             hang_minutes=float(data.get("hang_minutes") or DEFAULT_HANG_MINUTES),
             probe_steps=data.get("probe_steps"), policy=data.get("policy") or "default", gpu=data.get("gpu"),
             predicted_gib=data.get("predicted_gib"), dataset=data.get("dataset"), model=data.get("model") or "",
-            job=data.get("job") or "",
+            job=data.get("job") or "", user_keys=tuple(data.get("user_keys") or ()),
         )
 
 
