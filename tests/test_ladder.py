@@ -403,3 +403,11 @@ def test_one_move_at_a_time_after_an_estimate_that_was_wrong():
     assert combined is not None and len(_names(combined)) > 1
     single = ladder.next_step(dict(HEAVY_SDXL), SDXL, phase="training", deficit_gib=100.0, one_at_a_time=True)
     assert single is not None and len(_names(single)) == 1 and "one move at a time" in single.note
+
+
+def test_tune_never_relaxes_a_key_the_user_set():
+    cfg = dict(CPU_SD15, mixed_precision="no", resolution="64,64")
+    free = ladder.tune(dict(cfg), SD15, 20.0)
+    assert free.config.get("train_batch_size") == 4 and not free.config.get("gradient_accumulation_steps")
+    kept = ladder.tune(dict(cfg), SD15, 20.0, keep={"train_batch_size", "gradient_accumulation_steps"})
+    assert kept.config["train_batch_size"] == 1 and kept.config["gradient_accumulation_steps"] == 4

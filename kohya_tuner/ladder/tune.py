@@ -23,9 +23,12 @@ from kohya_tuner.ladder.fit import PHASE_WORDS, cautions, fit
 
 def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: dict[str, Any] | None = None,
          history: list | None = None, gpu_name: str | None = None, gpu_gb: float | None = None,
-         bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False) -> FitResult:
+         bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
+         keep: Iterable[str] = frozenset()) -> FitResult:
     """Fit, then remove speed costs (block swap, gradient checkpointing, checkpoint offload,
-    8-bit states) as long as the peak stays within the upper target share of the budget."""
+    8-bit states) as long as the peak stays within the upper target share of the budget.
+    Keys in `keep` (the user's own) are never relaxed, and the fit moves them last."""
+    keep = frozenset(keep)
     lad = ladder or load_ladder()
     if cpu:
         lad = lad.for_cpu()
@@ -33,10 +36,10 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
     # Aim at the upper target first (headroom for a late large bucket); settle for the whole
     # budget when the target cannot be reached.
     result = fit(config, family, high, dataset=dataset, history=history, gpu_name=gpu_name, gpu_gb=gpu_gb,
-                 bf16=bf16, ladder=lad)
+                 bf16=bf16, ladder=lad, keep=keep)
     if not result.fits:
         result = fit(config, family, budget_gib, dataset=dataset, history=history, gpu_name=gpu_name,
-                     gpu_gb=gpu_gb, bf16=bf16, ladder=lad)
+                     gpu_gb=gpu_gb, bf16=bf16, ladder=lad, keep=keep)
     if not result.fits:
         return result
     ctx = _Ctx(family, history, gpu_name, bf16, lad)
@@ -84,6 +87,8 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
                     variants.append((ncfg, ch))
         share = lad.tune_low if r.ceiling == "target_low" else lad.tune_high
         for ncfg, ch in variants:
+            if keep and {str(c[0]) for c in ch} & keep:
+                continue
             if not ch or not _valid(ncfg, ds, family):
                 continue
             e = ctx.est(ncfg, ds)
