@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 import pytest
@@ -407,3 +407,21 @@ def test_the_ladder_hears_the_cpu_the_users_keys_and_a_repeated_phase():
     action = decide(oom(tried=60.0, free=0.5), cfg, SD15, s, facts(), next_step=real_ladder.next_step)
     assert isinstance(action, Retry) and "+" not in action.move and action.move != "mixed_precision"
     assert "the estimate said the last move would be enough, and it ran out of memory while training again" in action.note
+
+
+def test_a_restart_comes_before_a_change_to_a_key_the_user_set():
+    from kohya_tuner import ladder as real_ladder
+
+    cfg = {"network_module": "networks.lora", "network_dim": 16, "network_alpha": 8.0, "resolution": "64,64",
+           "train_batch_size": 1, "gradient_accumulation_steps": 4, "mixed_precision": "no", "sdpa": True,
+           "cache_latents": True, "gradient_checkpointing": True, "optimizer_type": "AdamW",
+           "max_train_steps": 3, "save_every_n_steps": 1}
+    s = state(newest_state=StateRecord("/o/lora-step00000002-state", 2, 2), cpu=True, total_steps=3,
+              user_keys=frozenset({"mixed_precision", "resolution"}), plan_config=cfg)
+    action = decide(oom(tried=0.04, free=0.02), cfg, SD15, s, facts(end_step=2), next_step=real_ladder.next_step)
+    assert isinstance(action, Retry)
+    assert "mixed_precision" not in {c.key for c in action.changes}
+    # Without the user's claim on it, the resume-safe precision move wins over a restart.
+    mine = decide(oom(tried=0.04, free=0.02), cfg, SD15, replace(s, user_keys=frozenset()), facts(end_step=2),
+                  next_step=real_ladder.next_step)
+    assert "mixed_precision" in {c.key for c in mine.changes}

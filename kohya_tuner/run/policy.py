@@ -203,6 +203,10 @@ def _step_changes(step: Any) -> list[tuple[str, Any, Any]]:
     return [tuple(c) if not isinstance(c, Change) else (c.key, c.old, c.new) for c in _get(step, "changes") or []]
 
 
+def _moves_yours(step: Any, keys: frozenset[str]) -> bool:
+    return bool(keys) and any(str(k).rsplit(".", 1)[-1] in keys for k, _o, _n in _step_changes(step))
+
+
 def _is_sampling(phase: str | None) -> bool:
     return bool(phase) and "sampl" in str(phase).lower()
 
@@ -315,9 +319,12 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                          dataset=dataset, tried=set(state.tried), require_resume_safe=True, **extra)
         if step is not None and resume_unsafe(_step_changes(step)):
             step = None
-    if step is None:
-        step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
-                         dataset=dataset, tried=set(state.tried), require_resume_safe=False, **extra)
+    if step is None or _moves_yours(step, state.user_keys):
+        # A move that restarts comes before a change to a key the user set.
+        other = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
+                          dataset=dataset, tried=set(state.tried), require_resume_safe=False, **extra)
+        if other is not None and (step is None or not _moves_yours(other, state.user_keys)):
+            step = other
     if step is None:
         return Stop(f"out of memory{where} {_when(facts.end_step)}, and the memory ladder has no cheaper setting "
                     "left for this model (its floor is reached)",
