@@ -69,7 +69,7 @@ FP8_T5_FILE = "t5xxl_fp8_e4m3fn.safetensors"
 
 def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: float = 0.0,
              gpu_name: str | None = None, bf16: bool | None = None, gpus: int = 1, do_fit: bool = True,
-             use_history: bool = True) -> FittedPlan:
+             use_history: bool = True, cpu: bool = False) -> FittedPlan:
     """Run the plan through `ladder.tune` (downgrade what does not fit, remove speed
     costs the card does not need) and record every change as the layer `fit`.
 
@@ -86,7 +86,8 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
     if do_fit:
         def tune(extra):
             return ladder.tune({**plan.config, **extra}, plan.family, budget, dataset=dataset, history=hist,
-                               gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16 is not False)
+                               gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16 is not False, cpu=cpu,
+                               keep=user_keys(plan))
 
         result = tune({})
         offer = result.offer
@@ -120,6 +121,12 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
         cautions += ladder.cautions(est.peak_gib, budget, gpu_gb)
     return FittedPlan(plan=plan, dataset=dataset, estimate=est, budget_gib=budget, fit=result, notes=notes,
                       assumed=assumed, cautions=cautions)
+
+
+def user_keys(plan: Plan) -> frozenset[str]:
+    """The keys the user set (--set, their --preset file): the ladder moves them last."""
+    return frozenset(k for k, src in plan.provenance.items()
+                     if src.layer == "--set" or src.layer.startswith("preset:"))
 
 
 def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps,

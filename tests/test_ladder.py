@@ -360,3 +360,56 @@ def test_accumulation_becomes_batch_only_up_to_the_lower_target():
 def test_unknown_relax_kind_is_refused():
     with pytest.raises(UserError, match="unknown kind"):
         ladder.parse_ladder({"relax": [{"name": "x", "kind": "teleport"}]})
+
+
+# ---- the user's keys, the CPU, one move at a time -------------------------------------
+
+
+CPU_SD15 = dict(network_module="networks.lora", network_dim=32, network_alpha=16.0, resolution="512",
+                train_batch_size=1, gradient_accumulation_steps=4, mixed_precision="bf16", sdpa=True,
+                cache_latents=True, optimizer_type="AdamW")
+
+
+def _names(step):
+    return set(step.move.split("+")) if step else set()
+
+
+def test_cpu_runs_are_never_offered_what_a_cpu_cannot_run():
+    no_cpu = {m.name for m in ladder.load_ladder().moves if not m.cpu}
+    assert {"fp8_base", "optimizer_8bit", "mixed_precision_fp16"} <= no_cpu
+    gpu = ladder.next_step(dict(CPU_SD15), SD15, phase="training", deficit_gib=50.0)
+    assert _names(gpu) & no_cpu  # on a GPU the big deficit reaches for them
+    cpu = ladder.next_step(dict(CPU_SD15), SD15, phase="training", deficit_gib=50.0, cpu=True)
+    assert cpu is not None and not _names(cpu) & no_cpu
+    fitted = ladder.fit(dict(CPU_SD15, network_dim=128), SD15, 1.0, cpu=True)
+    assert not {st.move for st in fitted.steps} & no_cpu
+
+
+def test_a_key_the_user_set_moves_only_when_nothing_else_is_left():
+    cfg = dict(SD15_FP32, sdpa=True, cache_latents=True, mixed_precision="no")
+    free = ladder.next_step(dict(cfg), SD15, phase="training", deficit_gib=0.05)
+    assert free is not None and "mixed_precision" in {c[0] for c in free.changes}
+    kept = ladder.next_step(dict(cfg), SD15, phase="training", deficit_gib=0.05, keep={"mixed_precision"})
+    assert kept is not None and "mixed_precision" not in {c[0] for c in kept.changes}
+    assert "you set yourself" not in kept.note
+    # Everything else tried: the user's key is the one left, and the note says so.
+    others = {m.name for m in ladder.load_ladder().moves if m.name != "mixed_precision"}
+    last = ladder.next_step(dict(cfg), SD15, phase="training", deficit_gib=0.05, keep={"mixed_precision"},
+                            tried=others)
+    assert last is not None and last.move == "mixed_precision"
+    assert "mixed_precision, which you set yourself" in last.note
+
+
+def test_one_move_at_a_time_after_an_estimate_that_was_wrong():
+    combined = ladder.next_step(dict(HEAVY_SDXL), SDXL, phase="training", deficit_gib=100.0)
+    assert combined is not None and len(_names(combined)) > 1
+    single = ladder.next_step(dict(HEAVY_SDXL), SDXL, phase="training", deficit_gib=100.0, one_at_a_time=True)
+    assert single is not None and len(_names(single)) == 1 and "one move at a time" in single.note
+
+
+def test_tune_never_relaxes_a_key_the_user_set():
+    cfg = dict(CPU_SD15, mixed_precision="no", resolution="64,64")
+    free = ladder.tune(dict(cfg), SD15, 20.0)
+    assert free.config.get("train_batch_size") == 4 and not free.config.get("gradient_accumulation_steps")
+    kept = ladder.tune(dict(cfg), SD15, 20.0, keep={"train_batch_size", "gradient_accumulation_steps"})
+    assert kept.config["train_batch_size"] == 1 and kept.config["gradient_accumulation_steps"] == 4

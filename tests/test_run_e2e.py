@@ -61,8 +61,12 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _args(model: str, out: Path, images: Path, models: dict[str, Path], *extra: str, steps: int = 12) -> list[str]:
-    args = ["run", "--model", model, "--job", "style", "--gpu", "24" if model == "flux" else "8", "--cpu",
+def _args(model: str, out: Path, images: Path, models: dict[str, Path], *extra: str, steps: int = 12,
+          cpu: bool = True) -> list[str]:
+    # cpu=False: the stand-in plays a GPU trainer (fp8, block swap) on a machine without one, where
+    # accelerate runs on the CPU anyway; --cpu would keep the ladder to what a CPU runs.
+    args = ["run", "--model", model, "--job", "style", "--gpu", "24" if model == "flux" else "8"] + (
+        ["--cpu"] if cpu else []) + [
             "--data", str(images), "--out", str(out), "--sd-scripts", str(STANDIN), "--steps", str(steps),
             "--base", str(models["base"])]
     if model == "flux":
@@ -145,7 +149,8 @@ def test_oom_at_model_load_is_fixed_before_training(tmp_path, images, models):
     assert need["load"] > need["train"] * 0.8, need  # FLUX: loading is the tight moment
     budget = round(need["load"] - 0.6, 3)
     out = tmp_path / "run"
-    res = _cli(_args("flux", out, images, models, "--max-attempts", "6"), _env(tmp_path, STANDIN_VRAM_GB=budget))
+    res = _cli(_args("flux", out, images, models, "--max-attempts", "6", cpu=False),
+               _env(tmp_path, STANDIN_VRAM_GB=budget))
     attempts = _attempts(out)
     assert attempts[0]["outcome"] == "oom" and attempts[0]["phase"] == "model_load"
     assert attempts[0]["end_step"] == 0 and not attempts[0]["states"]

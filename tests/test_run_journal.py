@@ -118,3 +118,16 @@ def test_summary_counts_a_restart_as_losing_everything(tmp_path):
     s = summarize([a1, a2], status="success", reason="done", total_steps=10, final_config=None,
                   plan_config=None, lora_path=None)
     assert s["steps_lost"] == 6 and s["time_lost_s"] == 30.0
+
+
+def test_a_restart_after_a_resume_throws_away_the_whole_lineage(tmp_path):
+    """1 (0->6, OOM) -> 2 resumes at 4 (4->7, OOM) -> 3 restarts from 0: all 9 trained steps are redone."""
+    from dataclasses import replace
+
+    a1, a2 = _two_attempts(tmp_path)
+    a2 = replace(a2, end_step=7, exit_status=1, outcome="oom", final_model=None)
+    a3 = replace(a2, attempt=3, resume_from=None, start_step=0, end_step=10, exit_status=0, outcome="success",
+                 final_model=str(tmp_path / "lora.safetensors"))
+    s = summarize([a1, a2, a3], status="success", reason="done", total_steps=10, final_config=None,
+                  plan_config=None, lora_path=None)
+    assert s["steps_redone"] == 6 + 3 and s["steps_done"] == 6 + 3 + 10

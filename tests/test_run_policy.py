@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 import pytest
@@ -36,8 +36,8 @@ class FakeLadder:
     moves: list[FakeStep]
     calls: list[dict] = field(default_factory=list)
 
-    def __call__(self, config, family, *, phase, deficit_gib, policy, dataset, tried, require_resume_safe):
-        self.calls.append(dict(phase=phase, deficit=deficit_gib, tried=set(tried), safe=require_resume_safe))
+    def __call__(self, config, family, *, phase, deficit_gib, policy, dataset, tried, require_resume_safe, **kw):
+        self.calls.append(dict(phase=phase, deficit=deficit_gib, tried=set(tried), safe=require_resume_safe, **kw))
         for m in self.moves:
             if m.move in tried:
                 continue
@@ -388,3 +388,40 @@ def test_a_move_to_an_8bit_optimizer_without_bitsandbytes_becomes_adafactor(tmp_
     assert [c for c in fitted.changes if c.key == "optimizer_type"] == [Change("optimizer_type", "AdamW", "Adafactor")]
     sup._modules = {"bitsandbytes": "0.45.0"}
     assert sup._fit_environment(move) == move
+
+
+def test_the_ladder_hears_the_cpu_the_users_keys_and_a_repeated_phase():
+    from kohya_tuner import ladder as real_ladder
+
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
+    s = state(newest_state=StateRecord("/o/lora-step00000030-state", 30, 1), cpu=True,
+              user_keys=frozenset({"mixed_precision"}), last_move_phase="training")
+    decide(oom(), PLAN, SD15, s, facts(), next_step=ladder)
+    call = ladder.calls[0]
+    assert call["cpu"] is True and call["keep"] == {"mixed_precision"} and call["one_at_a_time"] is True
+    decide(oom(phase="model_load"), PLAN, SD15, s, facts(), next_step=ladder)
+    assert ladder.calls[-1]["one_at_a_time"] is False  # another phase: the estimate was not proven wrong there
+    # With the real ladder the note of a repeated phase says why the move comes alone.
+    cfg = {"network_module": "networks.lora", "network_dim": 32, "network_alpha": 16.0, "resolution": "768",
+           "train_batch_size": 2, "mixed_precision": "no", "max_train_steps": 100, "save_every_n_steps": 10}
+    action = decide(oom(tried=60.0, free=0.5), cfg, SD15, s, facts(), next_step=real_ladder.next_step)
+    assert isinstance(action, Retry) and "+" not in action.move and action.move != "mixed_precision"
+    assert "the estimate said the last move would be enough, and it ran out of memory while training again" in action.note
+
+
+def test_a_restart_comes_before_a_change_to_a_key_the_user_set():
+    from kohya_tuner import ladder as real_ladder
+
+    cfg = {"network_module": "networks.lora", "network_dim": 16, "network_alpha": 8.0, "resolution": "64,64",
+           "train_batch_size": 1, "gradient_accumulation_steps": 4, "mixed_precision": "no", "sdpa": True,
+           "cache_latents": True, "gradient_checkpointing": True, "optimizer_type": "AdamW",
+           "max_train_steps": 3, "save_every_n_steps": 1}
+    s = state(newest_state=StateRecord("/o/lora-step00000002-state", 2, 2), cpu=True, total_steps=3,
+              user_keys=frozenset({"mixed_precision", "resolution"}), plan_config=cfg)
+    action = decide(oom(tried=0.04, free=0.02), cfg, SD15, s, facts(end_step=2), next_step=real_ladder.next_step)
+    assert isinstance(action, Retry)
+    assert "mixed_precision" not in {c.key for c in action.changes}
+    # Without the user's claim on it, the resume-safe precision move wins over a restart.
+    mine = decide(oom(tried=0.04, free=0.02), cfg, SD15, replace(s, user_keys=frozenset()), facts(end_step=2),
+                  next_step=real_ladder.next_step)
+    assert "mixed_precision" in {c.key for c in mine.changes}

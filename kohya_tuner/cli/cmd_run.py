@@ -423,8 +423,10 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     ds = presets.build_dataset(plan, data, trigger)
     gpu_name = choice.info.name if choice.info else (card.name if card else None)
     others = choice.others_gib if choice.info else 0.0
+    user_keys = planning.user_keys(plan)  # before the fit writes its own layer over any of them
     fitted = planning.fit_plan(plan, ds, plan_gb, others_gib=0.0 if emulate_vram is not None else others,
-                               gpu_name=gpu_name, bf16=choice.bf16, gpus=max(1, len(gpu_ids)), do_fit=not no_fit)
+                               gpu_name=gpu_name, bf16=choice.bf16, gpus=max(1, len(gpu_ids)), do_fit=not no_fit,
+                               cpu=cpu)
     ds, budget, hist = fitted.dataset, fitted.budget_gib, history.load()
     fit_lines: list[str] = []
     if fitted.fit is not None:
@@ -476,7 +478,8 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         gpu_ids=gpu_ids, gpu_index=index, accelerate_config=accelerate_config.absolute() if accelerate_config else None,
         cpu=cpu, emulate_vram_gb=emulate_vram, max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
         hang_minutes=hang_timeout or DEFAULT_HANG_MINUTES, probe_steps=probe_steps, policy=policy, gpu=gpu_info,
-        predicted_gib=round(est.peak_gib, 3), dataset=ds, model=model, job=job)
+        predicted_gib=round(est.peak_gib, 3), dataset=ds, model=model, job=job,
+        user_keys=tuple(sorted(user_keys)))
     journal = Journal(out)
     journal.write_run(settings.to_json())
     first = Retry(config=dict(plan.config), resume_from=None, changes=[],

@@ -51,6 +51,8 @@ class Move:
     resume_safe: bool = True
     phases: tuple[str, ...] = ("training",)
     roadmap: int | None = None
+    # False for what a CPU run cannot execute (fp8 weights, bitsandbytes, CUDA streams): `--cpu` skips it.
+    cpu: bool = True
 
     @property
     def quality_text(self) -> str:
@@ -105,6 +107,12 @@ class Ladder:
     caution_share: float = 0.95
     small_card_gb: float = 6.0
 
+    def for_cpu(self) -> "Ladder":
+        """The ladder without the moves a CPU cannot run."""
+        from dataclasses import replace
+
+        return replace(self, moves=tuple(m for m in self.moves if m.cpu))
+
     def move(self, name: str) -> Move:
         for m in self.moves:
             if m.name == name:
@@ -113,7 +121,7 @@ class Ladder:
 
 
 _MOVE_KEYS = {"name", "label", "description", "kind", "set", "unset", "network_args", "key", "values", "map", "when",
-              "speed_cost", "speed_note", "quality_cost", "quality_note", "resume_safe", "phases", "roadmap"}
+              "speed_cost", "speed_note", "quality_cost", "quality_note", "resume_safe", "phases", "roadmap", "cpu"}
 _KINDS = {"set", "steps", "batch_to_accumulation", "rank", "resolution", "optimizer_map"}
 _RELAX_KINDS = {"steps_down", "unset", "optimizer_map", "accumulation_to_batch"}
 
@@ -138,6 +146,7 @@ def parse_ladder(doc: dict[str, Any], where: str = "ladder") -> Ladder:
             speed_note=raw.get("speed_note", ""), quality_cost=int(raw.get("quality_cost", 0)),
             quality_note=raw.get("quality_note", ""), resume_safe=bool(raw.get("resume_safe", True)),
             phases=tuple(raw.get("phases") or ("training",)), roadmap=raw.get("roadmap"),
+            cpu=bool(raw.get("cpu", True)),
         ))
     for r in doc.get("relax") or []:
         if r.get("kind") not in _RELAX_KINDS:

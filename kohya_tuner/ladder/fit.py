@@ -19,11 +19,16 @@ from kohya_tuner.ladder.moves import (
 
 def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: str = "default",
         dataset: dict[str, Any] | None = None, history: list | None = None, gpu_name: str | None = None,
-        gpu_gb: float | None = None, bf16: bool = True, ladder: Ladder | None = None) -> FitResult:
-    """Apply the fewest, cheapest moves until the estimate is within `budget_gib`."""
+        gpu_gb: float | None = None, bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
+        keep=frozenset()) -> FitResult:
+    """Apply the fewest, cheapest moves until the estimate is within `budget_gib`.
+    With `cpu`, moves a CPU cannot run are left out; a move that changes a key in `keep` (the
+    user's own) is taken only when no other move is left."""
+    keep = frozenset(keep)
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
-    ctx = _Ctx(family, history, gpu_name, bf16, ladder or load_ladder())
+    lad = ladder or load_ladder()
+    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad)
     cfg = dict(config)
     ds = copy.deepcopy(dataset) if dataset is not None else None
     before = ctx.est(cfg, ds)
@@ -46,6 +51,8 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
             c = _best_candidate(ctx, m, cfg, ds, s, current.peak_gib, budget_gib, None)
             if c is not None:
                 cands.append(c)
+        free = [c for c in cands if not {str(k) for k, _o, _n in c.changes} & keep]
+        cands = free or cands
         if not cands:
             break
         c = _choose(cands, current.peak_gib, budget_gib, None, policy)

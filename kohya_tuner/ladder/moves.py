@@ -28,6 +28,8 @@ class Step(BaseModel):
     resume_safe: bool
     reason: str
     phase: str = "training"
+    # Why the step is what it is beyond its saving: a key you set was moved, one move at a time.
+    note: str = ""
 
 
 class FitResult(BaseModel):

@@ -23,18 +23,23 @@ from kohya_tuner.ladder.fit import PHASE_WORDS, cautions, fit
 
 def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: dict[str, Any] | None = None,
          history: list | None = None, gpu_name: str | None = None, gpu_gb: float | None = None,
-         bf16: bool = True, ladder: Ladder | None = None) -> FitResult:
+         bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
+         keep: Iterable[str] = frozenset()) -> FitResult:
     """Fit, then remove speed costs (block swap, gradient checkpointing, checkpoint offload,
-    8-bit states) as long as the peak stays within the upper target share of the budget."""
+    8-bit states) as long as the peak stays within the upper target share of the budget.
+    Keys in `keep` (the user's own) are never relaxed, and the fit moves them last."""
+    keep = frozenset(keep)
     lad = ladder or load_ladder()
+    if cpu:
+        lad = lad.for_cpu()
     high = lad.tune_high * budget_gib
     # Aim at the upper target first (headroom for a late large bucket); settle for the whole
     # budget when the target cannot be reached.
     result = fit(config, family, high, dataset=dataset, history=history, gpu_name=gpu_name, gpu_gb=gpu_gb,
-                 bf16=bf16, ladder=lad)
+                 bf16=bf16, ladder=lad, keep=keep)
     if not result.fits:
         result = fit(config, family, budget_gib, dataset=dataset, history=history, gpu_name=gpu_name,
-                     gpu_gb=gpu_gb, bf16=bf16, ladder=lad)
+                     gpu_gb=gpu_gb, bf16=bf16, ladder=lad, keep=keep)
     if not result.fits:
         return result
     ctx = _Ctx(family, history, gpu_name, bf16, lad)
@@ -82,6 +87,8 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
                     variants.append((ncfg, ch))
         share = lad.tune_low if r.ceiling == "target_low" else lad.tune_high
         for ncfg, ch in variants:
+            if keep and {str(c[0]) for c in ch} & keep:
+                continue
             if not ch or not _valid(ncfg, ds, family):
                 continue
             e = ctx.est(ncfg, ds)
@@ -109,20 +116,26 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
 def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib: float | None,
               policy: str = "default", dataset: dict[str, Any] | None = None, tried: Iterable[str] = frozenset(),
               require_resume_safe: bool = False, history: list | None = None, gpu_name: str | None = None,
-              bf16: bool = True, ladder: Ladder | None = None) -> Step | None:
+              bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
+              keep: Iterable[str] = frozenset(), one_at_a_time: bool = False) -> Step | None:
     """The next move for a run that ran out of memory in `phase`, or None at the floor.
 
     Only moves listed for that phase are considered; moves in `tried` and, with
-    `require_resume_safe`, moves a saved state cannot resume across are skipped. When no
-    single move saves `deficit_gib`, moves are combined in policy order until they do (or
-    nothing is left); the returned Step then lists every change."""
+    `require_resume_safe`, moves a saved state cannot resume across are skipped; with `cpu`,
+    moves a CPU cannot run. When no single move saves `deficit_gib`, moves are combined in
+    policy order until they do (or nothing is left); the returned Step then lists every
+    change. `one_at_a_time` never combines (the estimate has already been wrong once).
+    A move that changes a key in `keep` (the user's own settings) is taken only when no other
+    move is left, and the Step's note says so."""
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
-    ctx = _Ctx(family, history, gpu_name, bf16, ladder or load_ladder())
+    lad = ladder or load_ladder()
+    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad)
     if phase not in PHASE_WORDS:
         phase = "training"  # a log that cannot place the failure: the training step is the usual culprit
     # A combined step is named "a+b"; each of its moves counts as tried.
     tried = {part for name in tried for part in str(name).split("+") if part}
+    keep = frozenset(keep)
     cfg = dict(config)
     ds = copy.deepcopy(dataset) if dataset is not None else None
     start = ctx.est(cfg, ds)
@@ -145,12 +158,15 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
             c = _best_candidate(ctx, m, cfg, ds, s, _phase_value(current, phase), target, phase)
             if c is not None:
                 cands.append(c)
+        # The user's own keys only when nothing else is left.
+        free = [c for c in cands if not _touches(c, keep)]
+        cands = free or cands
         if not cands:
             break
         c = _choose(cands, _phase_value(current, phase), target, phase, policy)
         chosen.append(c)
         cfg, ds, current = c.config, c.dataset, c.est
-        if _phase_value(current, phase) <= target:
+        if _phase_value(current, phase) <= target or one_at_a_time:
             break
     if not chosen:
         return None
@@ -160,7 +176,22 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
     reason = (f"out of memory while {phase.replace('_', ' ')}"
               + (f" (about {deficit_gib:.2f} GiB short)" if deficit_gib else "")
               + f"; this saves {saved:.2f} GiB there")
+    notes = []
+    yours = sorted({k for c in chosen for k in _touched(c) if k in keep})
+    if yours:
+        notes.append(f"changes {', '.join(yours)}, which you set yourself: no other move is left for this phase")
+    if one_at_a_time:
+        notes.append("one move at a time: the estimate already said an earlier move would be enough")
     return Step(move="+".join(m.name for m in moves), changes=changes, saved_gib=round(saved, 3),
                 speed_cost="; ".join(m.speed_note for m in moves if m.speed_note),
                 quality_cost="; ".join(m.quality_text for m in moves),
-                resume_safe=all(m.resume_safe for m in moves), reason=reason, phase=phase)
+                resume_safe=all(m.resume_safe for m in moves), reason=reason, phase=phase, note="; ".join(notes))
+
+
+def _touched(c: Candidate) -> set[str]:
+    """The config keys a candidate changes (a dataset-file key counts as the key it sets)."""
+    return {str(k).rsplit(".", 1)[-1] if str(k).startswith("dataset:") else str(k) for k, _o, _n in c.changes}
+
+
+def _touches(c: Candidate, keep: frozenset[str]) -> bool:
+    return bool(keep) and bool(_touched(c) & keep)

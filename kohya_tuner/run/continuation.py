@@ -48,7 +48,8 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
         diag = SimpleNamespace(outcome=last.outcome, phase=last.phase, oom=last.oom, error=last.error,
                                advice=last.advice)
         state = RunState(attempt=last.attempt, attempts_left=settings.max_attempts, total_steps=settings.total_steps,
-                         plan_config=settings.plan_config, tried=tried, newest_state=newest, policy=settings.policy)
+                         plan_config=settings.plan_config, tried=tried, newest_state=newest, policy=settings.policy,
+                         cpu=settings.cpu, user_keys=frozenset(settings.user_keys))
         facts = AttemptFacts(exit_status=last.exit_status, end_step=last.end_step, killed=last.outcome == "cpu_oom")
         action = decide(diag, config, settings.family, state, facts, dataset=settings.dataset, next_step=next_step)
         if isinstance(action, Retry):

@@ -126,7 +126,8 @@ class Supervisor:
             state = RunState(attempt=attempt, attempts_left=self.s.max_attempts - launched,
                              total_steps=self.s.probe_steps if probing else self.s.total_steps,
                              plan_config=self.s.plan_config, tried=frozenset(tried), newest_state=newest,
-                             probe=probing, policy=self.s.policy)
+                             probe=probing, policy=self.s.policy, cpu=self.s.cpu,
+                             user_keys=frozenset(self.s.user_keys), last_move_phase=_answered_phase(history))
             action = decide(diagnosis, plan.config, self.s.family, state, facts, dataset=self.dataset,
                             next_step=self.next_step)
             if isinstance(action, Stop):
@@ -434,6 +435,13 @@ class Supervisor:
 _PASSED_ON = {"Milestone": "milestone", "Resumed": "resumed", "Failure": "failure", "TotalSteps": "total_steps",
               "EpochStart": "epoch", "Finished": "model_saved", "Exited": "exited"}
 
+
+
+def _answered_phase(history: list[AttemptRecord]) -> str | None:
+    """The OOM phase the move that started the last attempt answered, if a ladder move did."""
+    if len(history) < 2 or not history[-1].move or history[-2].outcome != "oom":
+        return None
+    return history[-2].phase or "training"
 
 
 def _quote(path: Path) -> str:

@@ -90,6 +90,13 @@ class RunState:
     newest_state: StateRecord | None = None
     probe: bool = False
     policy: str = "default"
+    # A CPU run (--cpu): the ladder offers only what a CPU can run.
+    cpu: bool = False
+    # Keys the user set (--set, their --preset file): moved only when nothing else is left.
+    user_keys: frozenset[str] = frozenset()
+    # The phase the move that started this attempt answered; the same phase failing again
+    # means the estimate was wrong, so the next move comes alone.
+    last_move_phase: str | None = None
 
 
 # ---- pure helpers ---------------------------------------------------------------------------
@@ -194,6 +201,10 @@ def _get(obj: Any, name: str) -> Any:
 
 def _step_changes(step: Any) -> list[tuple[str, Any, Any]]:
     return [tuple(c) if not isinstance(c, Change) else (c.key, c.old, c.new) for c in _get(step, "changes") or []]
+
+
+def _moves_yours(step: Any, keys: frozenset[str]) -> bool:
+    return bool(keys) and any(str(k).rsplit(".", 1)[-1] in keys for k, _o, _n in _step_changes(step))
 
 
 def _is_sampling(phase: str | None) -> bool:
@@ -301,14 +312,19 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     where = phase_words(phase)
     lphase = ladder_phase(phase)
     step = None
+    again = state.last_move_phase is not None and ladder_phase(state.last_move_phase) == lphase
+    extra = dict(cpu=state.cpu, keep=state.user_keys, one_at_a_time=again)
     if resumable:
         step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
-                         dataset=dataset, tried=set(state.tried), require_resume_safe=True)
+                         dataset=dataset, tried=set(state.tried), require_resume_safe=True, **extra)
         if step is not None and resume_unsafe(_step_changes(step)):
             step = None
-    if step is None:
-        step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
-                         dataset=dataset, tried=set(state.tried), require_resume_safe=False)
+    if step is None or _moves_yours(step, state.user_keys):
+        # A move that restarts comes before a change to a key the user set.
+        other = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
+                          dataset=dataset, tried=set(state.tried), require_resume_safe=False, **extra)
+        if other is not None and (step is None or not _moves_yours(other, state.user_keys)):
+            step = other
     if step is None:
         return Stop(f"out of memory{where} {_when(facts.end_step)}, and the memory ladder has no cheaper setting "
                     "left for this model (its floor is reached)",
@@ -321,12 +337,17 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     gain = f", which saves about {saved:.2f} GiB by the estimate" if isinstance(saved, (int, float)) and saved > 0 else ""
     reason = f"out of memory{where} {_when(facts.end_step)}{figures}: {what}{gain}"
     safe = bool(_get(step, "resume_safe")) and not resume_unsafe(changes)
+    why = _get(step, "note") or ""
+    if again:
+        why = why.replace("the estimate already said an earlier move would be enough",
+                          f"the estimate said the last move would be enough, and it ran out of memory{where} again")
     return _retry(config, changes, str(_get(step, "move")), reason, state, resume_ok=safe,
-                  target_batch=target_batch, dataset=dataset, end_step=facts.end_step)
+                  target_batch=target_batch, dataset=dataset, end_step=facts.end_step, step_note=why or None)
 
 
 def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: RunState, *, resume_ok: bool,
-           target_batch: int, dataset: Mapping[str, Any] | None = None, end_step: int = 0) -> Retry:
+           target_batch: int, dataset: Mapping[str, Any] | None = None, end_step: int = 0,
+           step_note: str | None = None) -> Retry:
     ds_changes = [c for c in changes if str(c[0]).startswith("dataset:")]
     changes = [c for c in changes if not str(c[0]).startswith("dataset:")]
     new_dataset = None
@@ -335,10 +356,10 @@ def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: Ru
 
         _, new_dataset = apply_step({}, _Changes(ds_changes), dict(dataset))
     new = apply_changes(config, changes)
-    note = None
+    note = step_note
     if "train_batch_size" in {c[0] for c in changes} and "gradient_accumulation_steps" not in {c[0] for c in changes}:
         new, why = keep_effective_batch(new, target_batch)
-        note = why
+        note = _join(note, why) if why else note
     new = {k: v for k, v in new.items() if k not in BOOKKEEPING}
     all_changes = diff_configs(config, new)
     resume_from = None

@@ -38,6 +38,8 @@ class RunSettings:
     dataset: dict[str, Any] | None = None
     model: str = ""
     job: str = ""
+    # Keys the user set (--set, --preset): the ladder moves them last.
+    user_keys: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +51,7 @@ class RunSettings:
             "emulate_vram_gb": self.emulate_vram_gb, "max_attempts": self.max_attempts,
             "hang_minutes": self.hang_minutes, "probe_steps": self.probe_steps, "policy": self.policy,
             "gpu": self.gpu, "predicted_gib": self.predicted_gib, "dataset": self.dataset,
+            "user_keys": list(self.user_keys),
         }
 
     @classmethod
@@ -84,6 +87,13 @@ class RunSettings:
                 raise ValueError(f"{key} is {str(v)[:40]!r}")
             return v
 
+        def _strings(v: Any) -> tuple[str, ...]:
+            if v is None:
+                return ()
+            if not isinstance(v, list) or not all(isinstance(i, str) for i in v):
+                raise ValueError(f"user_keys is {str(v)[:40]!r}")
+            return tuple(v)
+
         policy = opt("policy", "str", "default")
         if policy not in ("default", "roadmap"):
             raise ValueError(f"policy is {policy[:40]!r}")
@@ -99,7 +109,7 @@ class RunSettings:
             hang_minutes=opt("hang_minutes", "num", 0) or DEFAULT_HANG_MINUTES,
             probe_steps=opt("probe_steps", "int") or None, policy=policy, gpu=opt("gpu", "dict"),
             predicted_gib=opt("predicted_gib", "num"), dataset=opt("dataset", "dict"), model=opt("model", "str", ""),
-            job=opt("job", "str", ""),
+            job=opt("job", "str", ""), user_keys=_strings(data.get("user_keys")),
         )
 
 

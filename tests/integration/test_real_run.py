@@ -182,3 +182,26 @@ def test_ctrl_c_then_continue_finishes_the_run(real, twelve, tmp_path):
     assert [a["outcome"] for a in attempts] == ["interrupted", "success"]
     assert attempts[1]["start_step"] >= 1 and attempts[1]["resume_from"]
     _check_accounting(run, "Ctrl-C, then run --continue", 6)
+
+
+def test_cpu_run_with_accumulation_4_survives_two_ooms_in_a_row(real, tmp_path):
+    """`run --cpu` at batch 1 x accumulation 4 runs out of memory in two launches in a row, at
+    the 6th backward each time (mid-accumulation). The ladder must offer only what a CPU runs
+    (no fp8_base), leave the mixed_precision the user set alone, and answer the second OOM of
+    the same phase with one move: the run finishes with the planned steps."""
+    data = image_folder(real, tmp_path / "img", 4)
+    run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=6, SDS_INJECT_ONCE_MARKER=tmp_path / "once",
+                  SDS_INJECT_LAUNCHES=2, SDS_INJECT_OOM_MESSAGE=SMALL_OOM)
+    res = cli(run, run_args(run, real, data, steps=3, extra=("--set", "train_batch_size=1",
+                                                             "--set", "gradient_accumulation_steps=4",
+                                                             "--set", "save_every_n_steps=1")))
+    assert res.returncode == 0, explain(res)
+    attempts = run.attempts()
+    assert [a["outcome"] for a in attempts] == ["oom", "oom", "success"]
+    no_cpu = {"fp8_base", "optimizer_8bit", "mixed_precision_fp16"}
+    for a in attempts[1:]:
+        assert not set(a["move"].split("+")) & no_cpu, a
+        assert "+" not in a["move"] or a is attempts[1], a
+        assert "mixed_precision" not in {c["key"] for c in a["changes"]}, a
+    assert "one move at a time" in (attempts[2]["note"] or "")
+    _check_accounting(run, "--cpu, accumulation 4, two OOMs in a row", 3)

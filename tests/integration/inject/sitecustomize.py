@@ -13,6 +13,8 @@ From the harness:
 Added here:
   SDS_INJECT_OOM_AT_LOAD=1       safetensors.torch.load_file raises torch.OutOfMemoryError at
                                  its first call (sd-scripts reads the checkpoint with it)
+  SDS_INJECT_LAUNCHES=K          with SDS_INJECT_ONCE_MARKER: inject in the first K processes
+                                 (the marker file counts them, one line each), not only the first
   SDS_INJECT_LOAD_ONCE_MARKER=FILE  the once-marker of the load hook, apart from the other
   SDS_INJECT_ERROR_AT_BACKWARD=N the N-th backward raises a RuntimeError that is not about
                                  memory (a device mismatch), once per SDS_INJECT_ONCE_MARKER
@@ -24,7 +26,18 @@ import sys
 _AT = os.environ.get("SDS_INJECT_OOM_AT_BACKWARD")
 _ERR = os.environ.get("SDS_INJECT_ERROR_AT_BACKWARD")
 _ONCE = os.environ.get("SDS_INJECT_ONCE_MARKER")
-if _ONCE and os.path.exists(_ONCE):
+_LAUNCHES = int(os.environ.get("SDS_INJECT_LAUNCHES") or 1)
+
+
+def _injected_before(path):
+    try:
+        with open(path) as f:
+            return len(f.read().splitlines()) or 1  # an empty marker (older runs) counts as one
+    except OSError:
+        return 0
+
+
+if _ONCE and _injected_before(_ONCE) >= _LAUNCHES:
     _AT = _ERR = None
 _LOAD = os.environ.get("SDS_INJECT_OOM_AT_LOAD")
 _LOAD_ONCE = os.environ.get("SDS_INJECT_LOAD_ONCE_MARKER")
@@ -55,7 +68,8 @@ def _config_file():
 
 def _mark(path):
     if path:
-        open(path, "w").close()
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
 
 
 def _patch_torch(torch):
