@@ -4,7 +4,7 @@ Inputs: an sd-scripts `--config_file` TOML, a kohya_ss GUI JSON, or a text file 
 an `accelerate launch …` / `python …_train_network.py …` command line. All become one
 flat dict of sd-scripts argument names, the form sd-scripts itself ends up with.
 
-Outputs are TOML written by tomli-w and proven to read back unchanged through `toml`
+Outputs are TOML written by `tomlwrite` (one quoting layer) and proven to read back unchanged through `toml`
 0.10.2, the parser sd-scripts uses.
 """
 
@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import toml
-import tomli_w
 
-from kohya_tuner import schema
+from kohya_tuner import schema, tomlwrite
 from kohya_tuner.errors import UserError
 from kohya_tuner.fileio import atomic_write, write_new  # noqa: F401  (the writers live in fileio)
 from kohya_tuner.families import FAMILIES, Family, family_for_config, family_for_script, get_family
@@ -583,7 +582,7 @@ def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, s
         for key in keys:
             if why and why.get(key):
                 out.append(_comment(why[key]))
-            out.append(tomli_w.dumps({key: config[key]}))
+            out.append(tomlwrite.dumps_pair(key, config[key]))
         out.append("\n")
     text = "".join(out).rstrip() + "\n"
     check_roundtrip(text, config)
@@ -591,18 +590,12 @@ def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, s
 
 
 def dumps_dataset(dataset: dict[str, Any], header: str | None = None) -> str:
-    text = (_comment(header) + "\n" if header else "") + tomli_w.dumps(dataset)
-    back = toml.loads(text)
-    if back != dataset:
-        raise AssertionError("dataset TOML does not read back unchanged through toml 0.10.2")
+    text = (_comment(header) + "\n" if header else "") + tomlwrite.dumps(dataset)
+    tomlwrite.verify(text, dataset, "dataset TOML")
     return text
 
 
 def check_roundtrip(text: str, config: dict[str, Any]) -> None:
     """The written file must mean exactly `config` to sd-scripts: parse it with toml
     0.10.2 and flatten as sd-scripts does."""
-    back = flatten(toml.loads(text))
-    want = {k: v for k, v in config.items() if v is not None}
-    if back != want:
-        diff = sorted(k for k in set(back) | set(want) if back.get(k) != want.get(k))
-        raise AssertionError(f"config TOML does not read back unchanged through toml 0.10.2: {diff}")
+    tomlwrite.verify(text, config, "config TOML", flat=flatten)

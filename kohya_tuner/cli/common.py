@@ -16,7 +16,9 @@ err_console = Console(stderr=True, highlight=False)
 
 def print_json(data: Any) -> None:
     """One JSON object on stdout, nothing else, so other tools can read it."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    from kohya_tuner.cli.streams import json_ascii
+
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=json_ascii(), default=str) + "\n")
     sys.stdout.flush()
 
 
