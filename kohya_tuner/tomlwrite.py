@@ -142,3 +142,43 @@ def verify(text: str, want: dict[str, Any], what: str, flat=None) -> None:
         diff = sorted(str(k) for k in set(back) | set(want) if back.get(k) != want.get(k))
         raise UserError(f"The {what} would not read back unchanged through toml 0.10.2 (keys {', '.join(diff)}).",
                         "Choose values without the quote or comma characters those keys hold.")
+
+
+# ---- the layout of a --config_file -------------------------------------------------
+
+# sd-scripts ignores section names; these only make the file readable. The section of a
+# key follows the sd-scripts helper that defines the argument (from args.json).
+_SECTION_BY_SOURCE = [
+    ("add_sd_models_arguments", "model"),
+    ("add_flux_train_arguments", "model"),
+    ("add_sdxl_training_arguments", "model"),
+    ("add_dit_training_arguments", "memory"),
+    ("add_dataset_arguments", "dataset"),
+    ("add_optimizer_arguments", "optimizer"),
+    ("setup_parser", "network"),
+    ("add_training_arguments", "training"),
+    ("add_config_arguments", "dataset"),
+    ("add_logging_arguments", "logging"),
+]
+_MEMORY_KEYS = {
+    "gradient_checkpointing", "cpu_offload_checkpointing", "mixed_precision", "full_bf16", "full_fp16", "fp8_base",
+    "fp8_base_unet", "blocks_to_swap", "cache_latents", "cache_latents_to_disk", "cache_text_encoder_outputs",
+    "cache_text_encoder_outputs_to_disk", "xformers", "sdpa", "mem_eff_attn", "vae_batch_size", "lowram", "highvram",
+    "train_batch_size", "gradient_accumulation_steps", "max_data_loader_n_workers", "persistent_data_loader_workers",
+}
+_SAVE_PREFIXES = ("save_", "resume", "skip_until_initial_step", "output_", "sample_")
+SECTION_ORDER = ["model", "network", "optimizer", "training", "memory", "dataset", "saving", "logging", "other"]
+
+
+def section_of(key: str, sources: dict[str, str]) -> str:
+    if key in _MEMORY_KEYS:
+        return "memory"
+    if key.startswith(_SAVE_PREFIXES):
+        return "saving"
+    src = sources.get(key, "")
+    if key.startswith("network_") or key in ("dim_from_weights", "scale_weight_norms"):
+        return "network"
+    for needle, section in _SECTION_BY_SOURCE:
+        if needle in src:
+            return section
+    return "other"
