@@ -136,8 +136,11 @@ def _report_error(message: str, hint: str | None, want_json: bool) -> int:
 
         sys.stdout.write(json.dumps({"error": {"message": message, "hint": hint}}, ensure_ascii=json_ascii()) + "\n")
         sys.stdout.flush()
-    # Plain text on purpose: messages carry paths and log text, which must never be read as markup.
-    text = message.rstrip() + (" " + hint.strip() if hint else "")
+    # Plain text on purpose: messages carry paths and log text, which must never be read as markup,
+    # nor reach the terminal as escape sequences.
+    from kohya_tuner.printable import printable
+
+    text = printable(message.rstrip() + (" " + hint.strip() if hint else ""), keep_lines=True)
     sys.stderr.write(f"error: {text}\n")
     sys.stderr.flush()
     return 2

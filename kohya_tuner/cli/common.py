@@ -34,7 +34,9 @@ def warn(message: str) -> None:
     """A warning on stderr, wrapped at word boundaries; never read as markup."""
     from rich.text import Text
 
-    err_console.print(Text.assemble(("warning:", "yellow"), " ", message))
+    from kohya_tuner.printable import printable
+
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", printable(message, keep_lines=True)))
 
 
 def say(text: str, style: str | None = None, *, wrap: bool = True) -> None:
@@ -42,4 +44,6 @@ def say(text: str, style: str | None = None, *, wrap: bool = True) -> None:
     line that must stay whole to be copied, such as a path."""
     from rich.text import Text
 
-    console.print(Text(text, style=style or ""), soft_wrap=not wrap)
+    from kohya_tuner.printable import printable
+
+    console.print(Text(printable(text, keep_lines=True), style=style or ""), soft_wrap=not wrap)
