@@ -130,10 +130,10 @@ def check_number(key: str, value: Any, what: str) -> None:
     if isinstance(value, bool):
         return
     if isinstance(value, float) and not math.isfinite(value):
-        raise UserError(f"{what}: {key} = {value} is not a finite number (NaN, inf, or too large, like 1e400).",
+        raise UserError(f"{what}: {key}: {value} is not a finite number (NaN, inf, or too large, like 1e400).",
                         f"Give {key} an ordinary number.")
     if isinstance(value, int) and not -INT_LIMIT <= value < INT_LIMIT:
-        raise UserError(f"{what}: {key} is an integer of {len(str(abs(value)))} digits, beyond the 64-bit range "
+        raise UserError(f"{what}: {key}: an integer of {len(str(abs(value)))} digits, beyond the 64-bit range "
                         "sd-scripts and torch use.", f"Give {key} an ordinary number.")
 
 
