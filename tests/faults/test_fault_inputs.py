@@ -256,3 +256,18 @@ def test_hostile_file_names_are_never_printed_raw(tmp_path):
         out = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         for ch in ("\x1b", "\x07", "\x9b", "\u202e", "\r"):
             assert ch not in out, (argv, repr(ch), out[-1500:])
+
+
+def test_what_the_hunting_pass_found(files, tmp_path):
+    """A 400-digit exit status was accepted; a trigger holding non-UTF-8 bytes crashed prep."""
+    proc = kt("diagnose", str(files / "log.txt"), "--exit-code=-" + "9" * 400)
+    _no_traceback(proc)
+    assert proc.returncode == 2 and b"--exit-code" in proc.stderr
+    trigger = os.fsdecode(b"\xff\xfe")
+    for argv in (["dataset", "prep", str(files / "imgs"), "-m", "sd15", "--out", str(tmp_path / "p"), "--trigger",
+                  trigger],
+                 ["config", "-m", "sd15", "-j", "style", "-g", "8", "--out", str(tmp_path / "c"), "--trigger", trigger]):
+        proc = kt(*argv)
+        _no_traceback(proc)
+        assert proc.returncode == 2 and b"--trigger" in proc.stderr, proc.stderr
+    assert not (tmp_path / "p").exists() and not (tmp_path / "c").exists()
