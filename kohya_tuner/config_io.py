@@ -4,7 +4,7 @@ Inputs: an sd-scripts `--config_file` TOML, a kohya_ss GUI JSON, or a text file 
 an `accelerate launch …` / `python …_train_network.py …` command line. All become one
 flat dict of sd-scripts argument names, the form sd-scripts itself ends up with.
 
-Outputs are TOML written by tomli-w and proven to read back unchanged through `toml`
+Outputs are TOML written by `tomlwrite` (one quoting layer) and proven to read back unchanged through `toml`
 0.10.2, the parser sd-scripts uses.
 """
 
@@ -13,15 +13,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import toml
-import tomli_w
 
-from kohya_tuner import schema
+from kohya_tuner import safeio, schema, tomlwrite
 from kohya_tuner.errors import UserError
 from kohya_tuner.fileio import atomic_write, write_new  # noqa: F401  (the writers live in fileio)
 from kohya_tuner.families import FAMILIES, Family, family_for_config, family_for_script, get_family
@@ -47,25 +45,20 @@ class LoadedConfig:
 
 
 def _read_text(path: Path) -> str:
-    if not path.exists():
-        raise UserError(f"{path} does not exist.")
-    if path.is_dir():
-        raise UserError(f"{path} is a directory, not a config file.")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"Cannot read {path}: {exc.strerror or exc}.") from None
-    if b"\x00" in data[:4096]:
-        raise UserError(f"{path} is a binary file, not a config (TOML, kohya_ss JSON or a command line).")
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    return data.decode("utf-8", errors="replace")
+    return safeio.read_text(path, "config file")
 
 
 def loads_toml(text: str, where: str) -> dict[str, Any]:
     """Parse with the same parser sd-scripts uses, so what we accept it accepts."""
+    safeio.check_lines(text, where)
+    if text.startswith("\ufeff"):
+        # sd-scripts opens the file as plain UTF-8: the mark is then a character toml 0.10.2
+        # fails on before a comment or a section, and silently makes part of the first key otherwise.
+        raise UserError(f"{where} starts with a UTF-8 byte-order mark (BOM), which sd-scripts' TOML parser "
+                        "(toml 0.10.2) cannot read.",
+                        "Save it as UTF-8 without BOM (most editors offer that in their encoding menu).")
     try:
-        return toml.loads(text)
+        doc = safeio.parse_guard(toml.loads, text, where)
     except toml.TomlDecodeError as exc:
         raise UserError(
             f"{where} is not valid TOML for sd-scripts' parser (toml 0.10.2): {exc.msg} "
@@ -73,6 +66,8 @@ def loads_toml(text: str, where: str) -> dict[str, Any]:
         ) from None
     except (IndexError, ValueError, TypeError) as exc:  # toml 0.10.2 raises these on some garbage
         raise UserError(f"{where} is not valid TOML: {exc}.") from None
+    safeio.check_values(doc, where)
+    return doc
 
 
 def flatten(doc: dict[str, Any]) -> dict[str, Any]:
@@ -152,6 +147,17 @@ def _coerce(spec: schema.ArgSpec, raw: Any) -> Any:
     return raw
 
 
+def _coerce_checked(name: str, spec: schema.ArgSpec, raw: Any, where: str) -> Any:
+    """_coerce, with values at the edges (1e400, inf, a 5,000-digit number) refused by key."""
+    try:
+        value = _coerce(spec, raw)
+    except OverflowError:
+        raise UserError(f"{where}: {name} = {str(raw)[:40]!r} is too large a number.",
+                        f"Give {name} an ordinary number.") from None
+    safeio.check_values({name: value}, where)
+    return value
+
+
 def _join_wrapped_lines(text: str) -> str:
     """Undo the ways a command line gets split: shell continuations (`\\`, `^`, PowerShell
     backtick) and console wrapping that breaks a token in the middle (a line that starts
@@ -174,15 +180,24 @@ def _join_wrapped_lines(text: str) -> str:
     return out
 
 
+# shlex's splitting (posix, whitespace only, no escape: a backslash is a Windows path
+# separator, never an escape) without shlex's cost, which grows with the square of a
+# token's length. A quoted part is taken whole; quotes join the parts around them.
+_TOKEN_RE = re.compile(r"""(?:[^ \t\r\n'"]|'[^']*'|"[^"]*")+""")
+_GAP_RE = re.compile(r"[ \t\r\n]*")
+_QUOTED_RE = re.compile(r"'([^']*)'|\"([^\"]*)\"")
+
+
 def _tokens(command: str) -> list[str]:
-    lex = shlex.shlex(command, posix=True)
-    lex.whitespace_split = True
-    lex.escape = ""  # Windows paths: a backslash is a path separator, never an escape
-    lex.commenters = ""
-    try:
-        return list(lex)
-    except ValueError as exc:
-        raise UserError(f"Cannot split the command line: {exc} (an unclosed quote?).") from None
+    out: list[str] = []
+    pos = _GAP_RE.match(command).end()
+    while pos < len(command):
+        m = _TOKEN_RE.match(command, pos)
+        if m is None or (m.end() < len(command) and command[m.end()] not in " \t\r\n"):
+            raise UserError("Cannot split the command line: No closing quotation (an unclosed quote?).")
+        out.append(_QUOTED_RE.sub(lambda q: q.group(1) if q.group(1) is not None else q.group(2), m.group()))
+        pos = _GAP_RE.match(command, m.end()).end()
+    return out
 
 
 def parse_command_line(text: str, model: str | None = None) -> LoadedConfig:
@@ -245,14 +260,14 @@ def parse_command_line(text: str, model: str | None = None) -> LoadedConfig:
             continue
         try:
             if spec.type == "bool-store_true":
-                config[name] = True if not values else _coerce(spec, values[0])
+                config[name] = True if not values else _coerce_checked(name, spec, values[0], "the command line")
             elif spec.type == "list":
-                config[name] = _coerce(spec, values)
+                config[name] = _coerce_checked(name, spec, values, "the command line")
             else:
                 if not values:
                     notes.append(f"--{name} has no value; ignored")
                     continue
-                config[name] = _coerce(spec, values[0])
+                config[name] = _coerce_checked(name, spec, values[0], "the command line")
         except ValueError:
             notes.append(f"--{name} {' '.join(values)!r} is not a valid {spec.type}; ignored")
     if fam is None:
@@ -280,12 +295,15 @@ def _salvage_json(text: str) -> tuple[dict[str, Any], bool]:
     """Parse JSON; when it is cut short (a truncated paste), keep every complete
     `"key": value` line rather than give up."""
     try:
-        data = json.loads(text)
+        data = safeio.parse_guard(json.loads, text, "The JSON file")
         if not isinstance(data, dict):
             raise UserError("The JSON file does not hold an object of settings.")
+        safeio.check_values(data, "The JSON file")
         return data, False
     except json.JSONDecodeError:
         pass
+    except ValueError as exc:  # an integer beyond Python's digit limit
+        raise UserError(f"The JSON file holds a value that cannot be read: {exc}.") from None
     data: dict[str, Any] = {}
     for line in text.splitlines():
         m = _GUI_PAIR_RE.match(line)
@@ -293,8 +311,9 @@ def _salvage_json(text: str) -> tuple[dict[str, Any], bool]:
             continue
         try:
             data[m.group(1)] = json.loads(m.group(2).rstrip(","))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
+    safeio.check_values(data, "The JSON file")
     if not data:
         raise UserError("The file is neither valid JSON nor a recognisable kohya_ss settings file.")
     return data, True
@@ -358,7 +377,7 @@ def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
                 config[raw] = True
             continue
         try:
-            value = _coerce(spec, raw)
+            value = _coerce_checked(key, spec, raw, "the kohya_ss file")
         except (ValueError, TypeError):
             notes.append(f"{key}={raw!r} is not a valid {spec.type}; ignored")
             continue
@@ -403,23 +422,23 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
     """Read any of the three forms into one flat sd-scripts config."""
     p = Path(path)
     text = _read_text(p)
-    stripped = text.lstrip()
+    stripped = text.lstrip().lstrip("\ufeff")
     if not stripped:
         raise UserError(f"{p} is empty.")
     if p.suffix.lower() == ".json" or stripped.startswith("{"):
         try:
-            return read_gui_json(text, model)
+            return read_gui_json(text.lstrip("\ufeff"), model)
         except UserError as exc:
             raise UserError(f"{p}: {exc.message}", exc.hint) from None
     suffix = p.suffix.lower()
     if suffix in (".sh", ".bat", ".cmd", ".ps1", ".txt"):
-        return parse_command_line(text, model)
+        return parse_command_line(text.lstrip("\ufeff"), model)
     if suffix != ".toml":
         try:
-            toml.loads(text)
+            safeio.parse_guard(toml.loads, text, str(p))
         except Exception:
             if re.search(r"\S+\.py\b", text):
-                return parse_command_line(text, model)
+                return parse_command_line(text.lstrip("\ufeff"), model)
     doc = loads_toml(text, str(p))
     config = flatten(doc)
     nested = [k for k, v in config.items() if isinstance(v, dict)]
@@ -444,16 +463,20 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
 
 def read_dataset(path: str | os.PathLike) -> dict[str, Any]:
     p = Path(path)
-    text = _read_text(p)
+    text = safeio.read_text(p, "dataset file")
     if p.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = safeio.parse_guard(json.loads, text.lstrip("\ufeff"), str(p))
         except json.JSONDecodeError as exc:
             raise UserError(f"{p} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
+        except ValueError as exc:
+            raise UserError(f"{p} holds a value that cannot be read: {exc}.") from None
+        safeio.check_values(data, str(p))
     else:
         data = loads_toml(text, str(p))
     if not isinstance(data, dict):
         raise UserError(f"{p} does not hold a dataset config table.")
+    safeio.check_dataset_shape(data, str(p))
     return data
 
 
@@ -528,44 +551,6 @@ def show_value(value: Any) -> str:
 
 # ---- writing -----------------------------------------------------------------------
 
-# sd-scripts ignores section names; these only make the file readable. The section of a
-# key follows the sd-scripts helper that defines the argument (from args.json).
-_SECTION_BY_SOURCE = [
-    ("add_sd_models_arguments", "model"),
-    ("add_flux_train_arguments", "model"),
-    ("add_sdxl_training_arguments", "model"),
-    ("add_dit_training_arguments", "memory"),
-    ("add_dataset_arguments", "dataset"),
-    ("add_optimizer_arguments", "optimizer"),
-    ("setup_parser", "network"),
-    ("add_training_arguments", "training"),
-    ("add_config_arguments", "dataset"),
-    ("add_logging_arguments", "logging"),
-]
-_MEMORY_KEYS = {
-    "gradient_checkpointing", "cpu_offload_checkpointing", "mixed_precision", "full_bf16", "full_fp16", "fp8_base",
-    "fp8_base_unet", "blocks_to_swap", "cache_latents", "cache_latents_to_disk", "cache_text_encoder_outputs",
-    "cache_text_encoder_outputs_to_disk", "xformers", "sdpa", "mem_eff_attn", "vae_batch_size", "lowram", "highvram",
-    "train_batch_size", "gradient_accumulation_steps", "max_data_loader_n_workers", "persistent_data_loader_workers",
-}
-_SAVE_PREFIXES = ("save_", "resume", "skip_until_initial_step", "output_", "sample_")
-_SECTION_ORDER = ["model", "network", "optimizer", "training", "memory", "dataset", "saving", "logging", "other"]
-
-
-def _section_of(key: str, sources: dict[str, str]) -> str:
-    if key in _MEMORY_KEYS:
-        return "memory"
-    if key.startswith(_SAVE_PREFIXES):
-        return "saving"
-    src = sources.get(key, "")
-    if key.startswith("network_") or key in ("dim_from_weights", "scale_weight_norms"):
-        return "network"
-    for needle, section in _SECTION_BY_SOURCE:
-        if needle in src:
-            return section
-    return "other"
-
-
 def _comment(text: str) -> str:
     return "".join(f"# {line}\n" for line in text.strip().splitlines())
 
@@ -577,7 +562,6 @@ def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, s
     preceded by the reason it has this value when `why` gives one."""
     sources: dict[str, str] = {}
     if script:
-        sources = {n: a.desc and "" or "" for n, a in schema.script_args(script).items()}
         raw = schema.raw_schema()["scripts"].get(script, {}).get("args", [])
         sources = {a["name"]: a.get("source", "") for a in raw}
     groups: dict[str, list[str]] = {}
@@ -585,7 +569,7 @@ def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, s
         value = config[key]
         if value is None:
             continue
-        groups.setdefault(_section_of(key, sources), []).append(key)
+        groups.setdefault(tomlwrite.section_of(key, sources), []).append(key)
     out = []
     if header:
         out.append(_comment(header))
@@ -600,7 +584,7 @@ def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, s
         from kohya_tuner.assumed import comment_block
 
         out.append(comment_block(record))
-    for section in _SECTION_ORDER:
+    for section in tomlwrite.SECTION_ORDER:
         keys = groups.get(section)
         if not keys:
             continue
@@ -608,7 +592,7 @@ def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, s
         for key in keys:
             if why and why.get(key):
                 out.append(_comment(why[key]))
-            out.append(tomli_w.dumps({key: config[key]}))
+            out.append(tomlwrite.dumps_pair(key, config[key]))
         out.append("\n")
     text = "".join(out).rstrip() + "\n"
     check_roundtrip(text, config)
@@ -616,18 +600,12 @@ def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, s
 
 
 def dumps_dataset(dataset: dict[str, Any], header: str | None = None) -> str:
-    text = (_comment(header) + "\n" if header else "") + tomli_w.dumps(dataset)
-    back = toml.loads(text)
-    if back != dataset:
-        raise AssertionError("dataset TOML does not read back unchanged through toml 0.10.2")
+    text = (_comment(header) + "\n" if header else "") + tomlwrite.dumps(dataset)
+    tomlwrite.verify(text, dataset, "dataset TOML")
     return text
 
 
 def check_roundtrip(text: str, config: dict[str, Any]) -> None:
     """The written file must mean exactly `config` to sd-scripts: parse it with toml
     0.10.2 and flatten as sd-scripts does."""
-    back = flatten(toml.loads(text))
-    want = {k: v for k, v in config.items() if v is not None}
-    if back != want:
-        diff = sorted(k for k in set(back) | set(want) if back.get(k) != want.get(k))
-        raise AssertionError(f"config TOML does not read back unchanged through toml 0.10.2: {diff}")
+    tomlwrite.verify(text, config, "config TOML", flat=flatten)

@@ -64,12 +64,32 @@ def copied_mode(source: str | os.PathLike) -> int:
     return src & ~_umask()
 
 
+def _utf8_or_refuse(path: Path, text: str) -> None:
+    """Every file written is UTF-8 (sd-scripts reads its configs so). A path that holds bytes
+    which are not UTF-8 (kept by Python as lone surrogates) cannot be written into one."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        from kohya_tuner.errors import UserError
+        from kohya_tuner.printable import printable
+
+        start = text.rfind("\n", 0, exc.start) + 1
+        end = text.find("\n", exc.end)
+        line = printable(text[start:end if end >= 0 else len(text)])
+        raise UserError(f"Cannot write {printable(str(path))}: it would hold a name with bytes that are not UTF-8 "
+                        f"(shown as \ufffd) in the line {line!r}; sd-scripts reads its files as UTF-8 and would not "
+                        "find that path.",
+                        "Rename the file or folder to a UTF-8 name (or run with a UTF-8 locale, e.g. LANG=C.UTF-8).") \
+            from None
+
+
 def atomic_write(path: str | os.PathLike, text: str, *, mode: int | None = None, executable: bool = False) -> None:
     """Write `text` through a temporary file and a rename, so an interrupted or failed
     write never leaves a half-written file under the real name. Raises OSError. Without
     `mode`, a file that is replaced keeps its mode (a 0600 file stays 0600); a new one
     gets the umask's."""
     path = Path(path)
+    _utf8_or_refuse(path, text)
     path.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
         mode = replaced_mode(path, executable)

@@ -119,7 +119,8 @@ def write(files: PlanFiles, out_dir: Path, force: bool = False) -> Written:
     paths = files.paths(out_dir)
     if not force:
         clash = [p for name, p in paths.items()
-                 if p.exists() and (not p.is_file() or p.read_bytes() != files.texts[name].encode())]
+                 if p.exists() and (not p.is_file() or
+                                    p.read_bytes() != files.texts[name].encode("utf-8", "surrogateescape"))]
         if clash:
             names = ", ".join(str(p) for p in clash)
             raise UserError(f"{names} already exist{'s' if len(clash) == 1 else ''}; kohya-tuner never overwrites "

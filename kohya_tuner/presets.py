@@ -82,21 +82,27 @@ def gpu_class_for(gb: int) -> int:
 
 
 def _load_toml(path: Path, what: str) -> dict[str, Any]:
+    from kohya_tuner import safeio
+
+    text = safeio.read_text(path, what)
+    if text.startswith("\ufeff"):
+        text = text[1:]  # presets are read by kohya-tuner alone (tomllib), never by sd-scripts
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise UserError(f"{what} {path} does not exist.") from None
-    except IsADirectoryError:
-        raise UserError(f"{what} {path} is a directory, not a TOML file.") from None
+        doc = safeio.parse_guard(tomllib.loads, text, f"{what} {path}")
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{what} {path} is not valid TOML: {exc}.") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{what} {path} is not a text file.") from None
+    except ValueError as exc:  # an integer beyond Python's digit limit
+        raise UserError(f"{what} {path} holds a value that cannot be read: {exc}.") from None
+    safeio.check_values(doc, f"{what} {path}")
+    return doc
 
 
-def _layer(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    return dict(doc.get("settings") or {}), dict(doc.get("why") or {})
+def _layer(doc: Any, where: str = "preset") -> tuple[dict[str, Any], dict[str, str]]:
+    from kohya_tuner import safeio
+
+    doc = safeio.table(doc, "the layer", where)
+    return (dict(safeio.table(doc.get("settings") or {}, "settings", where)),
+            dict(safeio.table(doc.get("why") or {}, "why", where)))
 
 
 def load_layers(family: Family, job: str, gpu_class: int) -> list[tuple[str, dict, dict]]:
@@ -179,10 +185,13 @@ def parse_set(item: str) -> tuple[str, Any]:
     key, raw = key.strip(), raw.strip()
     if not key:
         raise UserError(f"--set {item!r} has no key.")
+    from kohya_tuner import safeio
+
     try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+        value = safeio.parse_guard(tomllib.loads, f"v = {raw}", f"--set {key}")["v"]
+    except (tomllib.TOMLDecodeError, ValueError):  # ValueError: past Python's integer digit limit
         value = raw
+    safeio.check_values({key: value}, "--set")
     return key, value
 
 
@@ -278,7 +287,7 @@ def compose(
 
     if preset_file is not None:
         doc = _load_toml(Path(preset_file), "--preset")
-        settings, why = _layer(doc) if "settings" in doc else (
+        settings, why = _layer(doc, f"--preset {preset_file}") if "settings" in doc else (
             {k: v for k, v in doc.items() if not isinstance(v, dict)} |
             {k2: v2 for v in doc.values() if isinstance(v, dict) for k2, v2 in v.items()}, {})
         settings = _user_settings(family.script, settings.items(), f"--preset {preset_file}")

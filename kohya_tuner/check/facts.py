@@ -224,19 +224,23 @@ class Context:
             return None
         from PIL import Image  # only when files are checked
 
+        from kohya_tuner.printable import printable
+
         width, height = res
         for img in sorted(self._path(d).iterdir()):
             if img.suffix.lower() not in IMAGE_SUFFIXES:
                 continue
             try:
+                if not img.is_file():  # a pipe or device named like a picture would block the read
+                    continue
                 with Image.open(img) as im:
                     w, h = im.size
             except (OSError, ValueError):
                 continue  # unreadable images are the dataset command's business
             if key == "@image_too_large" and (w > width or h > height):
-                return f"{img} ({w}x{h})"
+                return f"{printable(str(img))} ({w}x{h})"
             if key == "@image_too_small" and (w < width or h < height):
-                return f"{img} ({w}x{h})"
+                return f"{printable(str(img))} ({w}x{h})"
         return None
 
     def _below_bucket_step(self, ds: Dataset, sub: Subset | None) -> str | None:

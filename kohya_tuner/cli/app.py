@@ -103,6 +103,9 @@ def build_command_parser(name: str):
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse and run one command line; returns the exit status (never raises for user errors)."""
+    from kohya_tuner.cli import streams
+
+    streams.apply()
     args_in = list(sys.argv[1:] if argv is None else argv)
     if not args_in or args_in[0] in ("-h", "--help", "help"):
         sys.stdout.write(_top_help())
@@ -149,12 +152,17 @@ def _report_error(message: str, hint: str | None, want_json: bool) -> int:
     if want_json:
         import json
 
-        sys.stdout.write(json.dumps({"error": {"message": message, "hint": hint}}, ensure_ascii=False) + "\n")
+        from kohya_tuner.cli.streams import json_ascii
+
+        sys.stdout.write(json.dumps({"error": {"message": message, "hint": hint}}, ensure_ascii=json_ascii()) + "\n")
         sys.stdout.flush()
-    # Plain text on purpose: messages carry paths and log text, which must never be read as markup.
+    # Plain text on purpose: messages carry paths and log text, which must never be read as markup,
+    # nor reach the terminal as escape sequences.
     import textwrap
 
-    text = message.rstrip() + (" " + hint.strip() if hint else "")
+    from kohya_tuner.printable import printable
+
+    text = printable(message.rstrip() + (" " + hint.strip() if hint else ""), keep_lines=True)
     # One paragraph wrapped at words to the terminal; a path or command longer than a line
     # stays whole so it can be copied.
     cols = _wrap_columns(sys.stderr)

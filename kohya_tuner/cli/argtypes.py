@@ -53,6 +53,25 @@ positive_int = int_range(1, INT64_MAX)
 steps_int = int_range(1, INT64_MAX)
 
 
+def utf8_text(text: str) -> str:
+    """A word that goes into files (a trigger, a name): bytes that are not UTF-8 in the
+    command line (kept by Python as lone surrogates) cannot be written into a caption or config."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"{text.encode('utf-8', 'surrogateescape').decode('utf-8', 'replace')!r} holds bytes that are not "
+            "UTF-8; captions and configs are UTF-8 files") from None
+    return text
+
+
+utf8_text.__name__ = "text"
+
+# A process's exit status as any platform reports it: negative for a signal (Python's
+# subprocess), up to 2**32 - 1 on Windows (0xC0000005 and the like).
+exit_status = int_range(-(2**31), 2**32 - 1)
+
+
 def gpu_size(text: str) -> str:
     """'auto' or a finite card size in GB; kohya_tuner.gpu turns it into a class."""
     if text.strip().lower() == "auto":

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Optional
 
-from kohya_tuner.cli.argtypes import int_range, positive_int
+from kohya_tuner.cli.argtypes import int_range, positive_int, utf8_text
 
 DESCRIPTION = "Check an image folder for what makes LoRAs fail or run out of memory, and prepare a clean copy."
 CHECK_HELP = ("Read every image and caption the way sd-scripts will, and report: broken, rotated, CMYK, 16-bit, "
@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("path", type=Path, metavar="DIR", help="The folder with the training images (and caption files).")
     c.add_argument("--model", "-m", required=True, help="Model family: sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima.")
     c.add_argument("--job", "-j", help="character, style or concept: sets the image-count guide.")
-    c.add_argument("--trigger", metavar="WORD", help="Trigger word every caption should contain.")
+    c.add_argument("--trigger", type=utf8_text, metavar="WORD", help="Trigger word every caption should contain.")
     c.add_argument("--resolution", type=_pixels, metavar="PX", help="Training resolution (default: the model preset's).")
     c.add_argument("--max-bucket", type=_pixels, metavar="PX", help="max_bucket_reso (default: the model preset's).")
     c.add_argument("--min-bucket", type=_pixels, metavar="PX", help="min_bucket_reso (default: the model preset's).")
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--model", "-m", help="Model family (sets the default --max-side).")
     r.add_argument("--max-side", type=_pixels, metavar="PX",
                    help="Longest side of the prepared images (default: the largest bucket the model's presets use).")
-    r.add_argument("--trigger", metavar="WORD",
+    r.add_argument("--trigger", type=utf8_text, metavar="WORD",
                    help="Add this trigger word to every caption (and caption uncaptioned images with it).")
     r.add_argument("--caption-ext", metavar="EXT",
                    help="Caption extension of the originals (default: .txt, or .caption when the folder uses it).")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from kohya_tuner import jsontext
+from kohya_tuner.cli.argtypes import exit_status
 
 DESCRIPTION = ("Read a training log: outcome, phase, step, OOM figures and what to change. Exit 0 whenever a "
                "diagnosis was made (also for a failed run); 2 when the file cannot be read as a log.")
@@ -96,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Print one JSON object (outcome, phase, step, oom, error, advice).")
     p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux, sd3, chroma, lumina2, …) for sharper advice; read from the log "
                                          "when it names its script.")
-    p.add_argument("--exit-code", type=int, metavar="N",
+    p.add_argument("--exit-code", type=exit_status, metavar="N",
                    help="The exit status the training ended with, if you know it (137 = killed for lack of RAM).")
     p.add_argument("--events", action="store_true",
                    help="Print every event read from the log, one JSON object per line, before the diagnosis.")

@@ -17,7 +17,9 @@ err_console = Console(stderr=True, highlight=False)
 
 def print_json(data: Any) -> None:
     """One JSON object on stdout, nothing else, so other tools can read it."""
-    sys.stdout.write(jsontext.dumps(data, indent=2) + "\n")
+    from kohya_tuner.cli.streams import json_ascii
+
+    sys.stdout.write(jsontext.dumps(data, indent=2, ensure_ascii=json_ascii()) + "\n")
     sys.stdout.flush()
 
 
@@ -33,7 +35,9 @@ def warn(message: str) -> None:
     """A warning on stderr, wrapped at word boundaries; never read as markup."""
     from rich.text import Text
 
-    err_console.print(Text.assemble(("warning:", "yellow"), " ", message))
+    from kohya_tuner.printable import printable
+
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", printable(message, keep_lines=True)))
 
 
 def say(text: str, style: str | None = None, *, wrap: bool = True) -> None:
@@ -41,4 +45,6 @@ def say(text: str, style: str | None = None, *, wrap: bool = True) -> None:
     line that must stay whole to be copied, such as a path."""
     from rich.text import Text
 
-    console.print(Text(text, style=style or ""), soft_wrap=not wrap)
+    from kohya_tuner.printable import printable
+
+    console.print(Text(printable(text, keep_lines=True), style=style or ""), soft_wrap=not wrap)

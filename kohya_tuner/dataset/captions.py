@@ -8,8 +8,13 @@ file falls back to the subset's class tokens, or to an empty caption.
 
 from __future__ import annotations
 
+import os
+
 import re
 from dataclasses import dataclass
+
+
+_CAPTION_LIMIT = 1 << 20  # a caption is a line of text; a megabyte is no caption
 
 
 @dataclass(frozen=True)
@@ -22,11 +27,19 @@ class CaptionRead:
 
 
 def read_caption(path: str) -> CaptionRead:
+    import stat
+
     try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            # A FIFO or device named like a caption: reading it would block or never end.
+            return CaptionRead(None, ("caption_unreadable",), "not a regular file (a pipe, device or folder)")
         with open(path, "rb") as fh:
-            raw = fh.read()
+            raw = fh.read(_CAPTION_LIMIT + 1)
     except OSError as exc:
         return CaptionRead(None, ("caption_unreadable",), exc.strerror or str(exc))
+    if len(raw) > _CAPTION_LIMIT:
+        return CaptionRead(None, ("caption_unreadable",), f"larger than {_CAPTION_LIMIT:,} bytes: not a caption")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

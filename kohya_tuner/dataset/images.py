@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import warnings
 from typing import Any
 
@@ -40,8 +41,17 @@ def trainer_sees_suffix(name: str) -> bool:
 
 
 def sha256_file(path: str) -> str:
+    """The file's SHA-256; OSError for what is not a regular file (a pipe or device would
+    block or never end), opened without waiting should it have become a FIFO since."""
+    import errno
+
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{special_kind(mode)}, not a file (reading it would wait or never end)", path)
+    with os.fdopen(fd, "rb") as fh:
         while True:
             chunk = fh.read(_HASH_CHUNK)
             if not chunk:
@@ -83,11 +93,17 @@ def inspect_image(path: str, want_hash: bool = True) -> dict[str, Any]:
     Returns a dict of ImageInfo fields (without path/caption) plus "problems"."""
     info: dict[str, Any] = {"problems": [], "loadable": False}
     try:
-        info["size_bytes"] = os.stat(path).st_size
+        st = os.stat(path)
     except OSError as exc:
         info["problems"].append("unreadable")
         info["error"] = _os_reason(exc)
         return info
+    if not stat.S_ISREG(st.st_mode):
+        # A FIFO or a device named like a picture: opening it would block or never end.
+        info["problems"].append("unreadable")
+        info["error"] = special_kind(st.st_mode) + ", not a file (reading it would wait or never end)"
+        return info
+    info["size_bytes"] = st.st_size
     if want_hash:
         try:
             info["sha256"] = sha256_file(path)
@@ -181,6 +197,16 @@ def _header_only(path: str, info: dict[str, Any]) -> None:
         pass
     finally:
         Image.MAX_IMAGE_PIXELS = saved
+
+
+def special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket or other special file"
 
 
 def _os_reason(exc: OSError) -> str:

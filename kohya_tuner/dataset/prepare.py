@@ -279,6 +279,8 @@ def _save_quietly(run: _Run) -> None:
 
 def _caption_text(path: Path) -> str | None:
     try:
+        if not path.is_file():  # a pipe or device named like a caption would block the read
+            return None
         raw = path.read_bytes()
     except OSError:
         return None

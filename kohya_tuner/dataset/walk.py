@@ -37,8 +37,11 @@ _MAX_DEPTH = 4
 
 def display(path: str) -> str:
     """A file name that can always be printed and written as UTF-8, even when the name on
-    disk is not valid UTF-8 (those bytes come back as U+FFFD)."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace").replace(os.sep, "/")
+    disk is not valid UTF-8 (those bytes come back as U+FFFD), with control characters
+    (terminal escape sequences) shown as `\\xNN`, never sent raw."""
+    from kohya_tuner.printable import printable
+
+    return printable(path.replace(os.sep, "/"))
 
 
 @dataclass

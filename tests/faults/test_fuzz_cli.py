@@ -39,13 +39,33 @@ FUZZ = settings(deadline=None, derandomize=not os.environ.get("KT_FUZZ_RANDOM"),
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.filter_too_much, HealthCheck.data_too_large])
 
-NEVER_NUMBERS = ["nan", "NaN", "inf", "-inf", "1e400", "-1e400", "abc", "", "1,5", "0x10", "12GB!"]
+NEVER_NUMBERS = ["nan", "NaN", "inf", "-inf", "1e400", "-1e400", "abc", "", "1,5", "0x10", "12GB!", "9" * 5000,
+                 "1e999999", "-" + "9" * 400]
 NUMBERS = ["0", "-1", "1", "2", "4", "6", "8", "12", "16", "24", "64", "80", "256", "512", "768", "1024", "3.5",
            "1e-4", "1e3", "999999999999999999999", " 12 "]
 WORDS = ["", "x", "sd15", "sdxl", "flux", "character", "style", "concept", "dev", "schnell", "auto", "default",
          "roadmap", "[/red]", "[bold]x", "$(touch PWNED)", "`touch PWNED`", "a;b", "'\"", "é日本🎨", "-", "../..",
          "%PATH%", "a" * 300, "learning_rate=1e-4", "network_dim=nan", "train_batch_size=0", "=", "x=",
-         "resolution=-512", "mixed_precision=fp16; rm -rf /", "optimizer_type=\"AdamW8bit", "0,1", "0,0", "-1"]
+         "resolution=-512", "mixed_precision=fp16; rm -rf /", "optimizer_type=\"AdamW8bit", "0,1", "0,0", "-1",
+         # quotes, escapes and unicode in every string option (names, triggers, paths)
+         "Bob's images", 'say "hi"', "back\\slash\\", "\x1b]0;PWNED\x07\x1b[2J", "日本 'é' \"🎨\"", "a\tb",
+         "learning_rate=1e400", "network_dim=" + "9" * 5000, "learning_rate=inf", "max_train_steps=1e308",
+         "output_name=Bob's", 'output_name=say "hi"', "\udcff\udcfe"]
+# Edge numbers for every numeric field inside files (GUI JSON, TOML, command lines).
+EDGE_NUMBERS = [float("inf"), float("-inf"), float("nan"), 1e308, -0.0, 5e-324, 2**63, -2**63 - 1, 10**30, 0, -1]
+
+
+def _alarm(seconds: int):
+    """Every example must return in `seconds`: a blocked read (a FIFO, a device) fails the
+    example instead of hanging the suite."""
+    import signal
+
+    def fire(signum, frame):
+        raise TimeoutError(f"the command did not return within {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    return lambda: (signal.alarm(0), signal.signal(signal.SIGALRM, old))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -100,6 +120,31 @@ def world(tmp_path_factory):
     (root / "empty_dir").mkdir()
     (root / "dir[bold]").mkdir()
     (root / "base.safetensors").write_bytes(b"\0" * 64)
+    # Special files in every file argument: a FIFO, a dangling link, a link to a device.
+    os.mkfifo(root / "fifo")
+    (root / "dangling").symlink_to(root / "nowhere")
+    (root / "zero").symlink_to("/dev/zero")
+    # Ordinary names with quotes and unicode, and a dataset folder holding special files
+    # named like pictures and captions, and a name holding terminal escapes.
+    quoted = root / "Bob's \"imgs\" é"
+    quoted.mkdir()
+    for i in range(2):
+        Image.new("RGB", (512, 512), (9, 9, 9 * i)).save(quoted / f"q{i}.png")
+    special = root / "special_ds"
+    special.mkdir()
+    Image.new("RGB", (512, 512)).save(special / "ok.png")
+    Image.new("RGB", (512, 512), (1, 1, 1)).save(special / "\x1b]0;PWNED\x07\x1b[2J.png")
+    os.mkfifo(special / "x.png")
+    os.mkfifo(special / "ok.txt")
+    (special / "y.png").symlink_to("/dev/zero")
+    (special / "gone.png").symlink_to(special / "nowhere.png")
+    (root / "nested.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    (root / "nested.json").write_text('{"a": ' * 5000 + "1" + "}" * 5000)
+    (root / "bom.toml").write_bytes(b"\xef\xbb\xbf# comment\nnetwork_dim = 4\n")
+    (root / "ds_wrong.toml").write_text("[[datasets]]\nsubsets = 5\n")
+    (root / "preset_wrong.toml").write_text("settings = 5\n")
+    (root / "edges.json").write_text('{"LoRA_type": "Standard", "network_dim": 1e400, "learning_rate": "inf", '
+                                     '"max_train_steps": ' + "9" * 5000 + "}")
     # The stand-in trainer, copied: a path among the values can be anyone's --out, and the
     # checkout's own tests/standin must never receive plan files.
     import shutil
@@ -115,7 +160,7 @@ def world(tmp_path_factory):
 def _hashes(root: Path) -> dict[str, str]:
     out = {}
     for p in root.rglob("*"):
-        if p.is_file() and not p.is_symlink():
+        if not p.is_symlink() and p.is_file():
             out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
@@ -123,9 +168,10 @@ def _hashes(root: Path) -> dict[str, str]:
 def _paths(world: Path, scratch: Path) -> list[str]:
     names = ["cfg.toml", "bad.toml", "gui.json", "trunc.json", "cmd.sh", "empty.txt", "binary.bin", "oom.log",
              "imgs", "empty_dir", "dir[bold]", "base.safetensors", "planned_run", "missing.toml", "planned_run/run.json",
-             "standin"]
+             "standin", "fifo", "dangling", "zero", "Bob's \"imgs\" é", "special_ds", "nested.toml", "nested.json",
+             "bom.toml", "ds_wrong.toml", "preset_wrong.toml", "edges.json"]
     return [str(world / n) for n in names] + [str(scratch / "out"), str(scratch / "new" / "deep"), "/proc/nope",
-                                              "/dev/null", ""]
+                                              "/dev/null", "/dev/zero", "", str(scratch / "o'ut \"q\" é")]
 
 
 def _options(name: str, sub: str | None = None) -> list[argparse.Action]:
@@ -217,7 +263,11 @@ def command_lines(draw, name: str, sub: str | None, world: Path, scratch: Path):
 
 def _check(argv: list[str], never: bool, world: Path) -> None:
     before = _hashes(world)
-    res = invoke(*argv, env={"COLUMNS": "100"})
+    done = _alarm(10)
+    try:
+        res = invoke(*argv, env={"COLUMNS": "100"})
+    finally:
+        done()
     EXAMPLES[argv[0] + (f" {argv[1]}" if argv[0] == "dataset" else "")] += 1
     # A frame of our own code in the output is a traceback (diagnose quotes the log's own).
     assert f'File "{REPO / "kohya_tuner"}' not in res.output, (argv, res.output)
@@ -264,6 +314,7 @@ def test_fuzz_setup_option_errors_only(world):
 # ---- file contents ------------------------------------------------------------------------
 
 _VALUES = st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+                    st.sampled_from(EDGE_NUMBERS), st.sampled_from(WORDS),
                     st.text(max_size=40), st.lists(st.integers(-5, 5000), max_size=3),
                     st.sampled_from(["512,512", "1024", "fp16", "bf16", "AdamW8bit", "networks.lora", "cosine",
                                      "sd3", "lycoris.kohya", "[/red]", "-1", "nan"]))
@@ -287,8 +338,17 @@ def _toml_text(doc: dict) -> str:
 @st.composite
 def config_files(draw):
     doc = draw(CONFIGS)
-    form = draw(st.sampled_from(["toml", "json", "sh", "raw"]))
-    if form == "toml":
+    form = draw(st.sampled_from(["toml", "json", "sh", "raw", "nested", "wrong"]))
+    if form == "nested":  # nesting deeper than any parser's recursion
+        depth = draw(st.sampled_from([50, 1000, 5000]))
+        suffix = draw(st.sampled_from([".toml", ".json"]))
+        text = ("a = " + "[" * depth + "]" * depth + "\n" if suffix == ".toml"
+                else '{"a": ' * depth + "1" + "}" * depth)
+    elif form == "wrong":  # sections of the wrong type, a byte-order mark before a comment
+        text = draw(st.sampled_from(["model = 5\n", "[model]\nnetwork_dim = {a = 1}\n", "\ufeff# c\nnetwork_dim = 4\n",
+                                     "\ufeffnetwork_dim = 4\n", "network_args = [[1], [2]]\n", "x = 1e400\n"]))
+        suffix = ".toml"
+    elif form == "toml":
         text = _toml_text({**doc, **({"section": draw(CONFIGS)} if draw(st.booleans()) else {})})
         suffix = ".toml"
     elif form == "json":
@@ -332,6 +392,43 @@ def test_fuzz_config_contents(world, tmp_path_factory):
 
 
 @st.composite
+def dataset_files(draw, images: str):
+    """--dataset files: well formed, wrong-typed sections, edge numbers, nesting."""
+    sub = {"image_dir": draw(st.sampled_from([images, images + "'\"", "é日本"])),
+           "num_repeats": draw(st.sampled_from([1, 10, 0, -1, 2**63, 10**30, 1.5, "x"]))}
+    doc = draw(st.sampled_from([
+        {"datasets": [{"subsets": [sub]}]},
+        {"general": {"resolution": draw(st.sampled_from([512, "1024,1024", 1e400, -1, 2**70]))},
+         "datasets": [{"batch_size": draw(st.sampled_from([1, 0, 10**30, float("inf")])), "subsets": [sub]}]},
+        {"datasets": 5}, {"datasets": [{"subsets": 5}]}, {"general": 5}, {"datasets": [5]},
+        {"datasets": [{"subsets": [5]}]}]))
+    suffix = draw(st.sampled_from([".toml", ".json"]))
+    if suffix == ".json":
+        return json.dumps(doc, allow_nan=True), suffix
+    return _toml_text(doc), suffix
+
+
+def test_fuzz_dataset_files(world, tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("dsfiles")
+
+    @settings(FUZZ, max_examples=40 * _SCALE)
+    @given(ds=dataset_files(str(world / "imgs")), command=st.sampled_from(["estimate", "fit", "check"]))
+    def prop(ds, command):
+        text, suffix = ds
+        path = scratch / f"dataset{suffix}"
+        path.write_text(text, encoding="utf-8")
+        argv = [command, str(world / "cfg.toml"), "--json", "--dataset-config" if command == "check" else "--dataset",
+                str(path)]
+        if command == "fit":
+            argv += ["--gpu", "8", "--out", str(scratch / "fitted.toml")]
+        _check(argv, False, world)
+        (scratch / "fitted.toml").unlink(missing_ok=True)
+        (scratch / "fitted.dataset.toml").unlink(missing_ok=True)
+
+    prop()
+
+
+@st.composite
 def dataset_folders(draw, base: Path):
     folder = base / f"ds{EXAMPLES['dataset-folders']}"
     EXAMPLES["dataset-folders"] += 1
@@ -339,7 +436,8 @@ def dataset_folders(draw, base: Path):
     for i in range(draw(st.integers(0, 4))):
         kind = draw(st.sampled_from(["png", "jpg", "garbage", "truncated", "rgba", "cmyk", "tiny", "caption-only"]))
         w, h = draw(st.integers(1, 700)), draw(st.integers(1, 700))
-        name = draw(st.sampled_from([f"i{i}", f"é {i}", f".h{i}", f"[bold]{i}", f"{i}.Png"]))
+        name = draw(st.sampled_from([f"i{i}", f"é {i}", f".h{i}", f"[bold]{i}", f"{i}.Png", f"Bob's \"{i}\"",
+                                     f"\x1b[2J\x1b]0;T{i}\x07", f"\u202e{i}gnp"]))
         p = folder / f"{name}.{'jpg' if kind in ('jpg', 'cmyk') else 'png'}"
         if kind == "garbage":
             p.write_bytes(draw(st.binary(max_size=64)))
@@ -356,6 +454,20 @@ def dataset_folders(draw, base: Path):
             cap = draw(st.one_of(st.binary(max_size=40), st.text(max_size=40).map(lambda t: t.encode("utf-8",
                                                                                                       "replace"))))
             (folder / f"{name}.txt").write_bytes(cap)
+    # Special files named like pictures and captions: must never be opened (they block).
+    for j in range(draw(st.integers(0, 2))):
+        kind = draw(st.sampled_from(["fifo", "device", "dangling", "dir"]))
+        p = folder / draw(st.sampled_from([f"s{j}.png", f"s{j}.txt", f"s{j}.jpg"]))
+        if p.exists() or p.is_symlink():
+            continue
+        if kind == "fifo":
+            os.mkfifo(p)
+        elif kind == "device":
+            p.symlink_to("/dev/zero")
+        elif kind == "dangling":
+            p.symlink_to(folder / "nowhere")
+        else:
+            p.mkdir()
     return folder
 
 

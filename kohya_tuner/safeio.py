@@ -1,0 +1,172 @@
+"""Bounded, type-checked reading of every file a user hands a command.
+
+One place decides what an input file may be: a regular file (a FIFO, a terminal, a device
+or a folder is refused before any read, so nothing blocks or grows without end), at most
+`MAX_BYTES` long, and once parsed, no deeper than `MAX_DEPTH` and holding only numbers
+sd-scripts can carry (finite floats, 64-bit integers). Every refusal is a UserError that
+names the file and, for values, the key.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from typing import Any
+
+from kohya_tuner.errors import UserError
+
+# Real configs, GUI files, dataset files and presets are kilobytes; a megabyte is far beyond
+# any and keeps the pinned parser (quadratic on some long lines) well under a second.
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 32
+INT_LIMIT = 2 ** 63  # argparse's int is unbounded, but torch and the step counters are int64
+BOM = b"\xef\xbb\xbf"
+# toml 0.10.2 can take seconds on one very long line (its string building turns quadratic);
+# no real config has a line of even a kilobyte.
+MAX_LINE = 1 << 16
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_bytes(path: str | os.PathLike, what: str = "file", limit: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; UserError otherwise."""
+    shown = os.fsdecode(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UserError(f"{what} {shown} does not exist.") from None
+    except OSError as exc:
+        raise UserError(f"Cannot read {what} {shown}: {exc.strerror or exc}.") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{what} {shown} is {_kind(st.st_mode)}, not a file: kohya-tuner reads only regular files "
+                        "(reading a pipe or a device would wait or never end).",
+                        "Pass the file itself (a saved copy, not a pipe, device or folder).")
+    try:
+        # O_NONBLOCK: should the path have been swapped for a FIFO since the stat, open does not wait.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise UserError(f"Cannot read {what} {shown}: {exc.strerror or exc}.") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{what} {shown} is {_kind(st.st_mode)}, not a file.")
+        if st.st_size > limit:
+            raise UserError(f"{what} {shown} is {st.st_size:,} bytes; kohya-tuner reads files of up to {limit:,} "
+                            "bytes (a config or dataset file is a few kilobytes).",
+                            "Check that this is the file you meant.")
+        chunks, total = [], 0
+        while total <= limit:
+            block = os.read(fd, min(1 << 16, limit + 1 - total))
+            if not block:
+                break
+            chunks.append(block)
+            total += len(block)
+        if total > limit:
+            raise UserError(f"{what} {shown} is larger than {limit:,} bytes; kohya-tuner reads files up to that size.")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UserError(f"Cannot read {what} {shown}: {exc.strerror or exc}.") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | os.PathLike, what: str = "file", limit: int = MAX_BYTES) -> str:
+    """The text of a regular file: NUL-free, UTF-8 (undecodable bytes replaced). A leading
+    byte-order mark is kept as U+FEFF: JSON and command-line readers drop it, while the TOML
+    reader refuses it as sd-scripts' parser would fail on it."""
+    data = read_bytes(path, what, limit)
+    if b"\x00" in data[:4096]:
+        raise UserError(f"{what} {os.fsdecode(path)} is a binary file, not text.")
+    return data.decode("utf-8", errors="replace")
+
+
+def check_lines(text: str, what: str, limit: int = MAX_LINE) -> None:
+    """Refuse a text with a line longer than `limit` characters."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        if end - start > limit:
+            line = text.count("\n", 0, start) + 1
+            raise UserError(f"{what}: line {line} is {end - start:,} characters long; kohya-tuner reads TOML lines of "
+                            f"up to {limit:,} (sd-scripts' parser slows to minutes on such lines).",
+                            "Check that this is the file you meant.")
+        start = end + 1
+
+
+def check_values(doc: Any, what: str, depth: int = MAX_DEPTH) -> None:
+    """Refuse what a parsed file holds that sd-scripts cannot: nesting deeper than `depth`,
+    NaN/inf, integers beyond 64 bits, keys that are not text. Iterative, so any depth is safe."""
+    stack: list[tuple[Any, str, int]] = [(doc, "", 0)]
+    while stack:
+        value, key, level = stack.pop()
+        if level > depth:
+            raise UserError(f"{what}: {key or 'the document'} is nested more than {depth} levels deep; "
+                            "no sd-scripts setting is.")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise UserError(f"{what}: the key {k!r} is not text.")
+                stack.append((v, f"{key}.{k}" if key else k, level + 1))
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                stack.append((v, f"{key}[{i}]", level + 1))
+        else:
+            check_number(key, value, what)
+
+
+def check_number(key: str, value: Any, what: str) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{what}: {key}: {value} is not a finite number (NaN, inf, or too large, like 1e400).",
+                        f"Give {key} an ordinary number.")
+    if isinstance(value, int) and not -INT_LIMIT <= value < INT_LIMIT:
+        raise UserError(f"{what}: {key}: an integer of {len(str(abs(value)))} digits, beyond the 64-bit range "
+                        "sd-scripts and torch use.", f"Give {key} an ordinary number.")
+
+
+def parse_guard(fn, text: str, what: str):
+    """Run a parser on untrusted text, turning the errors of extreme input into UserError:
+    RecursionError (deep nesting) and ValueError (an integer over Python's digit limit)."""
+    try:
+        return fn(text)
+    except RecursionError:
+        raise UserError(f"{what} is nested too deeply to read; no sd-scripts file is.") from None
+    except OverflowError as exc:
+        raise UserError(f"{what} holds a number too large to read: {exc}.") from None
+
+
+def check_dataset_shape(data: dict[str, Any], where: str) -> None:
+    """The sections sd-scripts' dataset schema requires to be tables or lists of tables; a
+    wrong type (`subsets = 5`) is named here rather than failing later in whatever reads it."""
+    table(data.get("general", {}), "general", where)
+    datasets = tables(data.get("datasets", []), "datasets", where)
+    for i, ds in enumerate(datasets):
+        tables(ds.get("subsets", []), f"datasets[{i}].subsets", where)
+
+
+def table(v: Any, key: str, where: str) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise UserError(f"{where}: {key} must be a table (a [section]), not {type(v).__name__} {str(v)[:40]!r}.")
+    return v
+
+
+def tables(v: Any, key: str, where: str) -> list[dict[str, Any]]:
+    if not isinstance(v, list):
+        raise UserError(f"{where}: {key} must be a list of tables ([[{key}]]), not {type(v).__name__} "
+                        f"{str(v)[:40]!r}.")
+    for i, item in enumerate(v):
+        table(item, f"{key}[{i}]", where)
+    return v
