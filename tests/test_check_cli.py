@@ -78,7 +78,8 @@ def test_each_refused_config_exits_2_naming_its_key(path, realish, tmp_path):
     assert set(data) == {"ok", "script", "problems", "warnings"} and data["ok"] is False
     assert any(key in p["keys"] and p["where"] for p in data["problems"])
     for p in data["problems"] + data["warnings"]:
-        assert set(p) == {"keys", "message", "where"}
+        assert set(p) == {"keys", "message", "where", "path"}
+        assert p["path"] in ("config_file", "command_line", "dataset_config")
 
 
 def test_command_line_and_gui_json_inputs_are_checked(tmp_path, realish):

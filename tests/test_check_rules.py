@@ -136,6 +136,14 @@ EXAMPLES = {
     "sd3_blocks_to_swap_with_cpu_offload": (S3, {"blocks_to_swap": 4, "cpu_offload_checkpointing": True}, {"cpu_offload_checkpointing": True}, None),
     "sd3_blocks_to_swap_max": (S3, {"blocks_to_swap": 37}, {"blocks_to_swap": 36}, None),
     "sd3_te_cache_with_t5_training": (S3, {"cache_text_encoder_outputs": True, "network_args": ["train_t5xxl=True"]}, {"network_args": ["train_t5xxl=True"]}, None),
+    # Outside argparse's choices in a --config_file, refused by the code that reads them.
+    "mixed_precision_unknown": (SD, {"mixed_precision": "fp32"}, {"mixed_precision": "fp8"}, None),
+    "console_log_level_unknown": (SD, {"console_log_level": "info"}, {"console_log_level": "WARN"}, None),
+    "log_with_unknown": (SD, {"log_with": "neptune", "logging_dir": "logs"}, {"log_with": "mlflow"}, None),
+    "loss_type_unknown": (SD, {"loss_type": "mse"}, {"loss_type": "smooth_l1"}, None),
+    "huber_schedule_unknown": (SD, {"loss_type": "huber", "huber_schedule": "linear"}, {"loss_type": "l2", "huber_schedule": "linear"}, None),
+    "dynamo_backend_unknown": (SD, {"torch_compile": True, "dynamo_backend": "fast"}, {"torch_compile": True, "dynamo_backend": "no"}, None),
+    "resize_interpolation_unknown": (SD, {"resize_interpolation": "sinc"}, {"resize_interpolation": "box"}, None),
     # lumina_train_network.py, hunyuan_image_train_network.py, anima_train_network.py
     "lumina_te_cache_to_disk_turns_on_cache": (LU, {"cache_text_encoder_outputs_to_disk": True}, {"cache_text_encoder_outputs_to_disk": True, "cache_text_encoder_outputs": True}, None),
     "lumina_blocks_to_swap_max": (LU, {"blocks_to_swap": 25}, {"blocks_to_swap": 24}, None),

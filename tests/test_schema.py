@@ -33,13 +33,65 @@ def test_dashed_cli_spelling_is_suggested_as_the_dest():
 
 
 @pytest.mark.parametrize("key,value", [
-    ("network_dim", 16.5), ("network_dim", True), ("gradient_checkpointing", "yes"),
+    ("network_dim", 16.5), ("network_dim", True),
     ("learning_rate", "1e-4"), ("resolution", 1024), ("resolution", [1024, 768]), ("resolution", "big"),
-    ("network_args", "conv_dim=4"), ("network_args", ["a=1", 2]), ("mixed_precision", "fp32"),
-    ("lr_warmup_steps", 100.0),
+    ("network_args", "conv_dim=4"), ("network_args", ["a=1", 2]),
+    # Outside argparse's choices, and refused by the code that reads it (accelerate's precisions).
+    ("mixed_precision", "fp32"),
 ])
-def test_wrong_types_and_choices_are_errors(key, value):
+def test_values_the_code_cannot_use_are_errors(key, value):
     assert set(keys(schema.validate_config({key: value}, "sdxl_train_network.py"))) == {key}
+
+
+@pytest.mark.parametrize("key,value", [
+    # A --config_file value never passes argparse: a flag is tested for truth, a float warmup is a
+    # fraction of all steps, and `choices` are not applied (the real trainer trains these).
+    ("gradient_checkpointing", "yes"), ("lr_warmup_steps", 100.0), ("max_token_length", 75),
+    ("save_precision", "fp8"), ("dynamo_backend", "no"), ("mixed_precision", "fp8"), ("log_with", "mlflow"),
+    ("sample_sampler", "unipc"), ("resize_interpolation", "box"),
+])
+def test_config_file_values_argparse_would_refuse_are_warnings(key, value):
+    extra = {"lr_scheduler": "constant_with_warmup"} if key == "lr_warmup_steps" else {}
+    problems = schema.validate_config({key: value, **extra}, "sdxl_train_network.py")
+    assert keys(problems) == [] and keys(problems, "warning") == [key], problems
+
+
+def test_the_warning_says_what_the_trainer_does_with_the_value():
+    (w,) = schema.validate_config({"max_token_length": 75}, "train_network.py")
+    assert w.rule == "choices_not_applied" and "unset" in w.message
+    (w,) = schema.validate_config({"max_token_length": 100}, "train_network.py")
+    assert "not traced" in w.message
+
+
+@pytest.mark.parametrize("config,key", [
+    ({"console_log_level": "info"}, "console_log_level"), ({"log_with": "neptune"}, "log_with"),
+    ({"loss_type": "l3"}, "loss_type"), ({"loss_type": "huber", "huber_schedule": "cosine"}, "huber_schedule"),
+    ({"torch_compile": True, "dynamo_backend": "turbo"}, "dynamo_backend"),
+    ({"resize_interpolation": "sinc"}, "resize_interpolation"),
+])
+def test_outside_choices_the_code_refuses_is_one_error_from_its_rule(config, key):
+    problems = schema.validate_config(config, "train_network.py")
+    from kohya_tuner.check import check
+
+    result = check(config, "train_network.py")
+    assert key in [p.key for p in result.problems] and key not in [w.key for w in result.warnings]
+    assert all(p.rule.endswith("_unknown") for p in result.problems), result.problems
+    assert key in keys(problems)
+
+
+def test_without_torch_compile_any_dynamo_backend_trains():
+    from kohya_tuner.check import check
+
+    assert check({"dynamo_backend": "turbo"}, "train_network.py").ok
+
+
+def test_a_command_line_value_is_held_to_argparse():
+    from kohya_tuner.check.engine import key_problems
+
+    assert [p.severity for p in key_problems({"max_token_length": 75}, "train_network.py",
+                                             origin="command_line")] == ["error"]
+    with pytest.raises(ValueError):
+        key_problems({}, "train_network.py", origin="gui")
 
 
 @pytest.mark.parametrize("key,value", [

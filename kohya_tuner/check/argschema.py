@@ -96,49 +96,62 @@ def not_finite(v: Any) -> bool:
 
 def check_value(spec: ArgSpec, value: Any) -> str | None:
     """Why `value` is not what the script would see after CLI parsing, or None."""
+    found = classify_value(spec, value)
+    return found[1] if found else None
+
+
+def classify_value(spec: ArgSpec, value: Any) -> tuple[str, str] | None:
+    """(kind, why) when `value` is not what argparse would have produced, else None.
+
+    kind: "type" (the code computes with a value of the wrong kind: it breaks), "truthy" (a
+    store_true flag holding a non-boolean: Python's truthiness decides), "fraction" (a float
+    of 1 or more where sd-scripts reads a float as a fraction of all steps), "choices" (outside
+    argparse's choices, which only a command-line value is checked against)."""
     t = spec.type
     if t == "bool-store_true":
         if not isinstance(value, bool):
-            return f"must be true or false, not {value!r}"
+            on = "on" if value else "off"
+            return "truthy", (f"must be true or false, not {value!r}; sd-scripts tests it for truth, so this turns "
+                              f"{spec.name} {on}")
     elif t == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            return f"must be an integer, not {value!r}"
+            return "type", f"must be an integer, not {value!r}"
     elif t == "float":
         if not is_number(value):
-            return f"must be a number, not {value!r}"
+            return "type", f"must be a number, not {value!r}"
     elif t == "int_or_float":
         if not is_number(value):
-            return f"must be an integer step count or a fraction below 1, not {value!r}"
+            return "type", f"must be an integer step count or a fraction below 1, not {value!r}"
         if not_finite(value):
             return None  # the range check names it
         if isinstance(value, float) and value >= 1:
-            return (f"{value!r} is a float, which sd-scripts reads as a fraction of all steps "
-                    f"({value:g} x the total); write an integer ({int(value)}) for a step count")
+            return "fraction", (f"{value!r} is a float, which sd-scripts reads as a fraction of all steps "
+                                f"({value:g} x the total); write an integer ({int(value)}) for a step count")
     elif t == "str":
         if not isinstance(value, str):
             if spec.name in ("resolution", "face_crop_aug_range"):
-                return (f"must be written as a string in --config_file (e.g. \"1024\" or \"1024,768\"), "
-                        f"not {value!r}; sd-scripts crashes on a number or array here")
-            return f"must be a string, not {value!r}"
+                return "type", (f"must be written as a string in --config_file (e.g. \"1024\" or \"1024,768\"), "
+                                f"not {value!r}; sd-scripts crashes on a number or array here")
+            return "type", f"must be a string, not {value!r}"
         if spec.name == "resolution" and not _RES_RE.match(value):
-            return f"must look like \"1024\" or \"1024,768\", not {value!r}"
+            return "type", f"must look like \"1024\" or \"1024,768\", not {value!r}"
     elif t == "list":
         if spec.name == "text_encoder_lr" and is_number(value):
             return None
         if not isinstance(value, list):
-            return f"must be an array, not {value!r}"
+            return "type", f"must be an array, not {value!r}"
         kinds = {type(v) for v in value}
         if len(kinds) > 1 and kinds != {int, float}:
-            return "must hold values of one type (the toml 0.10.2 parser sd-scripts uses rejects mixed arrays)"
+            return "type", "must hold values of one type (the toml 0.10.2 parser sd-scripts uses rejects mixed arrays)"
         if len(kinds) > 1:
-            return "mixes integers and floats; toml 0.10.2 rejects such arrays, write every item with a decimal point"
+            return "type", "mixes integers and floats; toml 0.10.2 rejects such arrays, write every item with a decimal point"
         item = spec.item_type or "str"
         for v in value:
             if item == "str" and not isinstance(v, str):
-                return f"items must be strings like \"key=value\", not {v!r}"
+                return "type", f"items must be strings like \"key=value\", not {v!r}"
             if item == "float" and not is_number(v):
-                return f"items must be numbers, not {v!r}"
+                return "type", f"items must be numbers, not {v!r}"
     if spec.choices and value not in spec.choices:
         allowed = ", ".join(repr(c) for c in spec.choices if c is not None)
-        return f"{value!r} is not one of {allowed}"
+        return "choices", f"{value!r} is not one of {allowed}"
     return None

@@ -223,8 +223,36 @@ def _dataset_blocks(dataset: dict[str, Any]):
 
 # ---- the whole check -------------------------------------------------------------------
 
-def key_problems(config: dict[str, Any], script: str, *, unknown_severity: str = "error") -> list[Problem]:
-    """Unknown keys, nested tables, CLI-only keys and wrong types or choices."""
+ORIGINS = ("config_file", "command_line")
+# Where each path's values meet argparse, for the messages.
+_CONFIG_PATH = "library/train_util.py:read_config_from_file (line 4761: the TOML is parse_args' namespace)"
+
+
+@lru_cache(maxsize=None)
+def outside_choices() -> dict[str, dict[str, Any]]:
+    return _load("choices.toml")
+
+
+def _outside_choices_warning(key: str, value: Any, why: str) -> Problem:
+    entry = outside_choices().get(key, {})
+    does = (entry.get("values") or {}).get(show(value).strip('"')) or entry.get("any")
+    does = does or "kohya-tuner has not traced what the trainer does with it"
+    where = entry.get("line") or _CONFIG_PATH
+    return Problem(key, f"{why} (argparse's choices, which a --config_file value skips): {does}", "warning",
+                   (key,), where, "choices_not_applied")
+
+
+def key_problems(config: dict[str, Any], script: str, *, unknown_severity: str = "error",
+                 origin: str = "config_file") -> list[Problem]:
+    """Unknown keys, nested tables, CLI-only keys and wrong types or choices.
+
+    `origin` is the path the values take into sd-scripts. From `--config_file` (the default: what
+    kohya-tuner writes and the kohya_ss GUI launches) argparse never sees them, so its `choices`
+    are not applied (a value the code then refuses is a rule's business) and a store_true flag is
+    tested for truth; a value of the wrong kind still breaks the code that computes with it. From a
+    command line argparse has already converted and checked them (the reader reports its refusals)."""
+    if origin not in ORIGINS:
+        raise ValueError(f"origin must be one of {ORIGINS}, not {origin!r}")
     specs = argschema.script_args(script)
     problems: list[Problem] = []
     for key, value in config.items():
@@ -246,10 +274,20 @@ def key_problems(config: dict[str, Any], script: str, *, unknown_severity: str =
                                     unknown_severity, where="library/train_util.py:read_config_from_file",
                                     rule="cli_only"))
             continue
-        why = argschema.check_value(spec, value)
-        if why:
-            problems.append(Problem(key, why, "error", where=f"{spec.source or script} (argparse type)",
-                                    rule="type"))
+        found = argschema.classify_value(spec, value)
+        if not found:
+            continue
+        kind, why = found
+        if origin == "command_line":
+            problems.append(Problem(key, why, "error", where=f"{spec.source or script} (argparse type)", rule="type"))
+        elif kind == "choices":
+            problems.append(_outside_choices_warning(key, value, why))
+        elif kind in ("truthy", "fraction"):
+            problems.append(Problem(key, why, "warning", where=_CONFIG_PATH, rule=f"config_{kind}"))
+        else:
+            problems.append(Problem(key, f"{why}: argparse never converts a --config_file value, so the code that "
+                                         f"uses {key} gets {value!r} as written", "error",
+                                    where=f"{spec.source or script} ({_CONFIG_PATH})", rule="type"))
     return problems
 
 
@@ -277,16 +315,20 @@ def rule_findings(config: dict[str, Any], script: str, *, dataset: dict[str, Any
 
 
 def check(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None = None, complete: bool = False,
-          filesystem: bool = False, base_dir: str | Path | None = None, unknown_keys: str = "warning"
-          ) -> CheckResult:
+          filesystem: bool = False, base_dir: str | Path | None = None, unknown_keys: str = "warning",
+          origin: str = "config_file", parsed: tuple[Problem, ...] | list[Problem] = ()) -> CheckResult:
     """Everything the pinned sd-scripts would refuse (problems) or adjust (warnings) in
-    `config` (one flat --config_file dict) and its dataset file, for `script`."""
+    `config` (one flat --config_file dict) and its dataset file, for `script`.
+
+    `origin`: the path the values take (see key_problems); `parsed`: what the reader of a command
+    line already found (argparse's own refusals: an unknown flag, a value of the wrong type)."""
     result = CheckResult(script)
     if not_lora(script) and not _estimated_fine_tune(script):
         result.problems.append(Problem("script", not_lora_message(script), "error", ("script",),
                                        f"{script} (not a LoRA script)", "not_lora"))
         return result
-    found = key_problems(config, script, unknown_severity=SEVERITY.get(unknown_keys, unknown_keys))
+    found = list(parsed)
+    found += key_problems(config, script, unknown_severity=SEVERITY.get(unknown_keys, unknown_keys), origin=origin)
     found += range_problems(config, script, dataset)
     if isinstance(dataset, dict):
         from kohya_tuner.check.dataset_schema import validate_dataset
@@ -294,6 +336,18 @@ def check(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None
         found += validate_dataset(dataset)
     found += rule_findings(config, script, dataset=dataset, complete=complete, filesystem=filesystem,
                            base_dir=base_dir)
+    import dataclasses
+
+    def routed(p: Problem) -> Problem:
+        if p.path:
+            return p
+        in_dataset = p.rule.startswith("dataset") or p.key.startswith(("general", "datasets["))
+        return dataclasses.replace(p, path="dataset_config" if in_dataset else origin)
+
+    found = [routed(p) for p in found]
+    refused = {p.key for p in found if p.severity == "error"}
     for p in found:
+        if p.rule == "choices_not_applied" and p.key in refused:
+            continue  # a rule says how the code refuses the value: one finding, not two
         (result.problems if p.severity == "error" else result.warnings).append(p)
     return result

@@ -16,6 +16,9 @@ class Problem:
     keys: tuple[str, ...] = ()
     where: str = ""
     rule: str = ""
+    # The way the value reaches sd-scripts: "config_file" (no argparse), "command_line" (argparse),
+    # "dataset_config" (config_util's schema); "" while a finding is still being made.
+    path: str = ""
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -25,7 +28,7 @@ class Problem:
         return f"{self.key}: {self.message}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"keys": list(self.keys), "message": self.message, "where": self.where}
+        return {"keys": list(self.keys), "message": self.message, "where": self.where, "path": self.path}
 
 
 @dataclass

@@ -60,7 +60,7 @@ def load_inputs(config_path: Path, model: str | None, dataset_path: Path | None
     # The one gate: what sd-scripts would refuse at start-up is refused here too (exit 2).
     from kohya_tuner.check import gate
 
-    result = gate(loaded.config, loaded.family.script, dataset=dataset, what=f"{config_path}")
+    result = gate(loaded.config, loaded.family.script, dataset=dataset, what=f"{config_path}", **loaded.check_args())
     notes.extend(str(w) for w in result.warnings)
     return loaded, loaded.family, dataset, notes
 

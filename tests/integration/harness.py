@@ -52,7 +52,9 @@ def image_folder(real: Real, dest: Path, count: int) -> Path:
 # What a CPU run of the real trainer needs at 64 px (see the harness README): a fixed
 # resolution without buckets, SDPA, the local tokenizer, fp32 (bf16 autocast is slow on a
 # CPU), no data-loader workers, and no sampling (28 sampler steps per image would dominate).
-CPU_SETS = ("resolution=64,64", "enable_bucket=false", "sdpa=true", "mixed_precision=no",
+# Accumulation 1 because the SD 1.5 8 GB preset accumulates 4 and the scenarios count their OOMs in
+# backward passes; a scenario about accumulation sets its own after these (a later --set wins).
+CPU_SETS = ("gradient_accumulation_steps=1", "resolution=64,64", "enable_bucket=false", "sdpa=true", "mixed_precision=no",
             "sample_every_n_steps=1000", "max_data_loader_n_workers=0", "persistent_data_loader_workers=false")
 
 
@@ -61,6 +63,7 @@ class Run:
     out: Path
     tmp: Path
     ledger: Path
+    steps_ledger: Path
     snapshots: Path
     env: dict[str, str]
     python_wrapper: Path
@@ -79,28 +82,18 @@ class Run:
                 if line.strip()]
 
     def trained(self) -> Counter:
-        """Optimizer steps really trained, per attempt number: the backward passes the ledger
-        counted for that attempt's config, divided by its gradient accumulation (rounded down: an OOM
-        mid-accumulation leaves passes that never became an optimizer step)."""
-        import toml
-
-        passes: Counter = Counter()
-        if not self.ledger.exists():
-            return passes
-        configs: dict[int, Path] = {}
-        for line in self.ledger.read_text(encoding="utf-8").splitlines():
+        """Optimizer steps really trained, per attempt number: the optimizer steps the step ledger
+        counted for that attempt's config. Counted at the optimizer, not derived from backward
+        passes: a resumed attempt whose accumulation differs from the saved one's restarts
+        accelerate's micro-step counter from the state, so its first step may sum fewer passes."""
+        steps: Counter = Counter()
+        if not self.steps_ledger.exists():
+            return steps
+        for line in self.steps_ledger.read_text(encoding="utf-8").splitlines():
             _pid, _, config = line.partition(" ")
             name = Path(config).name  # attempt-N.config.toml
             if name.startswith("attempt-") and name.endswith(".config.toml"):
-                n = int(name[len("attempt-"):-len(".config.toml")])
-                passes[n] += 1
-                configs[n] = Path(config)
-        steps: Counter = Counter()
-        for n, count in passes.items():
-            flat = {k: v for table in toml.load(configs[n]).values() if isinstance(table, dict) for k, v in table.items()}
-            accum = int(flat.get("gradient_accumulation_steps") or 1)
-            # Passes past the last whole accumulation are a step an OOM cut short: no optimizer step.
-            steps[n] = count // accum
+                steps[int(name[len("attempt-"):-len(".config.toml")])] += 1
         return steps
 
     def earlier_files_untouched(self) -> int:
@@ -123,6 +116,7 @@ class Run:
 def new_run(tmp: Path, real: Real, **inject: str) -> Run:
     out = tmp / "run"
     ledger = tmp / "ledger.txt"
+    steps_ledger = tmp / "steps.txt"
     snapshots = tmp / "snapshots"
     wrapper = tmp / "python"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {HERE / 'snapshot_python.py'} \"$@\"\n", encoding="utf-8")
@@ -132,11 +126,12 @@ def new_run(tmp: Path, real: Real, **inject: str) -> Run:
         "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "KOHYA_TUNER_HOME": str(tmp / "home"),
         "COLUMNS": "400",  # kohya-tuner's own lines unwrapped, for the assertions on them
         "PYTHONPATH": os.pathsep.join([str(INJECT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
-        "SDS_BACKWARD_LEDGER": str(ledger), "SNAPSHOT_REAL_PYTHON": str(real.python),
+        "SDS_BACKWARD_LEDGER": str(ledger), "SDS_STEP_LEDGER": str(steps_ledger),
+        "SNAPSHOT_REAL_PYTHON": str(real.python),
         "SNAPSHOT_OUTPUT_DIR": str(out / "output"), "SNAPSHOT_DIR": str(snapshots),
     })
     env.update({k: str(v) for k, v in inject.items()})
-    return Run(out=out, tmp=tmp, ledger=ledger, snapshots=snapshots, env=env, python_wrapper=wrapper)
+    return Run(out=out, tmp=tmp, ledger=ledger, steps_ledger=steps_ledger, snapshots=snapshots, env=env, python_wrapper=wrapper)
 
 
 def run_args(run: Run, real: Real, data: Path, *, steps: int, job: str = "character", extra: tuple = ()) -> list[str]:

@@ -18,6 +18,10 @@ Added here:
   SDS_INJECT_LOAD_ONCE_MARKER=FILE  the once-marker of the load hook, apart from the other
   SDS_INJECT_ERROR_AT_BACKWARD=N the N-th backward raises a RuntimeError that is not about
                                  memory (a device mismatch), once per SDS_INJECT_ONCE_MARKER
+  SDS_STEP_LEDGER=FILE           one line "<pid> <config file>" per completed optimizer step
+                                 (a global post-step hook: accelerate's optimizer wrapper calls
+                                 the real step only when gradients sync, so this counts the
+                                 steps that changed the weights, whatever the accumulation)
 """
 
 import os
@@ -44,6 +48,7 @@ _LOAD_ONCE = os.environ.get("SDS_INJECT_LOAD_ONCE_MARKER")
 if _LOAD and _LOAD_ONCE and os.path.exists(_LOAD_ONCE):
     _LOAD = None
 _LEDGER = os.environ.get("SDS_BACKWARD_LEDGER")
+_STEPS = os.environ.get("SDS_STEP_LEDGER")
 
 DEFAULT_MESSAGE = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 7.75 GiB of which "
@@ -99,6 +104,15 @@ def _patch_torch(torch):
         return result
 
     torch.autograd.backward = backward
+    if _STEPS:
+        def after_step(_optimizer, _args, _kwargs):
+            with open(_STEPS, "a") as f:
+                f.write(f"{os.getpid()} {_config_file()}\n")
+
+        import importlib
+
+        # torch.optim drops its submodule names from its namespace: import the module itself.
+        importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook(after_step)
 
 
 def _patch_safetensors(module):
@@ -143,7 +157,7 @@ class _AfterImport:
         return spec
 
 
-if _AT or _ERR or _LEDGER:
+if _AT or _ERR or _LEDGER or _STEPS:
     if "torch" in sys.modules:
         _patch_torch(sys.modules["torch"])
     else:
