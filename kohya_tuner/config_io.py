@@ -103,12 +103,50 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
     if model is None and planned_model in FAMILIES and not config.get("pretrained_model_name_or_path"):
         model = planned_model
     fam = guess_family(config, None, model, weak)
+    fine_tune = _fine_tune_reading(config, fam, model)
+    if fine_tune is not None:
+        notes.append(f"no network settings and {fine_tune[1]}, which only {fine_tune[0].script} takes: read as a "
+                     f"full fine-tune ({fine_tune[0].script}, {fine_tune[0].label})")
+        fam, weak = fine_tune[0], []
     assumptions = [f"model family {fam.label}: the config does not name its script; guessed because {weak[0]}. "
                    "Give --model to say otherwise"] if fam is not None and weak else []
     config, used = assumed_record.merge(config, recorded)
     lines = assumed_record.sentences(used)
     return LoadedConfig(config, fam, fam.script if fam else None, "toml", config.get("dataset_config"), notes,
                         assumptions + lines, used)
+
+
+# The LoRA entry script each full fine-tune script stands beside: a key the fine-tune script
+# takes and its LoRA script does not is what gives a fine-tune TOML away.
+_FINE_TUNE_SCRIPTS = {"sdxl_train.py": "sdxl_train_network.py", "train_db.py": "train_network.py",
+                      "fine_tune.py": "train_network.py", "flux_train.py": "flux_train_network.py",
+                      "sd3_train.py": "sd3_train_network.py"}
+
+
+def _fine_tune_reading(config: dict[str, Any], fam: Family | None, model: str | None
+                       ) -> tuple[Family, str] | None:
+    """(the fine-tune family, the keys that say so) for a TOML that sets no network_* key and sets
+    keys only a full fine-tune script takes (sdxl_train.py's learning_rate_te1, train_db.py's
+    stop_text_encoder_training…); None for everything else. A TOML names no script, so its
+    keys are the evidence; the most specific script wins, then the one of the guessed family."""
+    if any(k.startswith("network_") for k in config):
+        return None
+    from kohya_tuner.memory.finetune import family_for
+
+    best: tuple[int, bool, str, list[str]] | None = None
+    for ft, lora in _FINE_TUNE_SCRIPTS.items():
+        only = sorted(set(config) & (set(schema.script_args(ft)) - set(schema.script_args(lora))))
+        if not only:
+            continue
+        ft_family = family_for(ft, config, model)
+        same = fam is not None and ft_family is not None and ft_family.name == fam.name
+        rank = (len(only), same, ft, only)
+        if best is None or rank[:2] > best[:2]:
+            best = rank
+    if best is None:
+        return None
+    found = family_for(best[2], config, model)
+    return (found, ", ".join(best[3])) if found is not None else None
 
 
 def read_dataset(path: str | os.PathLike) -> dict[str, Any]:

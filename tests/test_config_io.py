@@ -147,3 +147,25 @@ def test_a_json_that_is_no_training_config_is_refused_not_read_as_sd15(tmp_path)
     with pytest.raises(UserError) as err:
         config_io.read_config(other)
     assert "sources.json" in err.value.message and "no kohya_ss or sd-scripts training setting" in err.value.message
+
+
+@pytest.mark.parametrize("keys,script", [
+    ({"learning_rate_te1": 5e-6, "train_text_encoder": True}, "sdxl_train.py"),
+    ({"stop_text_encoder_training": 100, "no_token_padding": True}, "train_db.py"),
+    ({"blockwise_fused_optimizers": True, "ae": "/m/ae.safetensors"}, "flux_train.py"),
+])
+def test_a_full_fine_tune_toml_is_read_as_what_it_is(tmp_path, keys, script):
+    from kohya_tuner import tomlwrite
+
+    path = tmp_path / "ft.toml"
+    path.write_text(tomlwrite.dumps({"pretrained_model_name_or_path": "/m/model.safetensors", "learning_rate": 1e-5,
+                                     **keys}), encoding="utf-8")
+    loaded = config_io.read_config(path)
+    assert loaded.script == script and loaded.family.script == script
+    assert any("full fine-tune" in n for n in loaded.notes)
+
+
+def test_a_lora_toml_with_a_fine_tune_only_key_stays_a_lora(tmp_path):
+    path = tmp_path / "lora.toml"
+    path.write_text('network_module = "networks.lora"\nlearning_rate_te1 = 1e-5\n', encoding="utf-8")
+    assert config_io.read_config(path).script.endswith("_network.py")

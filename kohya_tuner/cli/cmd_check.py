@@ -35,6 +35,13 @@ def _dataset(args: argparse.Namespace, named: str | None):
     return None  # the dataset_config_missing rule names it
 
 
+_VIA = {"config_file": "--config_file", "command_line": "the command line", "dataset_config": "--dataset_config"}
+
+
+def _via(path: str) -> str:
+    return f" [via {_VIA[path]}]" if path in _VIA else ""
+
+
 def run(args: argparse.Namespace) -> int:
     from kohya_tuner import config_io
     from kohya_tuner.check import check, not_lora
@@ -62,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
     for note in loaded.notes:
         warn(note)
     for w in result.warnings:
-        warn(f"{', '.join(w.keys)}: {w.message} ({w.where})")
+        warn(f"{', '.join(w.keys)}: {w.message} ({w.where}){_via(w.path)}")
     for p in result.problems:
         console.print(Text.assemble(("refused", "bold red"), f" {', '.join(p.keys)}: {p.message} "
-                                    f"[{p.rule}] ({p.where})"), soft_wrap=True)
+                                    f"[{p.rule}] ({p.where}){_via(p.path)}"), soft_wrap=True)
     pin = pinned_commit()[:8]
     if result.ok:
         console.print(Text(f"ok: {script} at sd-scripts {pin} would start training with this config"

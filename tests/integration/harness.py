@@ -134,13 +134,15 @@ def new_run(tmp: Path, real: Real, **inject: str) -> Run:
     return Run(out=out, tmp=tmp, ledger=ledger, steps_ledger=steps_ledger, snapshots=snapshots, env=env, python_wrapper=wrapper)
 
 
-def run_args(run: Run, real: Real, data: Path, *, steps: int, job: str = "character", extra: tuple = ()) -> list[str]:
-    args = ["run", "--gpu", "8", "--model", "sd15", "--job", job, "--steps", str(steps), "--cpu",
+def run_args(run: Run, real: Real, data: Path, *, steps: int, job: str = "character", extra: tuple = (),
+             drop: tuple = (), gpu: str = "8") -> list[str]:
+    args = ["run", "--gpu", gpu, "--model", "sd15", "--job", job, "--steps", str(steps), "--cpu",
             "--data", str(data), "--out", str(run.out), "--sd-scripts", str(real.sd_scripts),
             "--python", str(run.python_wrapper), "--base", str(real.model),
             "--set", f"tokenizer_cache_dir={real.tokcache}"]
     for s in CPU_SETS:
-        args += ["--set", s]
+        if s not in drop:
+            args += ["--set", s]
     return args + list(extra)
 
 

@@ -126,14 +126,19 @@ def test_oom_at_load_then_before_any_state_restarts_from_step_0(real, tmp_path):
 def test_gradient_accumulation_past_an_epoch_boundary(real, twelve, tmp_path):
     """Batch 2 x accumulation 2 (3 optimizer steps an epoch): the pinned trainer's skip mixes
     micro-batches and optimizer steps here even before an epoch boundary; the relaunch as a
-    run of the steps left does not depend on it. OOM at the 9th backward: 4 steps done."""
+    run of the steps left does not depend on it. OOM at the 9th backward: 4 steps done.
+    Batch and accumulation come from the 10 GB preset, not from --set: the ladder moves the keys a
+    user set last, and this scenario needs the resume-safe batch move to come first."""
     run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=9, SDS_INJECT_ONCE_MARKER=tmp_path / "once",
                   SDS_INJECT_OOM_MESSAGE=SMALL_OOM)
-    res = cli(run, run_args(run, real, twelve, steps=5, extra=("--no-fit", "--set", "train_batch_size=2",
-                                                               "--set", "gradient_accumulation_steps=2")))
+    res = cli(run, run_args(run, real, twelve, steps=5, gpu="10", drop=("gradient_accumulation_steps=1",),
+                            extra=("--no-fit",)))
     assert res.returncode == 0, explain(res)
     attempts = run.attempts()
     assert [a["outcome"] for a in attempts] == ["oom", "success"]
+    first = (run.out / "attempt-1.config.toml").read_text(encoding="utf-8")
+    assert "train_batch_size = 2" in first and "gradient_accumulation_steps = 2" in first
+    assert attempts[1]["resume_from"] and attempts[1]["resume_from"].endswith("step00000004-state"), attempts[1]
     assert attempts[0]["end_step"] == 4 and attempts[1]["start_step"] == 4
     summary = _check_accounting(run, "accumulation 2, resume past an epoch", 5)
     assert summary["steps_redone"] == 0
