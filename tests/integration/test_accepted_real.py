@@ -1,0 +1,72 @@
+"""Configs the real pinned sd-scripts trains (CPU, random-weight SD 1.5): check must pass them.
+
+Each file in tests/data/accepted_configs is a variant of tests/data/realtrainer_harness.toml whose
+`# why:` header names what it proves: a TOML (launched with --config_file, so argparse's `choices`
+and `type` never see its values) or a `.sh` command line (launched as its own argv, so argparse
+does). For every one, `kohya-tuner check FILE --model sd15` exits 0 (warnings allowed) and the real
+trainer exits 0 and writes the files its `# writes:` header names (default `probe.safetensors`),
+under the output folder. A false refusal (check exit 2 on a config that trains) fails here.
+
+The launches need the KOHYA_TUNER_REAL_* variables of ../shared/realtrainer/README.md (marker
+`realtrainer`, skipped without them by conftest); they run one after another, each in its own folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from realtrainer_launch import INJECT, accelerate, filled, launch, launch_argv, train_script
+
+from tests.clihelp import invoke
+
+ACCEPTED = Path(__file__).resolve().parent.parent / "data" / "accepted_configs"
+CONFIGS = sorted([*ACCEPTED.glob("*.toml"), *ACCEPTED.glob("*.sh")])
+
+
+def header(path: Path, field: str) -> str | None:
+    m = re.search(rf"^# {field}: (.+)$", path.read_text(encoding="utf-8"), re.M)
+    return m.group(1).strip() if m else None
+
+
+def command_argv(sh: Path) -> list[str]:
+    """The argv of a filled .sh file: comments dropped, backslash continuations joined, then
+    split as a POSIX shell would (shlex), with the real accelerate and train_network.py."""
+    lines = [ln for ln in sh.read_text(encoding="utf-8").splitlines() if not ln.lstrip().startswith("#")]
+    argv = shlex.split(re.sub(r"\\\s*\n", " ", "\n".join(lines)))
+    assert argv[:2] == ["accelerate", "launch"], argv[:3]
+    scripts = [i for i, tok in enumerate(argv) if Path(tok).name == "train_network.py"]
+    assert len(scripts) == 1, argv
+    argv[0] = str(accelerate())
+    argv[scripts[0]] = str(train_script())
+    return argv
+
+
+def test_the_suite_has_its_configs():
+    tomls = [p for p in CONFIGS if p.suffix == ".toml"]
+    shs = [p for p in CONFIGS if p.suffix == ".sh"]
+    assert len(tomls) >= 11 and len(shs) >= 4, (len(tomls), len(shs))
+    for p in CONFIGS:
+        assert header(p, "why"), f"{p.name} has no '# why:' header"
+        assert "@MODEL@" in p.read_text(encoding="utf-8") and "@OUT@" in p.read_text(encoding="utf-8"), p.name
+        assert "max_train_steps" in p.read_text(encoding="utf-8"), f"{p.name}: keep the launch at 1 step"
+
+
+@pytest.mark.realtrainer
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_check_passes_what_the_real_trainer_trains(path, tmp_path):
+    cfg = filled(path, tmp_path, "command.sh" if path.suffix == ".sh" else "config.toml")
+    res = invoke("check", str(cfg), "--model", "sd15", "--json")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
+    run = launch_argv(command_argv(cfg), tmp_path) if path.suffix == ".sh" else launch(cfg)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    for pattern in (header(path, "writes") or "probe.safetensors").split():
+        found = list((tmp_path / "output").glob(pattern))
+        assert found and all(f.stat().st_size > 0 for f in found), f"{pattern} not written; {out[-2000:]}"
+    if INJECT.is_dir() and path.suffix == ".toml":  # the ledger names the --config_file of each backward pass
+        assert (tmp_path / "backward.ledger").read_text().strip(), "no backward pass ran"
