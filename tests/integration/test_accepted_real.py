@@ -5,7 +5,8 @@ Each file in tests/data/accepted_configs is a variant of tests/data/realtrainer_
 and `type` never see its values) or a `.sh` command line (launched as its own argv, so argparse
 does). For every one, `kohya-tuner check FILE --model sd15` exits 0 (warnings allowed) and the real
 trainer exits 0 and writes the files its `# writes:` header names (default `probe.safetensors`),
-under the output folder. A false refusal (check exit 2 on a config that trains) fails here.
+under the output folder; `# lora has:` (a tensor name part) and `# lora rank:` are read back from
+the LoRA file. A false refusal (check exit 2 on a config that trains) fails here.
 
 The launches need the KOHYA_TUNER_REAL_* variables of ../shared/realtrainer/README.md (marker
 `realtrainer`, skipped without them by conftest); they run one after another, each in its own folder.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import struct
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,14 @@ def command_argv(sh: Path) -> list[str]:
     return argv
 
 
+def lora_tensors(path: Path) -> dict[str, list[int]]:
+    """Tensor name -> shape, from a .safetensors file's JSON header."""
+    with path.open("rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        head = json.loads(f.read(size))
+    return {k: v["shape"] for k, v in head.items() if k != "__metadata__"}
+
+
 def test_the_suite_has_its_configs():
     tomls = [p for p in CONFIGS if p.suffix == ".toml"]
     shs = [p for p in CONFIGS if p.suffix == ".sh"]
@@ -68,5 +78,11 @@ def test_check_passes_what_the_real_trainer_trains(path, tmp_path):
     for pattern in (header(path, "writes") or "probe.safetensors").split():
         found = list((tmp_path / "output").glob(pattern))
         assert found and all(f.stat().st_size > 0 for f in found), f"{pattern} not written; {out[-2000:]}"
+    has, rank = header(path, "lora has"), header(path, "lora rank")
+    if has or rank:
+        tensors = lora_tensors(tmp_path / "output" / "probe.safetensors")
+        assert not has or any(has in k for k in tensors), f"no LoRA tensor named like {has!r}"
+        downs = [shape[0] for k, shape in tensors.items() if k.endswith("lora_down.weight")]
+        assert not rank or (downs and set(downs) == {int(rank)}), f"LoRA ranks {sorted(set(downs))}, expected {rank}"
     if INJECT.is_dir() and path.suffix == ".toml":  # the ledger names the --config_file of each backward pass
         assert (tmp_path / "backward.ledger").read_text().strip(), "no backward pass ran"

@@ -1,4 +1,5 @@
-# why: argparse accepts a unique prefix: --network_di 4 is --network_dim 4.
+# why: argparse accepts a unique prefix: --network_di 8 is --network_dim 8 (the LoRA has rank 8; unset would be 4).
+# lora rank: 8
 # (the harness config as a command line; @NAME@ placeholders and the script path are filled in by tests/integration/test_accepted_real.py)
 accelerate launch --cpu --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no \
   train_network.py \
@@ -8,4 +9,4 @@ accelerate launch --cpu --num_processes 1 --num_machines 1 --mixed_precision no 
   --network_module networks.lora --network_alpha 1 \
   --optimizer_type AdamW --learning_rate 0.0001 --train_batch_size 1 --max_train_steps 1 \
   --max_data_loader_n_workers 0 --mixed_precision no --seed 1 \
-  --network_di 4
+  --network_di 8

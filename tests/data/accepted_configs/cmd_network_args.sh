@@ -1,4 +1,5 @@
 # why: nargs="*" takes --network_args conv_dim=4 conv_alpha=1 as two items, up to the next option, and LoRA gets its conv layers.
+# lora has: resnets_0_conv1.lora_down
 # (the harness config as a command line; @NAME@ placeholders and the script path are filled in by tests/integration/test_accepted_real.py)
 accelerate launch --cpu --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no \
   train_network.py \
