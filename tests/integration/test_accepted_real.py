@@ -18,6 +18,7 @@ import json
 import re
 import shlex
 import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,38 @@ def test_the_suite_has_its_configs():
         assert header(p, "why"), f"{p.name} has no '# why:' header"
         assert "@MODEL@" in p.read_text(encoding="utf-8") and "@OUT@" in p.read_text(encoding="utf-8"), p.name
         assert "max_train_steps" in p.read_text(encoding="utf-8"), f"{p.name}: keep the launch at 1 step"
+
+
+def _png(path: Path, side: int) -> None:
+    """A grey side x side PNG (what the harness's images are: 128 px), written without Pillow."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + b"\x80" * (3 * side) for _ in range(side))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_check_passes_every_accepted_config_without_the_trainer(path, tmp_path):
+    """The check half on a stand-in tree shaped like the harness's (a model file, 128 px images in a
+    `2_mytoken style` folder with captions, a tokenizer folder), so a false refusal shows without the
+    real trainer too."""
+    img = tmp_path / "data" / "2_mytoken style"
+    img.mkdir(parents=True)
+    for i in range(4):
+        _png(img / f"{i}.png", 128)
+        (img / f"{i}.txt").write_text("mytoken style, a picture\n", encoding="utf-8")
+    (tmp_path / "model.safetensors").write_bytes(b"0")
+    (tmp_path / "tokcache").mkdir()
+    text = path.read_text(encoding="utf-8")
+    for key, value in {"@MODEL@": tmp_path / "model.safetensors", "@DATA@": tmp_path / "data",
+                       "@TOKCACHE@": tmp_path / "tokcache", "@OUT@": tmp_path / "output", "@CONFIGDIR@": path.parent}.items():
+        text = text.replace(key, str(value))
+    cfg = tmp_path / ("command.sh" if path.suffix == ".sh" else "config.toml")
+    cfg.write_text(text, encoding="utf-8")
+    res = invoke("check", str(cfg), "--model", "sd15", "--json")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
 
 
 @pytest.mark.realtrainer
