@@ -50,7 +50,7 @@ def launch_argv(argv: list[str], cwd: Path, timeout: int = 420) -> subprocess.Co
     if INJECT.is_dir():
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env["SDS_BACKWARD_LEDGER"] = str(cwd / "backward.ledger")
-    return subprocess.run(["nice", "-n", "5", *argv], cwd=cwd, env=env, capture_output=True, text=True,
+    return subprocess.run(["nice", "-n", "5", *argv], cwd=cwd, env=env, capture_output=True, text=True, check=False,
                           timeout=timeout)
 
 

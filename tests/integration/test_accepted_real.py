@@ -22,7 +22,14 @@ import zlib
 from pathlib import Path
 
 import pytest
-from realtrainer_launch import INJECT, accelerate, filled, launch, launch_argv, train_script
+from realtrainer_launch import (
+    INJECT,
+    accelerate,
+    filled,
+    launch,
+    launch_argv,
+    train_script,
+)
 
 from tests.clihelp import invoke
 
@@ -31,7 +38,7 @@ CONFIGS = sorted([*ACCEPTED.glob("*.toml"), *ACCEPTED.glob("*.sh")])
 
 
 def header(path: Path, field: str) -> str | None:
-    m = re.search(rf"^# {field}: (.+)$", path.read_text(encoding="utf-8"), re.M)
+    m = re.search(rf"^# {field}: (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
     return m.group(1).strip() if m else None
 
 

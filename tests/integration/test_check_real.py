@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from realtrainer_launch import INJECT, configured, filled, launch
 
 from tests.clihelp import invoke
