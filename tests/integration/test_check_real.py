@@ -11,19 +11,17 @@ the launches run one after another (the machine is small), each in its own folde
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
+from realtrainer_launch import INJECT, configured, filled, launch
 
 from tests.clihelp import invoke
 
 pytestmark = pytest.mark.realtrainer
 
-ENV = {k: os.environ.get(f"KOHYA_TUNER_REAL_{k}") for k in ("SDSCRIPTS", "PYTHON", "MODEL", "TOKCACHE", "DATA")}
-if not all(ENV.values()):
+if not configured():
     pytest.skip("the real trainer is not configured (KOHYA_TUNER_REAL_* unset)", allow_module_level=True)
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -32,32 +30,6 @@ REFUSED = sorted((DATA / "refused_configs").glob("*.toml"))
 
 def header(path: Path, field: str) -> str:
     return re.search(rf"^# {field}: (.+)$", path.read_text(), re.M).group(1).strip()
-
-
-def filled(src: Path, dest_dir: Path) -> Path:
-    text = src.read_text()
-    for key, value in {"@MODEL@": ENV["MODEL"], "@DATA@": ENV["DATA"], "@TOKCACHE@": ENV["TOKCACHE"],
-                       "@OUT@": str(dest_dir / "output")}.items():
-        text = text.replace(key, value)
-    dest = dest_dir / "config.toml"
-    dest.write_text(text)
-    return dest
-
-
-INJECT = Path(__file__).resolve().parents[3] / "shared" / "realtrainer" / "inject"
-
-
-def launch(cfg: Path, timeout: int = 420) -> subprocess.CompletedProcess:
-    accelerate = Path(ENV["PYTHON"]).parent / "accelerate"
-    cmd = [str(accelerate), "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no",
-           str(Path(ENV["SDSCRIPTS"]) / "train_network.py"), "--config_file", str(cfg)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
-    if INJECT.is_dir():
-        env["PYTHONPATH"] = os.pathsep.join([str(INJECT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        env["SDS_BACKWARD_LEDGER"] = str(cfg.parent / "backward.ledger")
-    return subprocess.run(["nice", "-n", "5", *cmd], cwd=cfg.parent, env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 @pytest.mark.parametrize("path", REFUSED, ids=lambda p: header(p, "rule"))

@@ -1,0 +1,11 @@
+# why: store_true flags take no value (--gradient_checkpointing --shuffle_caption, and --random_crop --sdpa above); argparse sets them True.
+# (the harness config as a command line; @NAME@ placeholders and the script path are filled in by tests/integration/test_accepted_real.py)
+accelerate launch --cpu --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no \
+  train_network.py \
+  --pretrained_model_name_or_path "@MODEL@" --tokenizer_cache_dir "@TOKCACHE@" \
+  --train_data_dir "@DATA@" --output_dir "@OUT@" --output_name probe --caption_extension .txt \
+  --resolution 64,64 --random_crop --sdpa \
+  --network_module networks.lora --network_alpha 1 \
+  --optimizer_type AdamW --learning_rate 0.0001 --train_batch_size 1 --max_train_steps 1 \
+  --max_data_loader_n_workers 0 --mixed_precision no --seed 1 \
+  --network_dim 4 --gradient_checkpointing --shuffle_caption

@@ -1,0 +1,128 @@
+"""Configs the real pinned sd-scripts trains (CPU, random-weight SD 1.5): check must pass them.
+
+Each file in tests/data/accepted_configs is a variant of tests/data/realtrainer_harness.toml whose
+`# why:` header names what it proves: a TOML (launched with --config_file, so argparse's `choices`
+and `type` never see its values) or a `.sh` command line (launched as its own argv, so argparse
+does). For every one, `kohya-tuner check FILE --model sd15` exits 0 (warnings allowed) and the real
+trainer exits 0 and writes the files its `# writes:` header names (default `probe.safetensors`),
+under the output folder; `# lora has:` (a tensor name part) and `# lora rank:` are read back from
+the LoRA file. A false refusal (check exit 2 on a config that trains) fails here.
+
+The launches need the KOHYA_TUNER_REAL_* variables of ../shared/realtrainer/README.md (marker
+`realtrainer`, skipped without them by conftest); they run one after another, each in its own folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+from realtrainer_launch import (
+    INJECT,
+    accelerate,
+    filled,
+    launch,
+    launch_argv,
+    train_script,
+)
+
+from tests.clihelp import invoke
+
+ACCEPTED = Path(__file__).resolve().parent.parent / "data" / "accepted_configs"
+CONFIGS = sorted([*ACCEPTED.glob("*.toml"), *ACCEPTED.glob("*.sh")])
+
+
+def header(path: Path, field: str) -> str | None:
+    m = re.search(rf"^# {field}: (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
+    return m.group(1).strip() if m else None
+
+
+def command_argv(sh: Path) -> list[str]:
+    """The argv of a filled .sh file: comments dropped, backslash continuations joined, then
+    split as a POSIX shell would (shlex), with the real accelerate and train_network.py."""
+    lines = [ln for ln in sh.read_text(encoding="utf-8").splitlines() if not ln.lstrip().startswith("#")]
+    argv = shlex.split(re.sub(r"\\\s*\n", " ", "\n".join(lines)))
+    assert argv[:2] == ["accelerate", "launch"], argv[:3]
+    scripts = [i for i, tok in enumerate(argv) if Path(tok).name == "train_network.py"]
+    assert len(scripts) == 1, argv
+    argv[0] = str(accelerate())
+    argv[scripts[0]] = str(train_script())
+    return argv
+
+
+def lora_tensors(path: Path) -> dict[str, list[int]]:
+    """Tensor name -> shape, from a .safetensors file's JSON header."""
+    with path.open("rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        head = json.loads(f.read(size))
+    return {k: v["shape"] for k, v in head.items() if k != "__metadata__"}
+
+
+def test_the_suite_has_its_configs():
+    tomls = [p for p in CONFIGS if p.suffix == ".toml"]
+    shs = [p for p in CONFIGS if p.suffix == ".sh"]
+    assert len(tomls) >= 11 and len(shs) >= 4, (len(tomls), len(shs))
+    for p in CONFIGS:
+        assert header(p, "why"), f"{p.name} has no '# why:' header"
+        assert "@MODEL@" in p.read_text(encoding="utf-8") and "@OUT@" in p.read_text(encoding="utf-8"), p.name
+        assert "max_train_steps" in p.read_text(encoding="utf-8"), f"{p.name}: keep the launch at 1 step"
+
+
+def _png(path: Path, side: int) -> None:
+    """A grey side x side PNG (what the harness's images are: 128 px), written without Pillow."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + b"\x80" * (3 * side) for _ in range(side))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_check_passes_every_accepted_config_without_the_trainer(path, tmp_path):
+    """The check half on a stand-in tree shaped like the harness's (a model file, 128 px images in a
+    `2_mytoken style` folder with captions, a tokenizer folder), so a false refusal shows without the
+    real trainer too."""
+    img = tmp_path / "data" / "2_mytoken style"
+    img.mkdir(parents=True)
+    for i in range(4):
+        _png(img / f"{i}.png", 128)
+        (img / f"{i}.txt").write_text("mytoken style, a picture\n", encoding="utf-8")
+    (tmp_path / "model.safetensors").write_bytes(b"0")
+    (tmp_path / "tokcache").mkdir()
+    text = path.read_text(encoding="utf-8")
+    for key, value in {"@MODEL@": tmp_path / "model.safetensors", "@DATA@": tmp_path / "data",
+                       "@TOKCACHE@": tmp_path / "tokcache", "@OUT@": tmp_path / "output", "@CONFIGDIR@": path.parent}.items():
+        text = text.replace(key, str(value))
+    cfg = tmp_path / ("command.sh" if path.suffix == ".sh" else "config.toml")
+    cfg.write_text(text, encoding="utf-8")
+    res = invoke("check", str(cfg), "--model", "sd15", "--json")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
+
+
+@pytest.mark.realtrainer
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_check_passes_what_the_real_trainer_trains(path, tmp_path):
+    cfg = filled(path, tmp_path, "command.sh" if path.suffix == ".sh" else "config.toml")
+    res = invoke("check", str(cfg), "--model", "sd15", "--json")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
+    run = launch_argv(command_argv(cfg), tmp_path) if path.suffix == ".sh" else launch(cfg)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    for pattern in (header(path, "writes") or "probe.safetensors").split():
+        found = list((tmp_path / "output").glob(pattern))
+        assert found and all(f.stat().st_size > 0 for f in found), f"{pattern} not written; {out[-2000:]}"
+    has, rank = header(path, "lora has"), header(path, "lora rank")
+    if has or rank:
+        tensors = lora_tensors(tmp_path / "output" / "probe.safetensors")
+        assert not has or any(has in k for k in tensors), f"no LoRA tensor named like {has!r}"
+        downs = [shape[0] for k, shape in tensors.items() if k.endswith("lora_down.weight")]
+        assert not rank or (downs and set(downs) == {int(rank)}), f"LoRA ranks {sorted(set(downs))}, expected {rank}"
+    if INJECT.is_dir() and path.suffix == ".toml":  # the ledger names the --config_file of each backward pass
+        assert (tmp_path / "backward.ledger").read_text().strip(), "no backward pass ran"
