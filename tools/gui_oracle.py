@@ -72,11 +72,9 @@ def classify(rel: str, data) -> str:
         return "lora"
     if any(k in data for k in FINETUNE_KEYS):
         return "finetune"
-    if Path(rel).name.startswith("Standard") or Path(rel).name.startswith("SDXL-Standard"):
-        # test/config/Standard-AdamW.json and SDXL-Standard-AdamW.json: named for the LoRA tab's
-        # "Standard" type but saved without any network field; the GUI's LoRA tab loads them with
-        # its defaults (LoRA_type Standard).
-        return "lora"
+    # test/config/Standard-AdamW*.json and SDXL-Standard-AdamW.json are named for the LoRA tab's
+    # "Standard" type but hold the very fields dreambooth-AdamW.json holds and no network field:
+    # the content says DreamBooth.
     return "dreambooth"
 
 
@@ -150,15 +148,42 @@ def build_tabs(gui: Path, scratch: Path):
     return built, state
 
 
-def roundtrip(comp, value):
+def field_table(built) -> dict:
+    """Each tab's fields as kohya_tuner reads them: the kind of component (what the browser round
+    trip does to a value) and the value a fresh tab holds (what a field missing from a file gets)."""
+    import gradio as gr
+
+    tables = {}
+    for kind, (mod, registry, entries) in built.items():
+        fields = {}
+        for name, comp in registry:
+            if isinstance(comp, gr.Checkbox):
+                what = "bool"
+            elif isinstance(comp, gr.Textbox):
+                what = "text"
+            elif isinstance(comp, gr.Number) and comp.precision == 0:
+                what = "int"
+            elif isinstance(comp, (gr.Dropdown, gr.Radio)):
+                what = "choice"
+            else:
+                what = "number"
+            fields[name] = [what, roundtrip(comp, comp.value)]
+        tables[kind] = fields
+    return tables
+
+
+def roundtrip(comp, value, errors=None, name=None):
     """What a value loaded into a component comes back as when the button is pressed: the
-    browser shows a text box's None as empty and sends back ""."""
+    browser shows a text box's None as empty and sends back "". A value the component's
+    preprocess refuses (a dropdown value not among its choices, a slider value beyond its
+    maximum) is kept as it is and the refusal listed in `errors`."""
     import gradio as gr
 
     try:
         value = comp.preprocess(comp.postprocess(value))
-    except Exception:
-        pass
+    except Exception as exc:
+        if errors is not None:
+            errors[name] = f"{type(exc).__name__}: {exc}"
     if value is None and isinstance(comp, gr.Textbox):
         return ""
     return value
@@ -187,10 +212,11 @@ def run_one(built, state, kind, path: Path, scratch: Path):
     comps = entries["components"]
     data = component_data(registry, entries, {comps["config_file_name"]: str(path)})
     loaded = entries["load_configuration"](data)
-    settings = {comp for _, comp in registry}
+    names = {comp: name for name, comp in registry}
+    component_errors = {}
     for comp, value in loaded.items():
-        if comp in settings:
-            data[comp] = roundtrip(comp, value)
+        if comp in names:
+            data[comp] = roundtrip(comp, value, component_errors, names[comp])
     filled = {}
     for name, comp in registry:
         if name in FILLED and data.get(comp) in ("", None):
@@ -213,14 +239,14 @@ def run_one(built, state, kind, path: Path, scratch: Path):
         root.removeHandler(handler)
     if state["cmd"] is None:
         errors = [ln for ln in logs.getvalue().splitlines() if ln.strip()]
-        return {"refused": True, "filled_by_oracle": filled, "gui_log": errors[-5:]}
+        return {"refused": True, "filled_by_oracle": filled, "component_errors": component_errors, "gui_log": errors[-5:]}
     toml_text = Path(state["toml_path"]).read_text(encoding="utf-8")
     # The prompt file the GUI writes under output_dir (here: the scratch folder).
     toml_text = toml_text.replace(str(scratch / "sample" / "prompt.txt"), PROMPT_FILE)
     argv = ["<CONFIG_TOML>" if a == state["toml_path"] else a for a in state["cmd"]]
     import toml
 
-    rec = {"refused": False, "filled_by_oracle": filled, "argv": argv, "toml_text": toml_text}
+    rec = {"refused": False, "filled_by_oracle": filled, "component_errors": component_errors, "argv": argv, "toml_text": toml_text}
     try:
         rec["toml"] = toml.loads(toml_text)
     except toml.TomlDecodeError as exc:
@@ -235,13 +261,19 @@ def main() -> int:
     ap.add_argument("--gui", required=True, type=Path)
     ap.add_argument("--commit", required=True)
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--fields-out", type=Path, help="write the tabs' field table (kohya_tuner/data/kohya_gui_fields.json)")
     args = ap.parse_args()
     gui = args.gui.resolve()
+    fields_out = args.fields_out.resolve() if args.fields_out else None
     out = args.out.resolve()
     files = sorted([*gui.glob("presets/**/*.json"), *gui.glob("test/config/*.json")])
     scratch = Path(tempfile.mkdtemp(prefix="gui-oracle-"))
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     built, state = build_tabs(gui, scratch)
+    if fields_out:
+        table = {"source": f"bmaltais/kohya_ss {args.commit} (Apache-2.0), recorded by tools/gui_oracle.py",
+                 "tabs": field_table(built)}
+        fields_out.write_text(json.dumps(table, indent=0, sort_keys=True) + "\n", encoding="utf-8")
     records = []
     (out / "inputs").mkdir(parents=True, exist_ok=True)
     for path in files:
