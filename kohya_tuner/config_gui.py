@@ -1,28 +1,34 @@
-"""Reading a kohya_ss GUI JSON file into the flat config the GUI's own code launches."""
+"""Reading a kohya_ss GUI JSON file into the flat config the GUI's own code launches.
+
+A GUI file means what the GUI's "Start training" / "Print training command" button makes of it:
+the tab's form is filled from the file (a field the file lacks keeps the value a fresh tab
+holds), each value passes the form component it sits in, and the tab's train_model turns the
+form into a TOML for `--config_file` plus the `accelerate launch` options. This module does
+the same, field by field, for the LoRA, DreamBooth and fine-tuning tabs; docs/kohya-gui.md
+says which field becomes which key and where the GUI does it, and
+tests/test_kohya_gui_oracle.py holds it to what the GUI itself produced
+(tests/data/kohya_gui/records.json, recorded by tools/gui_oracle.py).
+
+The form's field kinds and fresh-tab values are data recorded from the GUI
+(kohya_tuner/data/kohya_gui_fields.json, bmaltais/kohya_ss, Apache-2.0).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import re
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from kohya_tuner import safeio, schema
 from kohya_tuner.config_cmdline import parse_command_line
-from kohya_tuner.config_loaded import LoadedConfig, coerce_checked, guess_family
+from kohya_tuner.config_loaded import LoadedConfig, guess_family
 from kohya_tuner.errors import UserError
-from kohya_tuner.families import FAMILIES, get_family
+from kohya_tuner.families import FAMILIES, family_for_script, get_family
 
-
-# kohya_ss GUI keys that are not sd-scripts argument names.
-_GUI_RENAMES = {
-    "epoch": "max_train_epochs",
-    "optimizer": "optimizer_type",
-    "max_resolution": "resolution",
-    "model_list": None,
-    "LoRA_type": None,
-    "sdxl": None,
-    "flux1_checkbox": None,
-}
+GUI_COMMIT = "45088f04af78e11cec5407ff4652ea3ed2c14422"
 
 _GUI_PAIR_RE = re.compile(r'^\s*"([^"]+)"\s*:\s*(.+?)\s*,?\s*$')
 
@@ -55,103 +61,837 @@ def _salvage_json(text: str) -> tuple[dict[str, Any], bool]:
     return data, True
 
 
+# ---- which tab a file belongs to -------------------------------------------------------
+
+_TI_KEYS = ("token_string", "init_word", "num_vectors_per_token")
+_FINETUNE_KEYS = ("train_dir", "image_folder", "dataset_repeats", "caption_metadata_filename",
+                  "latent_metadata_filename", "full_path", "generate_caption_database")
+_LORA_KEYS = ("LoRA_type", "network_dim")
+
+
+@lru_cache(maxsize=1)
+def _fields() -> dict[str, dict[str, list]]:
+    path = Path(__file__).resolve().parent / "data" / "kohya_gui_fields.json"
+    return json.loads(path.read_text(encoding="utf-8"))["tabs"]
+
+
+def gui_tab(data: dict[str, Any]) -> str:
+    """The GUI tab a saved file belongs to: "lora", "dreambooth" or "finetune". Files of the
+    Textual Inversion tab and JSON that is no GUI settings file are refused by name."""
+    if any(isinstance(v, dict) for v in data.values()):
+        shown = ", ".join(list(data)[:3])
+        raise UserError(f"The JSON is not a kohya_ss GUI settings file: its values are tables (keys: {shown}), "
+                        "as in a dataset metadata file (meta_*.json), not the GUI's flat list of fields.",
+                        "Give the JSON the GUI saves with its Configuration > Save button, an sd-scripts TOML, "
+                        "or a file holding the training command line.")
+    if any(k in data for k in _TI_KEYS):
+        raise UserError("This kohya_ss file is a Textual Inversion config (it sets "
+                        + ", ".join(k for k in _TI_KEYS if k in data)
+                        + "): the GUI launches train_textual_inversion.py for it, which kohya-tuner does not read "
+                          "or estimate.",
+                        "kohya-tuner reads the GUI's LoRA, DreamBooth and Finetune tab files.")
+    if any(k in data for k in _LORA_KEYS):
+        return "lora"
+    if any(k in data for k in _FINETUNE_KEYS):
+        return "finetune"
+    return "dreambooth"
+
+
+# ---- the form: fresh-tab values, the file's values, each component's round trip ----------
+
+def _component(kind: str, value: Any) -> Any:
+    """What a value set into a form component comes back as when the button is pressed."""
+    if kind == "bool":
+        return bool(value) if value is not None else False
+    if kind == "text":
+        return "" if value is None else str(value)
+    if kind == "int" and isinstance(value, (int, float)) and value is not None:
+        return int(round(value))
+    return value
+
+
+def _as_int(value: Any, fallback: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return fallback
+
+
+def _as_float(value: Any, fallback: float) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return fallback
+
+
+def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """The GUI's update of older files as it loads them (common_gui.update_my_data)."""
+    d = dict(data)
+    d.setdefault("optimizer", "AdamW8bit" if d.get("use_8bit_adam") else "AdamW")
+    for key in ("clip_skip", "epoch", "gradient_accumulation_steps", "keep_tokens", "lr_warmup",
+                "max_data_loader_n_workers", "max_train_epochs", "save_every_n_epochs", "seed",
+                "max_train_steps", "caption_dropout_every_n_epochs"):
+        if d.get(key) is not None:
+            d[key] = _as_int(d[key], 0)
+    if d.get("lr_scheduler_num_cycles") is not None:
+        d["lr_scheduler_num_cycles"] = _as_int(d["lr_scheduler_num_cycles"], 1)
+    if d.get("max_token_length") is not None:
+        d["max_token_length"] = _as_int(d["max_token_length"], 75)
+    for key in ("adaptive_noise_scale", "noise_offset", "learning_rate", "text_encoder_lr", "unet_lr"):
+        if d.get(key) is not None:
+            d[key] = _as_float(d[key], 0.0)
+    if d.get("lr_scheduler_power") is not None:
+        d["lr_scheduler_power"] = _as_float(d["lr_scheduler_power"], 1.0)
+    if d.get("LoRA_type", "Standard") == "LoCon":
+        d["LoRA_type"] = "LyCORIS/LoCon"
+    if "save_model_as" in d and d.get("LoRA_type") and d["save_model_as"] not in ("safetensors", "ckpt"):
+        d["save_model_as"] = "safetensors"
+    if isinstance(d.get("xformers"), bool):
+        d["xformers"] = "xformers" if d["xformers"] else "none"
+    if d.get("use_wandb") == "True":
+        d["log_with"] = "wandb"
+    d.pop("use_wandb", None)
+    if d.get("lora_network_weights") is not None:
+        d["network_weights"] = d.pop("lora_network_weights")
+    return d
+
+
+class _Form(dict):
+    """The tab's form after loading: attribute access reads a field."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _form(tab: str, data: dict[str, Any]) -> _Form:
+    d = _upgrade(data)
+    form = _Form()
+    for name, (kind, fresh) in _fields()[tab].items():
+        raw = d.get(name)
+        form[name] = _component(kind, raw if raw is not None else fresh)
+    return form
+
+
+# ---- pieces every tab shares --------------------------------------------------------------
+
+_ARGS_SETTING_RE = re.compile(r"^(\S+=\S+)( \S+=\S+)*$|^$")
+
+
+def _gui_split(text: Any) -> list[str]:
+    """How the GUI turns a text field of `key=value` pairs into a TOML list: double quotes
+    dropped, split on whitespace (not shell quoting: a quoted value with a space is split)."""
+    return str(text).replace('"', "").split()
+
+
+def _warmup(lr_warmup: Any, lr_warmup_steps: Any) -> int | float:
+    """common_gui.resolve_lr_warmup_steps: steps given win; else the percent as a fraction."""
+    pct, steps = _as_float(lr_warmup if lr_warmup != "" else 0, 0.0), _as_float(
+        lr_warmup_steps if lr_warmup_steps != "" else 0, 0.0)
+    if steps > 0:
+        return int(steps)
+    return pct / 100 if pct != 0 else 0
+
+
+def _nz(value: Any) -> Any:
+    return value if value != 0 else None
+
+
+def _prompt_file(f: _Form) -> str | None:
+    """create_prompt_file: the GUI writes the prompts to output_dir/sample/prompt.txt and passes
+    that path, whatever the prompts are; without an output_dir the GUI refuses to start."""
+    out = str(f.output_dir or "").strip()
+    if not out:
+        return None
+    return out + ("" if out.endswith(("/", "\\")) else "/") + "sample/prompt.txt"
+
+
+def _shell_quote(token: str) -> str:
+    if token and re.fullmatch(r"[\w@%+=:,./-]+", token, flags=re.ASCII):
+        return token
+    return "'" + token.replace("'", "'\"'\"'") + "'"
+
+
+def launch_args(f: _Form) -> list[str]:
+    """The options the GUI gives `accelerate launch` (class_accelerate_launch.AccelerateLaunch.run_cmd)."""
+    out: list[str] = []
+    if f.get("dynamo_backend"):
+        out += ["--dynamo_backend", str(f.dynamo_backend)]
+    if f.get("dynamo_mode"):
+        out += ["--dynamo_mode", str(f.dynamo_mode)]
+    if f.get("dynamo_use_fullgraph"):
+        out.append("--dynamo_use_fullgraph")
+    if f.get("dynamo_use_dynamic"):
+        out.append("--dynamo_use_dynamic")
+    extra = f.get("extra_accelerate_launch_args", "")
+    if extra != "":
+        out += [_shell_quote(t) for t in _gui_split(extra)]
+    if f.get("gpu_ids", "") != "":
+        out += ["--gpu_ids", _shell_quote(str(f.gpu_ids))]
+    if _as_float(f.get("main_process_port", 0), 0) > 0:
+        out += ["--main_process_port", str(int(f.main_process_port))]
+    if f.get("mixed_precision"):
+        out += ["--mixed_precision", _shell_quote(str(f.mixed_precision))]
+    if f.get("multi_gpu"):
+        out.append("--multi_gpu")
+    for key in ("num_processes", "num_machines", "num_cpu_threads_per_process"):
+        if _as_int(f.get(key, 0), 0) > 0:
+            out += [f"--{key}", str(int(f[key]))]
+    return out
+
+
+def _tail_args(f: _Form) -> list[str]:
+    """additional_parameters, as run_cmd_advanced_training appends them after --config_file."""
+    extra = f.get("additional_parameters", "")
+    return [_shell_quote(t) for t in _gui_split(extra)] if extra != "" else []
+
+
+def _check_args_fields(f: _Form) -> None:
+    for key in ("lr_scheduler_args", "optimizer_args"):
+        value = f.get(key, "")
+        if isinstance(value, str) and not _ARGS_SETTING_RE.match(value):
+            raise UserError(f"The kohya_ss GUI refuses this file: {key} = {value!r} is not a list of key=value "
+                            "pairs with one space between pairs (the GUI's validate_args_setting).",
+                            f"Write {key} as key=value key=value, with no spaces inside a pair.")
+
+
+def _refuse(message: str, hint: str | None = None) -> None:
+    raise UserError(f"The kohya_ss GUI refuses this file: {message}", hint)
+
+
+def _drop_unset_lora(config: dict[str, Any]) -> dict[str, Any]:
+    # The LoRA tab leaves out every value equal to "", False or None, and so 0 and 0.0 too.
+    return {k: v for k, v in config.items() if not any(v == u for u in ("", False, None))}
+
+
+def _drop_unset_full(config: dict[str, Any]) -> dict[str, Any]:
+    # The DreamBooth and Finetune tabs leave out "", False and None only: 0 stays.
+    return {k: v for k, v in config.items() if not (v is None or v is False or (isinstance(v, str) and v == ""))}
+
+
+# ---- the LoRA tab (lora_gui.train_model) ---------------------------------------------------
+
+_LYCORIS_ALGOS = {
+    # LoRA_type: (algo as written, the form fields it passes, in the GUI's order)
+    "LyCORIS/BOFT": ("boft", ["preset", "conv_dim", "conv_alpha", "module_dropout", "use_tucker", "rank_dropout",
+                              "rank_dropout_scale", "algo", "train_norm"]),
+    "LyCORIS/Diag-OFT": ("diag-oft", ["preset", "conv_dim", "conv_alpha", "module_dropout", "use_tucker",
+                                      "rank_dropout", "rank_dropout_scale", "constraint", "rescaled", "algo",
+                                      "train_norm"]),
+    "LyCORIS/DyLoRA": ("dylora", ["preset", "conv_dim", "conv_alpha", "use_tucker", "block_size", "rank_dropout",
+                                  "module_dropout", "algo", "train_norm"]),
+    "LyCORIS/GLoRA": ("glora", ["preset", "conv_dim", "conv_alpha", "use_tucker", "rank_dropout", "module_dropout",
+                                "rank_dropout_scale", "algo", "train_norm"]),
+    "LyCORIS/iA3": ("ia3", ["preset", "conv_dim", "conv_alpha", "train_on_input", "algo"]),
+    "LyCORIS/LoCon": ("locon", ["preset", "conv_dim", "conv_alpha", "use_tucker", "rank_dropout", "bypass_mode",
+                                "dora_wd", "module_dropout", "use_tucker", "use_scalar", "rank_dropout_scale", "algo",
+                                "train_norm"]),
+    "LyCORIS/LoHa": ("loha", ["preset", "conv_dim", "conv_alpha", "use_tucker", "rank_dropout", "bypass_mode",
+                              "dora_wd", "module_dropout", "use_tucker", "use_scalar", "rank_dropout_scale", "algo",
+                              "train_norm"]),
+    "LyCORIS/LoKr": ("lokr", ["preset", "conv_dim", "conv_alpha", "use_tucker", "rank_dropout", "bypass_mode",
+                              "dora_wd", "module_dropout", "factor", "use_cp", "use_scalar", "decompose_both",
+                              "rank_dropout_scale", "algo", "train_norm"]),
+    "LyCORIS/Native Fine-Tuning": ("full", ["preset", "rank_dropout", "module_dropout", "rank_dropout_scale", "algo",
+                                            "train_norm"]),
+}
+# network_args names whose form field has another name
+_LYCORIS_FIELD = {"preset": "LyCORIS_preset", "block_size": "unit", "constraint": "constrain"}
+_BLOCK_FIELDS = ["down_lr_weight", "mid_lr_weight", "up_lr_weight", "block_lr_zero_threshold", "block_dims",
+                 "block_alphas", "conv_block_dims", "conv_block_alphas", "rank_dropout", "module_dropout"]
+_FLUX_LORA_FIELDS = ["img_attn_dim", "img_mlp_dim", "img_mod_dim", "single_dim", "txt_attn_dim", "txt_mlp_dim",
+                     "txt_mod_dim", "single_mod_dim", "in_dims", "train_double_block_indices",
+                     "train_single_block_indices"]
+
+
+def _truthy_pairs(f: _Form, names: list[str]) -> list[str]:
+    return [f"{n}={f[n]}" for n in names if f.get(n)]
+
+
+def _dropout_pairs(f: _Form) -> list[str]:
+    return [f"{n}={f[n]}" for n in ("rank_dropout", "module_dropout") if f.get(n) is not None and _as_float(f[n], 0) > 0]
+
+
+def lora_network(f: _Form) -> tuple[str | None, list[str]]:
+    """network_module and network_args the LoRA tab passes for its LoRA_type."""
+    t = f.LoRA_type
+    module: str | None = None
+    args: list[str] = []
+    if t in _LYCORIS_ALGOS:
+        module = "lycoris.kohya"
+        algo, names = _LYCORIS_ALGOS[t]
+        args = [f"algo={algo}" if n == "algo" else f"{n}={f[_LYCORIS_FIELD.get(n, n)]}" for n in names]
+    elif t == "Flux1":
+        module = "networks.lora_flux"
+        names = _FLUX_LORA_FIELDS + (["ggpo_beta", "ggpo_sigma"] if f.get("train_lora_ggpo") else [])
+        args = _truthy_pairs(f, [n for n in _FLUX_LORA_FIELDS + ["ggpo_beta", "ggpo_sigma"] if n in names])
+        if f.get("split_mode"):
+            args.append("train_blocks=single")
+        if f.get("split_qkv"):
+            args.append("split_qkv=True")
+        if f.get("train_t5xxl") and f.flux1_checkbox:
+            args.append("train_t5xxl=True")
+        args += _dropout_pairs(f)
+    elif t == "Flux1 OFT":
+        module = "networks.oft_flux"
+        args = _truthy_pairs(f, ["enable_all_linear"])
+    elif t in ("Kohya LoHa", "Kohya LoKr"):
+        module = "networks.lokr" if t == "Kohya LoKr" else "networks.loha"
+        if f.get("conv_dim") is not None and _as_float(f.conv_dim, 0) > 0:
+            args.append(f"conv_dim={int(f.conv_dim)}")
+            if f.get("conv_alpha") is not None:
+                a = f.conv_alpha
+                args.append(f"conv_alpha={int(a) if float(a) == int(a) else a}")
+        if f.get("use_tucker"):
+            args.append("use_tucker=True")
+        if t == "Kohya LoKr" and f.get("factor") is not None and int(f.factor) != -1:
+            args.append(f"factor={int(f.factor)}")
+        args += _dropout_pairs(f)
+    elif t in ("Kohya LoCon", "Standard"):
+        module = "networks.lora_sd3" if f.get("sd3_checkbox") else "networks.lora"
+        if t == "Kohya LoCon":
+            args += [f"conv_dim={f.conv_dim}", f"conv_alpha={f.conv_alpha}"]
+        args += _truthy_pairs(f, _BLOCK_FIELDS)
+    elif t == "LoRA-FA":
+        module = "networks.lora_fa"
+        args = _truthy_pairs(f, _BLOCK_FIELDS)
+    elif t == "Kohya DyLoRA":
+        module = "networks.dylora"
+        args = _truthy_pairs(f, ["conv_dim", "conv_alpha"] + _BLOCK_FIELDS + ["unit"])
+    for key in ("loraplus_lr_ratio", "loraplus_unet_lr_ratio", "loraplus_text_encoder_lr_ratio"):
+        if f.get(key):
+            args.append(f"{key}={f[key]}")
+    # The GUI builds one string and splits it on spaces, dropping double quotes.
+    return module, _gui_split(" ".join(args))
+
+
+_OTHER_MODELS = ("hunyuan_image_checkbox", "anima_checkbox", "lumina_checkbox")
+
+
+def _lora_toml(f: _Form) -> tuple[str, dict[str, Any]]:
+    _check_args_fields(f)
+    sdxl, flux, sd3 = bool(f.sdxl), bool(f.flux1_checkbox), bool(f.sd3_checkbox)
+    if flux and f.LoRA_type not in ("Flux1", "Flux1 OFT") and "LyCORIS" not in f.LoRA_type:
+        _refuse(f"LoRA_type {f.LoRA_type!r} with flux1_checkbox set: the GUI wants 'Flux1', 'Flux1 OFT' or a "
+                "LyCORIS type for FLUX.1.")
+    if f.LoRA_type in ("Kohya LoHa", "Kohya LoKr") and not sdxl:
+        _refuse(f"LoRA_type {f.LoRA_type!r} needs the SDXL checkbox (sdxl = true).")
+    if f.LoRA_type in ("Anima", "Lumina", "HunyuanImage-2.1"):
+        _refuse(f"LoRA_type {f.LoRA_type!r} needs that model's checkbox.")
+    if _as_int(f.bucket_reso_steps, 1) < 1:
+        _refuse("bucket_reso_steps must be 1 or more.")
+    if not 0 <= _as_float(f.noise_offset, 0) <= 1:
+        _refuse(f"noise_offset = {f.noise_offset} is outside 0 to 1.")
+    script = ("sdxl_train_network.py" if sdxl else "flux_train_network.py" if flux else
+              "sd3_train_network.py" if sd3 else "train_network.py")
+    inpaint = bool(f.train_inpainting) and not flux
+    cache_latents = f.cache_latents and not inpaint
+    cache_latents_to_disk = f.cache_latents_to_disk and not inpaint
+    max_train_steps = f.max_train_steps
+    lr_warmup, lr_warmup_steps = f.lr_warmup, f.lr_warmup_steps
+    if f.dataset_config:
+        if max_train_steps > 0:
+            if _as_float(lr_warmup_steps if lr_warmup_steps not in ("", None) else 0, 0) <= 0 and \
+                    _as_float(lr_warmup if lr_warmup not in ("", None) else 0, 0) != 0:
+                lr_warmup_steps = round(_as_float(lr_warmup, 0) * int(max_train_steps) / 100)
+                lr_warmup = 0
+        else:
+            lr_warmup_steps = 0
+    elif max_train_steps == 0:
+        # The GUI counts the images under train_data_dir here; a file alone names none.
+        max_train_steps = 0
+    warmup = _warmup(lr_warmup, lr_warmup_steps)
+    module, net_args = lora_network(f)
+    te, unet, t5 = (_as_float(f.text_encoder_lr, 0.0) if f.text_encoder_lr is not None else 0.0,
+                    _as_float(f.unet_lr, 0.0) if f.unet_lr is not None else 0.0,
+                    _as_float(f.t5xxl_lr, 0.0) if f.t5xxl_lr is not None else 0.0)
+    if te == 0 and t5 > 0:
+        _refuse("t5xxl_lr is set while text_encoder_lr is 0.")
+    te_list = [te, t5] if te > 0 and t5 > 0 else [te, te] if te > 0 else None
+    lr = _as_float(f.learning_rate, 0.0) if f.learning_rate is not None else 0.0
+    if lr == 0 and te == 0 and unet == 0:
+        _refuse("learning_rate, text_encoder_lr and unet_lr are all 0.", "Give a learning rate.")
+    chroma = flux and str(f.get("model_type") or "").lower() == "chroma"
+    original = f.noise_offset_type == "Original"
+    multires = f.noise_offset_type == "Multires"
+    only_flux = lambda v: v if flux else None  # noqa: E731
+    only_sd3 = lambda v: v if sd3 else None  # noqa: E731
+    c: dict[str, Any] = {
+        "adaptive_noise_scale": f.adaptive_noise_scale if f.adaptive_noise_scale != 0 and original else None,
+        "async_upload": f.async_upload,
+        "bucket_no_upscale": f.bucket_no_upscale,
+        "bucket_reso_steps": f.bucket_reso_steps,
+        "cache_latents": cache_latents,
+        "cache_latents_to_disk": cache_latents_to_disk,
+        "cache_text_encoder_outputs": True if (sdxl and f.sdxl_cache_text_encoder_outputs) or (
+            flux and f.flux1_cache_text_encoder_outputs) or (sd3 and f.sd3_cache_text_encoder_outputs) else None,
+        "cache_text_encoder_outputs_to_disk": True if (flux and f.flux1_cache_text_encoder_outputs_to_disk) or (
+            sd3 and f.sd3_cache_text_encoder_outputs_to_disk) else None,
+        "caption_dropout_every_n_epochs": int(f.caption_dropout_every_n_epochs),
+        "caption_dropout_rate": f.caption_dropout_rate,
+        "caption_extension": f.caption_extension,
+        "clip_l": f.sd3_clip_l if sd3 else f.clip_l if flux and not chroma else None,
+        "clip_skip": _nz(f.clip_skip),
+        "color_aug": f.color_aug,
+        "dataset_config": f.dataset_config,
+        "debiased_estimation_loss": f.debiased_estimation_loss,
+        "dynamo_backend": f.dynamo_backend,
+        "dim_from_weights": f.dim_from_weights,
+        "disable_mmap_load_safetensors": only_sd3(f.sd3_disable_mmap_load_safetensors),
+        "enable_bucket": f.enable_bucket,
+        "epoch": int(f.epoch),
+        "flip_aug": f.flip_aug,
+        "fp8_base": f.fp8_base,
+        "fp8_base_unet": only_flux(f.fp8_base_unet),
+        "full_bf16": f.full_bf16,
+        "full_fp16": f.full_fp16,
+        "fused_backward_pass": only_sd3(f.sd3_fused_backward_pass),
+        "gradient_accumulation_steps": int(f.gradient_accumulation_steps),
+        "gradient_checkpointing": f.gradient_checkpointing,
+        "highvram": f.highvram,
+        "huber_c": f.huber_c,
+        "huber_scale": f.huber_scale,
+        "huber_schedule": f.huber_schedule,
+        "huggingface_repo_id": f.huggingface_repo_id,
+        "huggingface_token": f.huggingface_token,
+        "huggingface_repo_type": f.huggingface_repo_type,
+        "huggingface_repo_visibility": f.huggingface_repo_visibility,
+        "huggingface_path_in_repo": f.huggingface_path_in_repo,
+        "ip_noise_gamma": _nz(f.ip_noise_gamma),
+        "ip_noise_gamma_random_strength": f.ip_noise_gamma_random_strength,
+        "keep_tokens": int(f.keep_tokens),
+        "learning_rate": lr,
+        "logging_dir": f.logging_dir,
+        "log_config": f.log_config,
+        "log_tracker_name": f.log_tracker_name,
+        "log_tracker_config": f.log_tracker_config,
+        "loss_type": f.loss_type,
+        "lr_scheduler": f.lr_scheduler,
+        "lr_scheduler_args": _gui_split(f.lr_scheduler_args),
+        "lr_scheduler_num_cycles": int(f.lr_scheduler_num_cycles) if f.lr_scheduler_num_cycles != "" else int(f.epoch),
+        "lr_scheduler_power": f.lr_scheduler_power,
+        "lr_scheduler_type": f.lr_scheduler_type if f.lr_scheduler_type != "" else None,
+        "lr_warmup_steps": warmup,
+        "masked_loss": f.masked_loss,
+        "max_bucket_reso": f.max_bucket_reso,
+        "max_grad_norm": f.max_grad_norm,
+        "max_timestep": _nz(f.max_timestep),
+        "max_token_length": int(f.max_token_length) if not flux else None,
+        "max_train_epochs": int(f.max_train_epochs) if int(f.max_train_epochs) != 0 else None,
+        "max_train_steps": int(max_train_steps) if int(max_train_steps) != 0 else None,
+        "mem_eff_attn": f.mem_eff_attn,
+        "metadata_author": f.metadata_author,
+        "metadata_description": f.metadata_description,
+        "metadata_license": f.metadata_license,
+        "metadata_tags": f.metadata_tags,
+        "metadata_title": f.metadata_title,
+        "min_bucket_reso": int(f.min_bucket_reso),
+        "min_snr_gamma": _nz(f.min_snr_gamma),
+        "min_timestep": _nz(f.min_timestep),
+        "mixed_precision": f.mixed_precision,
+        "multires_noise_discount": f.multires_noise_discount if multires else None,
+        "multires_noise_iterations": f.multires_noise_iterations if f.multires_noise_iterations != 0 and multires
+        else None,
+        "network_alpha": f.network_alpha,
+        "network_args": net_args,
+        "network_dim": f.network_dim,
+        "network_dropout": f.network_dropout,
+        "network_module": module,
+        "network_train_unet_only": te == 0 and unet != 0,
+        "network_train_text_encoder_only": te != 0 and unet == 0,
+        "network_weights": f.network_weights,
+        "no_half_vae": True if sdxl and f.sdxl_no_half_vae else None,
+        "noise_offset": f.noise_offset if f.noise_offset != 0 and original else None,
+        "noise_offset_random_strength": f.noise_offset_random_strength if original else None,
+        "noise_offset_type": f.noise_offset_type,
+        "optimizer_type": f.optimizer,
+        "optimizer_args": _gui_split(f.optimizer_args) if f.optimizer_args != [] else None,
+        "output_dir": f.output_dir,
+        "output_name": f.output_name,
+        "persistent_data_loader_workers": int(f.persistent_data_loader_workers),
+        "pretrained_model_name_or_path": f.pretrained_model_name_or_path,
+        "prior_loss_weight": f.prior_loss_weight,
+        "random_crop": f.random_crop,
+        "reg_data_dir": f.reg_data_dir,
+        "resolution": f.max_resolution,
+        "resume": f.resume,
+        "resume_from_huggingface": f.resume_from_huggingface,
+        "sample_every_n_epochs": _nz(f.sample_every_n_epochs),
+        "sample_every_n_steps": _nz(f.sample_every_n_steps),
+        "sample_prompts": _prompt_file(f),
+        "sample_sampler": f.sample_sampler,
+        "save_every_n_epochs": _nz(f.save_every_n_epochs),
+        "save_every_n_steps": _nz(f.save_every_n_steps),
+        "save_last_n_steps": _nz(f.save_last_n_steps),
+        "save_last_n_steps_state": _nz(f.save_last_n_steps_state),
+        "save_last_n_epochs": _nz(f.save_last_n_epochs),
+        "save_last_n_epochs_state": _nz(f.save_last_n_epochs_state),
+        "save_model_as": f.save_model_as,
+        "save_precision": f.save_precision,
+        "save_state": f.save_state,
+        "save_state_on_train_end": f.save_state_on_train_end,
+        "save_state_to_huggingface": f.save_state_to_huggingface,
+        "scale_v_pred_loss_like_noise_pred": f.scale_v_pred_loss_like_noise_pred,
+        "scale_weight_norms": f.scale_weight_norms,
+        "sdpa": True if f.xformers == "sdpa" else None,
+        "seed": int(f.seed) if int(f.seed) != 0 else None,
+        "shuffle_caption": f.shuffle_caption,
+        "skip_cache_check": f.skip_cache_check,
+        # stop_text_encoder_training: the LoRA tab says it is unsupported and passes none.
+        "text_encoder_lr": te_list,
+        "train_batch_size": f.train_batch_size,
+        "train_data_dir": f.train_data_dir,
+        "train_inpainting": inpaint,
+        "training_comment": f.training_comment,
+        "unet_lr": unet if unet != 0.0 else None,
+        "log_with": f.log_with,
+        "v2": f.v2,
+        "v_parameterization": f.v_parameterization,
+        "v_pred_like_loss": _nz(f.v_pred_like_loss),
+        "vae": f.vae,
+        "vae_batch_size": _nz(f.vae_batch_size),
+        "wandb_api_key": f.wandb_api_key,
+        "wandb_run_name": f.wandb_run_name if f.wandb_run_name != "" else f.output_name,
+        "weighted_captions": f.weighted_captions,
+        "xformers": True if f.xformers == "xformers" else None,
+        # SD3
+        "clip_g": only_sd3(f.clip_g),
+        "clip_g_dropout_rate": only_sd3(f.clip_g_dropout_rate),
+        "clip_l_dropout_rate": only_sd3(f.sd3_clip_l_dropout_rate),
+        "enable_scaled_pos_embed": only_sd3(f.sd3_enable_scaled_pos_embed),
+        "logit_mean": only_sd3(f.logit_mean),
+        "logit_std": only_sd3(f.logit_std),
+        "mode_scale": only_sd3(f.mode_scale),
+        "pos_emb_random_crop_rate": only_sd3(f.pos_emb_random_crop_rate),
+        "save_clip": only_sd3(f.save_clip),
+        "save_t5xxl": only_sd3(f.save_t5xxl),
+        "t5_dropout_rate": only_sd3(f.sd3_t5_dropout_rate),
+        "t5xxl_device": only_sd3(f.t5xxl_device),
+        "t5xxl_dtype": only_sd3(f.t5xxl_dtype),
+        "text_encoder_batch_size": only_sd3(f.sd3_text_encoder_batch_size),
+        "weighting_scheme": only_sd3(f.weighting_scheme),
+        # FLUX.1
+        "model_type": "chroma" if chroma else None,
+        "ae": only_flux(f.ae),
+        "t5xxl": f.t5xxl if flux else f.sd3_t5xxl if sd3 else None,
+        "split_mode": only_flux(f.split_mode),
+        "t5xxl_max_token_length": int(f.t5xxl_max_token_length) if flux else None,
+        "guidance_scale": float(f.guidance_scale) if flux else None,
+        "mem_eff_save": only_flux(f.mem_eff_save),
+        "apply_t5_attn_mask": only_flux(f.apply_t5_attn_mask),
+        "cpu_offload_checkpointing": only_flux(f.cpu_offload_checkpointing),
+        "blocks_to_swap": f.blocks_to_swap if flux or sd3 else None,
+        "single_blocks_to_swap": only_flux(f.single_blocks_to_swap),
+        "double_blocks_to_swap": only_flux(f.double_blocks_to_swap),
+        "show_timesteps": f.show_timesteps if (flux or sd3) and f.show_timesteps else None,
+        "show_timesteps_resolution": f.show_timesteps_resolution if (flux or sd3) and f.show_timesteps else None,
+        "discrete_flow_shift": float(f.discrete_flow_shift) if flux else None,
+        "model_prediction_type": only_flux(f.model_prediction_type),
+        "timestep_sampling": only_flux(f.timestep_sampling),
+    }
+    c = _drop_unset_lora(c)
+    c["max_data_loader_n_workers"] = int(f.max_data_loader_n_workers)
+    if chroma:
+        c["apply_t5_attn_mask"] = True
+        c["guidance_scale"] = float(f.guidance_scale)
+    return script, c
+
+
+# ---- the DreamBooth and Finetune tabs (dreambooth_gui / finetune_gui train_model) -----------
+
+def _full_common(f: _Form, sdxl: bool, flux: bool, sd3: bool) -> dict[str, Any]:
+    """The keys the DreamBooth and Finetune tabs write alike."""
+    return {
+        "adaptive_noise_scale": _nz(f.adaptive_noise_scale),
+        "async_upload": f.async_upload,
+        "bucket_no_upscale": f.bucket_no_upscale,
+        "bucket_reso_steps": f.bucket_reso_steps,
+        "caption_dropout_every_n_epochs": int(f.caption_dropout_every_n_epochs),
+        "caption_dropout_rate": f.caption_dropout_rate,
+        "caption_extension": f.caption_extension,
+        "clip_l": f.flux1_clip_l if flux else f.clip_l if sd3 else None,
+        "clip_skip": _nz(f.clip_skip),
+        "color_aug": f.color_aug,
+        "dataset_config": f.dataset_config,
+        "debiased_estimation_loss": f.debiased_estimation_loss,
+        "disable_mmap_load_safetensors": f.disable_mmap_load_safetensors,
+        "dynamo_backend": f.dynamo_backend,
+        "flip_aug": f.flip_aug,
+        "fp8_base": f.fp8_base,
+        "full_bf16": f.full_bf16,
+        "full_fp16": f.full_fp16,
+        "fused_backward_pass": f.sd3_fused_backward_pass if sd3 else f.flux_fused_backward_pass if flux
+        else f.fused_backward_pass,
+        "fused_optimizer_groups": int(f.fused_optimizer_groups) if f.fused_optimizer_groups > 0 else None,
+        "gradient_accumulation_steps": int(f.gradient_accumulation_steps),
+        "gradient_checkpointing": f.gradient_checkpointing,
+        "huber_c": f.huber_c,
+        "huber_scale": f.huber_scale,
+        "huber_schedule": f.huber_schedule,
+        "huggingface_path_in_repo": f.huggingface_path_in_repo,
+        "huggingface_repo_id": f.huggingface_repo_id,
+        "huggingface_repo_type": f.huggingface_repo_type,
+        "huggingface_repo_visibility": f.huggingface_repo_visibility,
+        "huggingface_token": f.huggingface_token,
+        "ip_noise_gamma": _nz(f.ip_noise_gamma),
+        "ip_noise_gamma_random_strength": f.ip_noise_gamma_random_strength,
+        "keep_tokens": int(f.keep_tokens),
+        "learning_rate": f.learning_rate,
+        "learning_rate_te": f.learning_rate_te if not sdxl else None,
+        "learning_rate_te1": f.learning_rate_te1 if sdxl else None,
+        "learning_rate_te2": f.learning_rate_te2 if sdxl else None,
+        "logging_dir": f.logging_dir,
+        "log_config": f.log_config,
+        "log_tracker_config": f.log_tracker_config,
+        "log_tracker_name": f.log_tracker_name,
+        "log_with": f.log_with,
+        "loss_type": f.loss_type,
+        "lr_scheduler": f.lr_scheduler,
+        "lr_scheduler_args": _gui_split(f.lr_scheduler_args),
+        "lr_scheduler_type": f.lr_scheduler_type if f.lr_scheduler_type != "" else None,
+        "lr_warmup_steps": _warmup(f.lr_warmup, f.lr_warmup_steps),
+        "masked_loss": f.masked_loss,
+        "max_timestep": _nz(f.max_timestep),
+        "max_train_epochs": int(f.max_train_epochs) if int(f.max_train_epochs) != 0 else None,
+        "mem_eff_attn": f.mem_eff_attn,
+        "metadata_author": f.metadata_author,
+        "metadata_description": f.metadata_description,
+        "metadata_license": f.metadata_license,
+        "metadata_tags": f.metadata_tags,
+        "metadata_title": f.metadata_title,
+        "min_bucket_reso": int(f.min_bucket_reso),
+        "min_snr_gamma": _nz(f.min_snr_gamma),
+        "min_timestep": _nz(f.min_timestep),
+        "mixed_precision": f.mixed_precision,
+        "multires_noise_discount": f.multires_noise_discount,
+        "multires_noise_iterations": _nz(f.multires_noise_iterations),
+        "no_half_vae": bool(sdxl and f.sdxl_no_half_vae),
+        "noise_offset": _nz(f.noise_offset),
+        "noise_offset_random_strength": f.noise_offset_random_strength,
+        "noise_offset_type": f.noise_offset_type,
+        "optimizer_type": f.optimizer,
+        "output_dir": f.output_dir,
+        "output_name": f.output_name,
+        "persistent_data_loader_workers": int(f.persistent_data_loader_workers),
+        "pretrained_model_name_or_path": f.pretrained_model_name_or_path,
+        "random_crop": f.random_crop,
+        "resolution": f.max_resolution,
+        "resume": f.resume,
+        "resume_from_huggingface": f.resume_from_huggingface,
+        "sample_every_n_epochs": _nz(f.sample_every_n_epochs),
+        "sample_every_n_steps": _nz(f.sample_every_n_steps),
+        "sample_prompts": _prompt_file(f),
+        "sample_sampler": f.sample_sampler,
+        "save_every_n_epochs": _nz(f.save_every_n_epochs),
+        "save_every_n_steps": _nz(f.save_every_n_steps),
+        "save_last_n_steps": _nz(f.save_last_n_steps),
+        "save_last_n_steps_state": _nz(f.save_last_n_steps_state),
+        "save_last_n_epochs": _nz(f.save_last_n_epochs),
+        "save_last_n_epochs_state": _nz(f.save_last_n_epochs_state),
+        "save_model_as": f.save_model_as,
+        "save_precision": f.save_precision,
+        "save_state": f.save_state,
+        "save_state_on_train_end": f.save_state_on_train_end,
+        "save_state_to_huggingface": f.save_state_to_huggingface,
+        "scale_v_pred_loss_like_noise_pred": f.scale_v_pred_loss_like_noise_pred,
+        "sdpa": True if f.xformers == "sdpa" else None,
+        "seed": int(f.seed) if int(f.seed) != 0 else None,
+        "shuffle_caption": f.shuffle_caption,
+        "skip_cache_check": f.skip_cache_check,
+        "t5xxl": f.t5xxl if sd3 else f.flux1_t5xxl if flux else None,
+        "train_batch_size": f.train_batch_size,
+        "v2": f.v2,
+        "v_parameterization": f.v_parameterization,
+        "v_pred_like_loss": _nz(f.v_pred_like_loss),
+        "vae_batch_size": _nz(f.vae_batch_size),
+        "wandb_api_key": f.wandb_api_key,
+        "wandb_run_name": f.wandb_run_name if f.wandb_run_name != "" else f.output_name,
+        "weighted_captions": f.weighted_captions,
+        "xformers": True if f.xformers == "xformers" else None,
+        "clip_g": f.clip_g if sd3 else None,
+        "logit_mean": f.logit_mean if sd3 else None,
+        "logit_std": f.logit_std if sd3 else None,
+        "mode_scale": f.mode_scale if sd3 else None,
+        "save_clip": f.save_clip if sd3 else None,
+        "save_t5xxl": f.save_t5xxl if sd3 else None,
+        "t5xxl_device": f.t5xxl_device if sd3 else None,
+        "t5xxl_dtype": f.t5xxl_dtype if sd3 else None,
+        "text_encoder_batch_size": f.sd3_text_encoder_batch_size if sd3 else None,
+        "weighting_scheme": f.weighting_scheme if sd3 else None,
+        "ae": f.ae if flux else None,
+        "t5xxl_max_token_length": f.t5xxl_max_token_length if flux else None,
+        "guidance_scale": f.guidance_scale if flux else None,
+        "blockwise_fused_optimizers": f.blockwise_fused_optimizers if flux else None,
+        "cpu_offload_checkpointing": f.cpu_offload_checkpointing if flux else None,
+        "single_blocks_to_swap": f.single_blocks_to_swap if flux else None,
+        "double_blocks_to_swap": f.double_blocks_to_swap if flux else None,
+        "show_timesteps": f.show_timesteps if (flux or sd3) and f.show_timesteps else None,
+        "show_timesteps_resolution": f.show_timesteps_resolution if (flux or sd3) and f.show_timesteps else None,
+        "mem_eff_save": f.mem_eff_save if flux else None,
+        "apply_t5_attn_mask": f.apply_t5_attn_mask if flux else None,
+    }
+
+
+def _steps(value: Any) -> int:
+    return 0 if value in ("", None) else int(value)
+
+
+def _dreambooth_toml(f: _Form) -> tuple[str, dict[str, Any]]:
+    _check_args_fields(f)
+    sdxl, flux, sd3 = bool(f.sdxl), bool(f.flux1_checkbox), bool(f.sd3_checkbox)
+    script = ("sdxl_train.py" if sdxl else "sd3_train.py" if sd3 else "flux_train.py" if flux else "train_db.py")
+    inpaint = bool(f.train_inpainting) and not (sd3 or flux)
+    te1, te2 = f.learning_rate_te1, f.learning_rate_te2
+    c = _full_common(f, sdxl, flux, sd3)
+    c.update({
+        "cache_latents": f.cache_latents and not inpaint,
+        "cache_latents_to_disk": f.cache_latents_to_disk and not inpaint,
+        "cache_text_encoder_outputs": bool((sdxl and f.sdxl_cache_text_encoder_outputs) or (
+            sd3 and f.sd3_cache_text_encoder_outputs) or (flux and f.flux1_cache_text_encoder_outputs)),
+        "cache_text_encoder_outputs_to_disk": bool((sd3 and f.sd3_cache_text_encoder_outputs_to_disk) or (
+            flux and f.flux1_cache_text_encoder_outputs_to_disk)),
+        "enable_bucket": f.enable_bucket,
+        "epoch": int(f.epoch),
+        "lr_scheduler_num_cycles": int(f.lr_scheduler_num_cycles) if f.lr_scheduler_num_cycles != "" else int(f.epoch),
+        "lr_scheduler_power": f.lr_scheduler_power,
+        "max_bucket_reso": f.max_bucket_reso,
+        "max_grad_norm": f.max_grad_norm,
+        "max_token_length": int(f.max_token_length),
+        "max_train_steps": _steps(f.max_train_steps) or None,
+        "no_token_padding": f.no_token_padding,
+        "optimizer_args": _gui_split(f.optimizer_args) if f.optimizer_args != "" else None,
+        "prior_loss_weight": f.prior_loss_weight,
+        "reg_data_dir": f.reg_data_dir,
+        "stop_text_encoder_training": _nz(f.stop_text_encoder_training),
+        "train_data_dir": f.train_data_dir,
+        "train_inpainting": inpaint,
+        "train_text_encoder": ((te1 is not None and te1 > 0) or (te2 is not None and te2 > 0)) if sdxl else None,
+        "vae": f.vae,
+        "discrete_flow_shift": f.discrete_flow_shift if flux else None,
+        "model_prediction_type": f.model_prediction_type if flux else None,
+        "timestep_sampling": f.timestep_sampling if flux else None,
+        "blocks_to_swap": f.blocks_to_swap if flux or sd3 else None,
+    })
+    c = _drop_unset_full(c)
+    c["max_data_loader_n_workers"] = _steps(f.max_data_loader_n_workers)
+    return script, c
+
+
+def _finetune_toml(f: _Form) -> tuple[str, dict[str, Any]]:
+    _check_args_fields(f)
+    sdxl, flux, sd3 = bool(f.sdxl_checkbox), bool(f.flux1_checkbox), bool(f.sd3_checkbox)
+    script = ("sdxl_train.py" if sdxl else "sd3_train.py" if sd3 else "flux_train.py" if flux else "fine_tune.py")
+    inpaint = bool(f.train_inpainting) and not (sd3 or flux)
+    max_train_steps = f.max_train_steps
+    if not f.dataset_config:
+        # The GUI counts the images in image_folder here (none are counted from a file alone),
+        # and halves the steps when flip_aug doubles the images.
+        if f.flip_aug and max_train_steps:
+            max_train_steps = int(math.ceil(float(max_train_steps) / 2))
+    train_dir = f.train_dir
+    in_json = f"{train_dir}/{f.latent_metadata_filename if f.use_latent_files == 'Yes' else f.caption_metadata_filename}"
+    c = _full_common(f, sdxl, flux, sd3)
+    c.update({
+        "block_lr": f.block_lr,
+        "cache_latents": f.cache_latents and not inpaint,
+        "cache_latents_to_disk": f.cache_latents_to_disk and not inpaint,
+        "cache_text_encoder_outputs": bool((sdxl and f.sdxl_cache_text_encoder_outputs) or (
+            sd3 and f.sd3_cache_text_encoder_outputs) or (flux and f.flux1_cache_text_encoder_outputs)),
+        "cache_text_encoder_outputs_to_disk": bool((sd3 and f.sd3_cache_text_encoder_outputs_to_disk) or (
+            flux and f.flux1_cache_text_encoder_outputs_to_disk)),
+        "dataset_repeats": int(f.dataset_repeats),
+        "enable_bucket": True,
+        "in_json": in_json,
+        "max_bucket_reso": int(f.max_bucket_reso),
+        "max_token_length": int(f.max_token_length),
+        "max_train_steps": _steps(max_train_steps) or None,
+        "optimizer_args": _gui_split(f.optimizer_args),
+        "train_data_dir": f.image_folder,
+        "train_inpainting": inpaint,
+        "train_text_encoder": f.train_text_encoder,
+        "vae": None,
+        "discrete_flow_shift": f.discrete_flow_shift if flux else None,
+        "model_prediction_type": f.model_prediction_type if flux else None,
+        "timestep_sampling": f.timestep_sampling if flux else None,
+        "blocks_to_swap": f.blocks_to_swap if flux else None,
+    })
+    c = _drop_unset_full(c)
+    c["max_data_loader_n_workers"] = _steps(f.max_data_loader_n_workers)
+    return script, c
+
+
+_BUILDERS = {"lora": _lora_toml, "dreambooth": _dreambooth_toml, "finetune": _finetune_toml}
+
+
+def gui_launch(data: dict[str, Any]) -> tuple[str, str, dict[str, Any], list[str], list[str]]:
+    """What the GUI launches for a loaded file: (tab, entry script, the TOML's keys and values,
+    the `accelerate launch` options, the arguments after `--config_file`)."""
+    tab = gui_tab(data)
+    form = _form(tab, data)
+    others = [k for k in _OTHER_MODELS if form.get(k)]
+    if others:
+        raise UserError(f"This kohya_ss file trains with {others[0]} set (Anima, Lumina or HunyuanImage in the "
+                        "GUI): kohya-tuner does not read those GUI tabs' settings yet.",
+                        "Give the sd-scripts TOML the GUI prints with 'Print training command' instead.")
+    try:
+        script, toml_data = _BUILDERS[tab](form)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"The kohya_ss file holds a value the GUI cannot use: {exc}.") from None
+    return tab, script, dict(sorted(toml_data.items())), launch_args(form), _tail_args(form)
+
+
+# ---- into kohya-tuner's one form ------------------------------------------------------------
+
 def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
     data, salvaged = _salvage_json(text)
     notes: list[str] = []
     if salvaged:
         notes.append("the JSON is incomplete (cut short?); read every complete setting line")
-    if not any(k in data for k in ("LoRA_type", "network_dim", "network_alpha", "network_module")) and \
-            any(k in data for k in ("learning_rate", "train_batch_size", "max_resolution")):
-        # The GUI's DreamBooth and fine-tuning tabs save the same form without any network settings.
-        script = ("flux_train.py" if data.get("flux1_checkbox") else
-                  "sdxl_train.py" if data.get("sdxl") or data.get("sdxl_checkbox") else "train_db.py")
-        from kohya_tuner.memory.finetune import family_for as fine_tune_family
-
-        fine_tune = fine_tune_family(script, {"v2": bool(data.get("v2"))}, model)
-        if fine_tune is None:
-            return LoadedConfig({}, None, script, "kohya_gui_json", None,
-                                ["the kohya_ss file has no LoRA settings (LoRA_type, network_dim): a full fine-tune"])
-        notes.append(f"the kohya_ss file has no LoRA settings (LoRA_type, network_dim): a full fine-tune ({script})")
-        model = None
-        data = {**data, "sdxl": False, "flux1_checkbox": False}
-    else:
-        fine_tune = None
-    if fine_tune is not None:
-        fam = fine_tune
-    elif model:
-        fam = get_family(model)
-    elif data.get("flux1_checkbox"):
-        fam = FAMILIES["flux"]
-    elif data.get("sdxl") or data.get("sdxl_checkbox"):
-        fam = FAMILIES["sdxl"]
-    else:
-        fam = None
-    script = fam.script if fam else FAMILIES["sd15"].script
-    specs = schema.script_args(script)
-    config: dict[str, Any] = {}
-    problems: list = []  # the GUI appends additional_parameters to the command line: argparse judges them
-    extra = data.get("additional_parameters")
-    # The GUI keeps LoRA module options as top-level fields; sd-scripts wants them in network_args.
-    net_args = []
-    for key in ("conv_dim", "conv_alpha"):
-        raw = data.get(key)
-        if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw > 0:
-            net_args.append(f"{key}={raw:g}")
-    if net_args and data.get("conv_dim"):
-        config["network_args"] = net_args
-    for key, raw in data.items():
-        name = _GUI_RENAMES.get(key, key)
-        if name is None or key == "additional_parameters":
-            continue
-        spec = specs.get(name)
-        if spec is None or raw is None or raw == "":
-            continue
-        if name == "resolution" and isinstance(raw, str):
-            raw = raw.replace(" ", "")
-        if name == "xformers" and isinstance(raw, str):
-            # Newer GUIs store the attention choice as a string.
-            if raw in ("xformers", "sdpa", "mem_eff_attn"):
-                config[raw] = True
-            continue
-        try:
-            value = coerce_checked(key, spec, raw, "the kohya_ss file")
-        except (ValueError, TypeError):
-            notes.append(f"{key}={raw!r} is not a valid {spec.type}; ignored")
-            continue
-        if spec.type == "bool-store_true" and value is False:
-            continue
-        if spec.type in ("int", "float") and value == 0 and spec.default in (None, 0, 0.0):
-            continue  # the GUI writes 0 for "unset"
-        config[name] = value
-    if isinstance(extra, str) and extra.strip():
-        extra_cfg = parse_command_line(f"{script} {extra}", model=fam.name if fam else None)
-        config.update(extra_cfg.config)
-        notes.extend(extra_cfg.notes)
-        problems.extend(extra_cfg.problems)
-    if not config and not data.get("LoRA_type"):
-        # Any JSON would otherwise pass as an SD 1.5 LoRA with every default: say what it is not.
+    known = set().union(*(_fields()[t] for t in ("lora", "dreambooth", "finetune"))) | set(_TI_KEYS)
+    if not any(k in known for k in data) and not any(isinstance(v, dict) for v in data.values()):
         shown = ", ".join(list(data)[:5]) or "none"
         raise UserError(f"The JSON holds no kohya_ss or sd-scripts training setting (its keys: {shown}).",
                         "Give a kohya_ss GUI config (.json saved by the GUI), an sd-scripts TOML, or a file holding "
                         "the training command line.")
+    tab, script, toml_data, launch, tail = gui_launch(data)
+    specs = schema.script_args(script)
+    config = {k: v for k, v in toml_data.items() if k in specs}
+    ignored = {k: v for k, v in toml_data.items() if k not in specs}
+    if ignored:
+        notes.append(f"the GUI's TOML also holds {', '.join(sorted(ignored))}, which {script} does not take "
+                     "(sd-scripts ignores such keys)")
+    if launch:
+        notes.append("accelerate launch options from the file: " + " ".join(launch))
+    problems: list = []
+    if tail:
+        # additional_parameters follow --config_file on the command line: argparse reads them and
+        # they win over the TOML's values.
+        extra = parse_command_line(" ".join([script, *tail]), model=None)
+        config.update(extra.config)
+        notes.extend(extra.notes)
+        problems.extend(extra.problems)
     assumptions: list[str] = []
-    if fam is None:
-        weak: list[str] = []
-        fam = guess_family(config, None, None, weak)
-        unsaid = ("the kohya_ss file does not say which model it trains (no sdxl / flux1_checkbox field"
-                  + ("; the file is cut short" if salvaged else "") + ")")
+    if tab == "lora":
+        fam = get_family(model) if model else family_for_script(script, config)
+        if fam is not None and fam.script != script and not model:
+            fam = None
         if fam is None:
-            fam = FAMILIES["sd15"]
-            assumptions.append(f"model family SD 1.5: {unsaid}; SD 1.5 is kohya_ss' default. Give --model sdxl "
-                               "or --model flux if it trains another model")
-        elif weak:
-            assumptions.append(f"model family {fam.label}: {unsaid}; guessed because {weak[0]}. Give --model "
-                               "to say otherwise")
-        script = fam.script
-    lora_type = str(data.get("LoRA_type") or "")
-    if lora_type and "network_module" not in config and fam is not None and fam.network_module:
-        # The GUI passes the network module for its LoRA type itself; the file does not store it.
-        config["network_module"] = ("lycoris.kohya" if lora_type.startswith("LyCORIS") else
-                                    "networks.dylora" if "DyLoRA" in lora_type else fam.network_module)
+            weak: list[str] = []
+            fam = guess_family(config, script, model, weak) or FAMILIES["sd15"]
+        if not model and script == "train_network.py" and not data.get("v2") and "pretrained_model_name_or_path" \
+                not in data:
+            assumptions.append("model family SD 1.5: the kohya_ss file names no model and no sdxl / flux1_checkbox "
+                               "field; the GUI then trains its default SD 1.5 model. Give --model to say otherwise")
+    else:
+        from kohya_tuner.memory.finetune import family_for as fine_tune_family
+
+        fam = fine_tune_family(script, {"v2": bool(config.get("v2"))}, model)
+        notes.append(f"the kohya_ss file is a {'DreamBooth' if tab == 'dreambooth' else 'Finetune'} tab config: "
+                     f"a full fine-tune ({script})")
+        if fam is None:
+            return LoadedConfig(config, None, script, "kohya_gui_json", config.get("dataset_config"), notes,
+                                launch=launch, ignored=ignored, problems=problems)
     return LoadedConfig(config, fam, script, "kohya_gui_json", config.get("dataset_config"), notes, assumptions,
-                        problems=problems)
+                        problems=problems, launch=launch, ignored=ignored)

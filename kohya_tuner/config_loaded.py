@@ -31,6 +31,11 @@ class LoadedConfig:
     # What sd-scripts' argparse refuses in a command line (check.Problem, path "command_line"):
     # found while reading, judged with everything else by `check`.
     problems: list[Any] = field(default_factory=list)
+    # A kohya_ss GUI file only: the options the GUI gives `accelerate launch` (mixed_precision,
+    # dynamo_backend, num_processes ...), and the keys of the GUI's TOML the entry script does
+    # not take (sd-scripts ignores them: epoch, noise_offset_type).
+    launch: list[str] = field(default_factory=list)
+    ignored: dict[str, Any] = field(default_factory=dict)
 
     @property
     def origin(self) -> str:
