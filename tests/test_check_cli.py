@@ -95,7 +95,7 @@ def test_command_line_and_gui_json_inputs_are_checked(tmp_path, realish):
     gui.write_text(json.dumps({"LoRA_type": "Standard", "sdxl": True, "network_dim": 16, "network_alpha": 8,
                                "pretrained_model_name_or_path": realish["@MODEL@"],
                                "train_data_dir": realish["@DATA@"], "max_resolution": "1024,1024",
-                               "train_batch_size": 1, "cache_text_encoder_outputs": True}))
+                               "train_batch_size": 1, "sdxl_cache_text_encoder_outputs": True}))
     data = json.loads(invoke("check", gui, "--json").stdout)
     assert data["script"] == "sdxl_train_network.py" and not data["ok"]
     assert "cache_text_encoder_outputs" in [p["keys"][0] for p in data["problems"]]
