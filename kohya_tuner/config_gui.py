@@ -884,6 +884,12 @@ def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
                 not in data:
             assumptions.append("model family SD 1.5: the kohya_ss file names no model and no sdxl / flux1_checkbox "
                                "field; the GUI then trains its default SD 1.5 model. Give --model to say otherwise")
+        elif not model and script == "train_network.py" and "xl" in str(data.get("pretrained_model_name_or_path",
+                                                                                 "")).lower():
+            # The GUI picks the script from its SDXL tick box, never from the model's name.
+            assumptions.append("model family SD 1.5: the kohya_ss file sets no sdxl field, so the GUI launches "
+                               "train_network.py, though the model file's name contains 'xl'; if it is an SDXL model, "
+                               "tick SDXL in the GUI (or give --model sdxl)")
     else:
         from kohya_tuner.memory.finetune import family_for as fine_tune_family
 

@@ -262,7 +262,7 @@ def test_truncated_gui_json_lists_the_guess_as_an_assumption():
     loaded = config_io.read_config(shared_path("real-world", "configs", "11_bmaltais_kohya_ss_1184.json"))
     assert loaded.family.name == "sd15"
     assert len(loaded.assumptions) == 1 and "SD 1.5" in loaded.assumptions[0]
-    assert "cut short" in loaded.assumptions[0] and "--model" in loaded.assumptions[0]
+    assert "--model" in loaded.assumptions[0] and any("cut short" in n for n in loaded.notes)
     assert not any("SD 1.5" in n for n in loaded.notes)
     stated = config_io.read_config(shared_path("real-world", "configs", "11_bmaltais_kohya_ss_1184.json"),
                                    model="sdxl")
@@ -276,7 +276,8 @@ def test_gui_json_family_from_flags_is_no_guess(tmp_path):
     g = tmp_path / "g.json"
     g.write_text(json.dumps({"pretrained_model_name_or_path": "/m/ponyXL_v6.safetensors", "network_dim": 8}))
     loaded = config_io.read_config(g)
-    assert loaded.family.name == "sdxl" and "'xl'" in loaded.assumptions[0]
+    # The GUI launches train_network.py without its SDXL box ticked (tests/data/kohya_gui): the name is only a hint.
+    assert loaded.family.name == "sd15" and "'xl'" in loaded.assumptions[0]
 
 
 def test_estimate_cli_puts_the_guess_in_assumptions():

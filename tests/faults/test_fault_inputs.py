@@ -142,7 +142,9 @@ def test_config_files_at_the_edges(files, case):
         _no_traceback(proc)
         assert proc.returncode in (0, 1, 2), (case, proc.stderr.decode()[-800:])
         assert proc.elapsed < LIMIT
-        if case not in ("900 KB token",):
+        # The kohya_ss GUI reads a number field's text with int() and takes 0 (unset) when it fails
+        # (common_gui.update_my_data; tests/data/kohya_gui): "1e400" steps is the GUI's "count the images".
+        if case not in ("900 KB token", "inf string json"):
             assert proc.returncode == 2, (case, command, proc.stdout.decode()[-500:])
 
 
