@@ -1,5 +1,7 @@
 """The run stage: `kohya-tuner run` trains, watches, and recovers from out-of-memory.
 
+  request.py       what `run` is asked (RunRequest, ContinueRequest) and what planning hands back
+  start.py         prepare (plan, check, write), prepare_continue, supervise: the CLI's one way in
   policy.py        the pure decide(): retry with which settings, or stop, after an attempt
   progress.py      absolute optimizer steps of one attempt from the log reader's events
   states.py        resume keys for an attempt and which saved state a relaunch uses

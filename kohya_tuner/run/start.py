@@ -1,0 +1,235 @@
+"""From a request to a launch: `prepare` plans a new run (dataset check, presets, fit,
+pre-flight, files, run.json); `prepare_continue` finds where `--continue` picks up; `supervise`
+runs the attempt loop. Nothing here prints: warnings go to the caller's `warn`, and what
+there is to show comes back as the data objects of run/request.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from kohya_tuner.errors import UserError
+from kohya_tuner.run.request import Continuation, ContinueRequest, Launch, PreflightFailed, PreparedRun, RunRequest
+
+if TYPE_CHECKING:
+    from kohya_tuner.run.loop import Outcome, RunEvent
+
+
+def parse_gpus(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        ids = tuple(int(p) for p in text.replace(" ", "").split(",") if p != "")
+    except ValueError:
+        raise UserError(f"--gpus {text!r} must list GPU numbers, e.g. --gpus 0,1.") from None
+    if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise UserError(f"--gpus {text!r} must list distinct GPU numbers, e.g. --gpus 0,1.")
+    return ids
+
+
+def check_out_dir(out: Path) -> None:
+    """A new run never writes over another run's results."""
+    from kohya_tuner.run.journal import Journal
+
+    j = Journal(out)
+    if j.attempts() or j.numbers_on_disk():  # a launched attempt's log counts even without its record
+        raise UserError(f"{out} already holds a kohya-tuner run with "
+                        f"{len({a.attempt for a in j.attempts()} | j.numbers_on_disk())} attempt(s).",
+                        f"Continue it with `kohya-tuner run --continue {out}`, or choose another --out.")
+    output = out / "output"
+    if output.is_dir() and any(output.iterdir()):
+        raise UserError(f"{output} already holds files; a new run would overwrite LoRA files and states there.",
+                        "Choose another --out.")
+
+
+def prepare(req: RunRequest, *, warn: Callable[[str], None]) -> PreparedRun:
+    """Plan, check and write a new run's files and run.json; with `dry_run`, its first
+    attempt's config too. Raises UserError (PreflightFailed with the report) on refusal."""
+    from kohya_tuner import gpu as gpu_mod
+    from kohya_tuner import history, memory, outpaths, planfiles, planning, presets, schema
+    from kohya_tuner.families import get_family
+    from kohya_tuner.run import launcher, preflight, secretstore
+    from kohya_tuner.run.journal import Journal
+    from kohya_tuner.run.policy import DEFAULT_HANG_MINUTES, DEFAULT_MAX_ATTEMPTS, Retry
+    from kohya_tuner.run.settings import RunSettings, command_for, probe_config
+    from kohya_tuner.run.states import attempt_config, ensure_resumable
+
+    family = get_family(req.model)
+    out = Path(req.out).absolute()
+    emulate_vram, cpu, probe_steps = req.emulate_vram, req.cpu, req.probe_steps
+    if emulate_vram is not None and emulate_vram < gpu_mod.MIN_GPU_GB:
+        raise UserError(f"--emulate-vram {emulate_vram:g} is below {gpu_mod.MIN_GPU_GB} GB.")
+    if req.accelerate_config is not None and not req.accelerate_config.is_file():
+        raise UserError(f"--accelerate-config {req.accelerate_config} does not exist.")
+    data = req.data
+    if not data.is_dir():
+        raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
+                        "Point --data at the folder that holds your training images.")
+    check_out_dir(out)
+    gpu_ids = parse_gpus(req.gpus)
+    index = gpu_ids[0] if gpu_ids else 0
+    cards = [] if cpu else gpu_mod.list_gpus()
+    card = next((c for c in cards if c.index == index), None)
+    if str(req.gpu).strip().lower() == "auto":
+        if cpu:
+            raise UserError("--cpu needs the card size to plan for: give --gpu N (e.g. --gpu 12).")
+        choice = gpu_mod.choose("auto", index, arch=req.gpu_arch)
+    else:
+        choice = gpu_mod.GpuChoice(gb=gpu_mod.parse_gb(req.gpu), info=card, arch_given=req.gpu_arch)
+    plan_gb = int(emulate_vram) if emulate_vram is not None else choice.gb
+    python = req.python or sys.executable
+    sets = list(req.sets)
+
+    # The images first: a broken dataset is the cheapest thing to find out about. A fresh
+    # `dataset prep` copy is what training reads (build_dataset picks it the same way), so it
+    # is what gets checked.
+    # Judged at the resolution the plan trains at: --preset / --set may change it.
+    sized = presets.compose(family.name, req.job, plan_gb, preset_file=req.preset, sets=sets, variant=req.variant)
+    report, checked = planning.check_data(data, family, req.job, req.trigger, sized.config)
+    images = len(report.trainable)
+
+    inputs, missing_files = planning.model_inputs(family, base=req.base, clip_l=req.clip_l, t5xxl=req.t5xxl,
+                                                  ae=req.ae, name=req.name, out=out, steps=req.steps,
+                                                  files=dict(req.files))
+    if missing_files:
+        raise UserError(f"{family.label} needs {', '.join(missing_files)}.",
+                        f"Give the model file{'s' if len(missing_files) > 1 else ''}, e.g. {missing_files[0]} "
+                        "/models/file.safetensors.")
+    plan = presets.compose(family.name, req.job, plan_gb, preset_file=req.preset, sets=sets, variant=req.variant,
+                           inputs=inputs, bf16=None if emulate_vram is not None and choice.info is None else choice.bf16,
+                           network=req.network)
+    if cpu and plan.config.get("mixed_precision") == "fp16":
+        plan.set("mixed_precision", "bf16", "--cpu", "accelerate refuses fp16 on the CPU.")
+        if plan.config.get("full_fp16"):
+            plan.set("full_fp16", None, "--cpu", "fp16 only")
+    ds = presets.build_dataset(plan, data, req.trigger)
+    gpu_name = choice.info.name if choice.info else (card.name if card else None)
+    others = choice.others_gib if choice.info else 0.0
+    num_processes = max(1, len(gpu_ids))
+    user_keys = planning.user_keys(plan)  # before the fit writes its own layer over any of them
+    fitted = planning.fit_plan(plan, ds, plan_gb, others_gib=0.0 if emulate_vram is not None else others,
+                               gpu_name=gpu_name, bf16=choice.bf16, gpus=num_processes, do_fit=not req.no_fit,
+                               cpu=cpu)
+    ds, budget, hist = fitted.dataset, fitted.budget_gib, history.load()
+    fit_lines: list[str] = []
+    if fitted.fit is not None:
+        fit_lines = [f"{st.move}: {st.reason}" for st in fitted.fit.steps] + fitted.notes
+        if not fitted.fit.fits:
+            warn(f"{fitted.fit.message}; launching anyway: the supervisor downgrades further after a real OOM.")
+    total = int(plan.config.get("max_train_steps") or 1600)
+    if probe_steps is not None and not (1 <= probe_steps < total):
+        raise UserError(f"--probe-steps {probe_steps} must be between 1 and the run's {total} steps.")
+    for key, value in ensure_resumable(plan.config, total).items():
+        if plan.config.get(key) != value:
+            plan.set(key, value, "run", "Resumable states so an OOM costs minutes, not the run.")
+    est = memory.estimate({**fitted.assumed, **plan.config}, family, dataset=ds, gpus=num_processes, history=hist,
+                          gpu_name=gpu_name)
+
+    facts = preflight.gather(out_dir=out, python=python, sd_scripts=req.sd_scripts, cpu=cpu)
+    checks = preflight.evaluate(plan.config, family, facts, gpu_index=index, gpu_ids=gpu_ids,
+                                num_processes=num_processes, predicted_gib=est.peak_gib,
+                                lora_params=est.lora_params, total_steps=total, images=images, strict=req.strict,
+                                strict_pin=req.strict_pin, cpu=cpu, dry_run=req.dry_run)
+    for key, _old, new, why in checks.changes:
+        plan.set(key, new, "pre-flight", why)
+    for f in report.findings:
+        if f.severity == "warn":
+            checks.checks.append(preflight.Check("dataset", "warn", f.message))
+    if checks.failures:
+        listed = "; ".join(c.message + (f" ({c.hint})" if c.hint else "") for c in checks.failures)
+        raise PreflightFailed(f"Pre-flight checks failed: {listed}.", checks)
+    schema.raise_if_invalid(presets.validate_plan(plan, ds), "The planned config")
+    outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
+    secretstore.withhold(plan, out)  # the trainer gets them through its environment
+
+    checkout = Path(facts.checkout_path or preflight.PLACEHOLDER)
+    written = planfiles.write(planfiles.render(plan, ds, out, sd_scripts=checkout, assumed=fitted.assumed), out,
+                              force=req.force)
+    gpu_info = None
+    info = choice.info or card
+    if info is not None:
+        gpu_info = {"name": info.name, "total_gib": round(info.total_gib, 3), "index": info.index}
+    acc = req.accelerate_config
+    settings = RunSettings(
+        out_dir=out, family=family, script=checkout / family.script, dataset_file=written["dataset.toml"],
+        plan_config=dict(plan.config), total_steps=total, python=python, num_processes=num_processes,
+        gpu_ids=gpu_ids, gpu_index=index, accelerate_config=acc.absolute() if acc else None,
+        cpu=cpu, emulate_vram_gb=emulate_vram, max_attempts=req.max_attempts or DEFAULT_MAX_ATTEMPTS,
+        hang_minutes=req.hang_timeout or DEFAULT_HANG_MINUTES, probe_steps=probe_steps, policy=req.policy,
+        gpu=gpu_info, predicted_gib=round(est.peak_gib, 3), dataset=ds, model=req.model, job=req.job,
+        user_keys=tuple(sorted(user_keys)))
+    journal = Journal(out)
+    journal.write_run(settings.to_json())
+    first = Retry(config=dict(plan.config), resume_from=None, changes=[],
+                  reason=(f"a {probe_steps}-step probe before the full run" if probe_steps else "the fitted plan"),
+                  start_step=0)
+
+    first_config = probe_config(plan.config, probe_steps, out) if probe_steps else plan.config
+    cfg_path = journal.config_path(1)
+    if req.dry_run:
+        from kohya_tuner.run.loop import Supervisor
+
+        cfg_path = Supervisor(settings).write_attempt_config(
+            1, attempt_config(first_config, resume_from=None, resume_step=0, stored_step=None), first.reason)
+    argv, env = command_for(settings, cfg_path, first_config)
+    env_added = launcher.env_changes(env, os.environ)
+    described = choice.describe() if not cpu else "CPU (--cpu)"
+    summary = {
+        "gpu": described, "plan_gb": plan_gb, "budget_gib": round(budget, 3),
+        "predicted_peak_gib": round(est.peak_gib, 3), "predicted_phase": est.peak_phase,
+        "history_correction": est.correction, "fit": fit_lines, "files": {k: str(v) for k, v in written.items()},
+        "checks": [c.__dict__ for c in checks.checks], "command": argv, "environment": env_added,
+        "attempt_config": str(cfg_path), "data": str(checked), "notes": list(plan.notes),
+    }
+    return PreparedRun(
+        family_label=family.label, job=req.job, cpu=cpu, gpu_described=described, emulate_vram=emulate_vram,
+        plan=plan, fitted=fitted, fit_lines=fit_lines, peak_gib=est.peak_gib, peak_phase=est.peak_phase,
+        correction=est.correction, budget_gib=budget, checks=checks, written=written, argv=argv, env_added=env_added,
+        summary=summary, out=out, dry_run=req.dry_run,
+        launch=Launch(settings=settings, first=first, first_attempt=1, probe=bool(probe_steps),
+                      events_file=req.json_events))
+
+
+def prepare_continue(req: ContinueRequest) -> Continuation:
+    """Where the run in `req.out` picks up, with the flags --continue may change applied."""
+    from kohya_tuner.run.continuation import continuation
+    from kohya_tuner.run.journal import Journal
+    from kohya_tuner.run.policy import Stop
+    from kohya_tuner.run.settings import RunSettings
+
+    out = req.out
+    j = Journal(out)
+    settings = RunSettings.from_json(out.absolute(), j.read_run())
+    if req.max_attempts is not None:
+        settings.max_attempts = req.max_attempts
+    if req.hang_timeout is not None:
+        settings.hang_minutes = req.hang_timeout
+    if req.python:
+        settings.python = req.python
+    if req.cpu:
+        settings.cpu = True
+    summary = j.read_summary()
+    if summary and summary.get("status") == "success":
+        return Continuation(finished=summary)
+    attempts = j.attempts()
+    action = continuation(attempts, settings)
+    if isinstance(action, Stop):
+        raise UserError(f"Cannot continue {out}: {action.reason}.", " ".join(action.advice) or None)
+    # A run planned with --dry-run --probe-steps starts with its probe.
+    probe = not attempts and bool(settings.probe_steps)
+    if req.dry_run:
+        from kohya_tuner.run.dryrun import continuation_preview
+
+        return Continuation(preview=continuation_preview(j, settings, action, probe=probe))
+    return Continuation(launch=Launch(settings=settings, first=action, first_attempt=j.next_attempt_number(),
+                                      probe=probe, events_file=req.json_events))
+
+
+def supervise(launch: Launch, *, on_event: Callable[[RunEvent], None] | None = None) -> Outcome:
+    """The attempt loop from the launch's first attempt to its outcome (run/loop.py)."""
+    from kohya_tuner.run.loop import Supervisor
+
+    sup = Supervisor(launch.settings, on_event=on_event, events_file=launch.events_file)
+    return sup.run(launch.first, first_attempt=launch.first_attempt, probe_first=launch.probe)
