@@ -40,3 +40,20 @@ def test_every_top_level_module_is_named():
     own = {p.name for p in PKG.iterdir() if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))}
     unnamed = own - named - {"__init__.py", "__main__.py", "data"}
     assert not unnamed, f"top-level modules docs/architecture.md does not mention: {sorted(unnamed)}"
+
+
+def test_only_the_cli_imports_the_cli():
+    """The domain hands data back; rendering it is the CLI's (docs/architecture.md, Boundaries)."""
+    import ast
+
+    offenders = []
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG)
+        if rel.parts[0] == "cli" or rel.name == "__main__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "kohya_tuner.cli" or n.startswith("kohya_tuner.cli.") for n in names):
+                offenders.append(str(rel))
+    assert not offenders, f"modules outside cli/ that import it: {sorted(set(offenders))}"
