@@ -7,13 +7,28 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from kohya_tuner import gpu as gpu_mod
+from kohya_tuner import history, memory, outpaths, planfiles, planning, presets, schema
 from kohya_tuner.errors import UserError
+from kohya_tuner.families import Family, get_family
+from kohya_tuner.gpu import GpuChoice, GpuInfo
+from kohya_tuner.planfiles import Written
+from kohya_tuner.planning import FittedPlan
+from kohya_tuner.presets import Plan
+from kohya_tuner.run import launcher, preflight, secretstore
+from kohya_tuner.run.journal import Journal
+from kohya_tuner.run.policy import DEFAULT_HANG_MINUTES, DEFAULT_MAX_ATTEMPTS, Retry
+from kohya_tuner.run.settings import RunSettings, command_for, probe_config
+from kohya_tuner.run.states import attempt_config, ensure_resumable
 from kohya_tuner.run.request import Continuation, ContinueRequest, Launch, PreflightFailed, PreparedRun, RunRequest
 
 if TYPE_CHECKING:
+    from kohya_tuner.dataset.models import DatasetReport
+    from kohya_tuner.memory import Estimate
     from kohya_tuner.run.loop import Outcome, RunEvent
 
 
@@ -31,8 +46,6 @@ def parse_gpus(text: str | None) -> tuple[int, ...]:
 
 def check_out_dir(out: Path) -> None:
     """A new run never writes over another run's results."""
-    from kohya_tuner.run.journal import Journal
-
     j = Journal(out)
     if j.attempts() or j.numbers_on_disk():  # a launched attempt's log counts even without its record
         raise UserError(f"{out} already holds a kohya-tuner run with "
@@ -44,21 +57,44 @@ def check_out_dir(out: Path) -> None:
                         "Choose another --out.")
 
 
-def prepare(req: RunRequest, *, warn: Callable[[str], None]) -> PreparedRun:
-    """Plan, check and write a new run's files and run.json; with `dry_run`, its first
-    attempt's config too. Raises UserError (PreflightFailed with the report) on refusal."""
-    from kohya_tuner import gpu as gpu_mod
-    from kohya_tuner import history, memory, outpaths, planfiles, planning, presets, schema
-    from kohya_tuner.families import get_family
-    from kohya_tuner.run import launcher, preflight, secretstore
-    from kohya_tuner.run.journal import Journal
-    from kohya_tuner.run.policy import DEFAULT_HANG_MINUTES, DEFAULT_MAX_ATTEMPTS, Retry
-    from kohya_tuner.run.settings import RunSettings, command_for, probe_config
-    from kohya_tuner.run.states import attempt_config, ensure_resumable
+@dataclass
+class _Target:
+    """The card (or CPU) and folder a new run plans for."""
 
+    family: Family
+    out: Path
+    gpu_ids: tuple[int, ...]
+    index: int
+    card: GpuInfo | None
+    choice: GpuChoice
+    plan_gb: int
+    python: str
+
+    @property
+    def num_processes(self) -> int:
+        return max(1, len(self.gpu_ids))
+
+
+@dataclass
+class _Planned:
+    """The composed and fitted plan with what was learnt on the way."""
+
+    plan: Plan
+    dataset: dict[str, Any]
+    data_report: DatasetReport  # its warnings join the pre-flight's
+    checked: Path  # the folder the images were checked in (a fresh `dataset prep` copy when there is one)
+    images: int
+    user_keys: frozenset[str]
+    fitted: FittedPlan
+    fit_lines: list[str]
+    total: int
+    est: Estimate
+
+
+def _target(req: RunRequest) -> _Target:
     family = get_family(req.model)
     out = Path(req.out).absolute()
-    emulate_vram, cpu, probe_steps = req.emulate_vram, req.cpu, req.probe_steps
+    emulate_vram, cpu = req.emulate_vram, req.cpu
     if emulate_vram is not None and emulate_vram < gpu_mod.MIN_GPU_GB:
         raise UserError(f"--emulate-vram {emulate_vram:g} is below {gpu_mod.MIN_GPU_GB} GB.")
     if req.accelerate_config is not None and not req.accelerate_config.is_file():
@@ -79,95 +115,118 @@ def prepare(req: RunRequest, *, warn: Callable[[str], None]) -> PreparedRun:
     else:
         choice = gpu_mod.GpuChoice(gb=gpu_mod.parse_gb(req.gpu), info=card, arch_given=req.gpu_arch)
     plan_gb = int(emulate_vram) if emulate_vram is not None else choice.gb
-    python = req.python or sys.executable
-    sets = list(req.sets)
+    return _Target(family=family, out=out, gpu_ids=gpu_ids, index=index, card=card, choice=choice, plan_gb=plan_gb,
+                   python=req.python or sys.executable)
 
+
+def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
+    family, choice, card, emulate_vram, cpu = t.family, t.choice, t.card, req.emulate_vram, req.cpu
+    sets = list(req.sets)
     # The images first: a broken dataset is the cheapest thing to find out about. A fresh
     # `dataset prep` copy is what training reads (build_dataset picks it the same way), so it
     # is what gets checked.
     # Judged at the resolution the plan trains at: --preset / --set may change it.
-    sized = presets.compose(family.name, req.job, plan_gb, preset_file=req.preset, sets=sets, variant=req.variant)
-    report, checked = planning.check_data(data, family, req.job, req.trigger, sized.config)
-    images = len(report.trainable)
+    sized = presets.compose(family.name, req.job, t.plan_gb, preset_file=req.preset, sets=sets, variant=req.variant)
+    report, checked = planning.check_data(req.data, family, req.job, req.trigger, sized.config)
 
     inputs, missing_files = planning.model_inputs(family, base=req.base, clip_l=req.clip_l, t5xxl=req.t5xxl,
-                                                  ae=req.ae, name=req.name, out=out, steps=req.steps,
+                                                  ae=req.ae, name=req.name, out=t.out, steps=req.steps,
                                                   files=dict(req.files))
     if missing_files:
         raise UserError(f"{family.label} needs {', '.join(missing_files)}.",
                         f"Give the model file{'s' if len(missing_files) > 1 else ''}, e.g. {missing_files[0]} "
                         "/models/file.safetensors.")
-    plan = presets.compose(family.name, req.job, plan_gb, preset_file=req.preset, sets=sets, variant=req.variant,
+    plan = presets.compose(family.name, req.job, t.plan_gb, preset_file=req.preset, sets=sets, variant=req.variant,
                            inputs=inputs, bf16=None if emulate_vram is not None and choice.info is None else choice.bf16,
                            network=req.network)
     if cpu and plan.config.get("mixed_precision") == "fp16":
         plan.set("mixed_precision", "bf16", "--cpu", "accelerate refuses fp16 on the CPU.")
         if plan.config.get("full_fp16"):
             plan.set("full_fp16", None, "--cpu", "fp16 only")
-    ds = presets.build_dataset(plan, data, req.trigger)
+    ds = presets.build_dataset(plan, req.data, req.trigger)
     gpu_name = choice.info.name if choice.info else (card.name if card else None)
     others = choice.others_gib if choice.info else 0.0
-    num_processes = max(1, len(gpu_ids))
     user_keys = planning.user_keys(plan)  # before the fit writes its own layer over any of them
-    fitted = planning.fit_plan(plan, ds, plan_gb, others_gib=0.0 if emulate_vram is not None else others,
-                               gpu_name=gpu_name, bf16=choice.bf16, gpus=num_processes, do_fit=not req.no_fit,
+    fitted = planning.fit_plan(plan, ds, t.plan_gb, others_gib=0.0 if emulate_vram is not None else others,
+                               gpu_name=gpu_name, bf16=choice.bf16, gpus=t.num_processes, do_fit=not req.no_fit,
                                cpu=cpu)
-    ds, budget, hist = fitted.dataset, fitted.budget_gib, history.load()
+    ds, hist = fitted.dataset, history.load()
     fit_lines: list[str] = []
     if fitted.fit is not None:
         fit_lines = [f"{st.move}: {st.reason}" for st in fitted.fit.steps] + fitted.notes
         if not fitted.fit.fits:
             warn(f"{fitted.fit.message}; launching anyway: the supervisor downgrades further after a real OOM.")
     total = int(plan.config.get("max_train_steps") or 1600)
+    probe_steps = req.probe_steps
     if probe_steps is not None and not (1 <= probe_steps < total):
         raise UserError(f"--probe-steps {probe_steps} must be between 1 and the run's {total} steps.")
     for key, value in ensure_resumable(plan.config, total).items():
         if plan.config.get(key) != value:
             plan.set(key, value, "run", "Resumable states so an OOM costs minutes, not the run.")
-    est = memory.estimate({**fitted.assumed, **plan.config}, family, dataset=ds, gpus=num_processes, history=hist,
+    est = memory.estimate({**fitted.assumed, **plan.config}, family, dataset=ds, gpus=t.num_processes, history=hist,
                           gpu_name=gpu_name)
+    return _Planned(plan=plan, dataset=ds, data_report=report, checked=checked, images=len(report.trainable),
+                    user_keys=user_keys, fitted=fitted, fit_lines=fit_lines, total=total, est=est)
 
-    facts = preflight.gather(out_dir=out, python=python, sd_scripts=req.sd_scripts, cpu=cpu)
-    checks = preflight.evaluate(plan.config, family, facts, gpu_index=index, gpu_ids=gpu_ids,
-                                num_processes=num_processes, predicted_gib=est.peak_gib,
-                                lora_params=est.lora_params, total_steps=total, images=images, strict=req.strict,
-                                strict_pin=req.strict_pin, cpu=cpu, dry_run=req.dry_run)
+
+def _preflight(req: RunRequest, t: _Target, p: _Planned) -> tuple[preflight.Facts, preflight.Report]:
+    """The checks before any file is written; the switches they make go into the plan."""
+    facts = preflight.gather(out_dir=t.out, python=t.python, sd_scripts=req.sd_scripts, cpu=req.cpu)
+    checks = preflight.evaluate(p.plan.config, t.family, facts, gpu_index=t.index, gpu_ids=t.gpu_ids,
+                                num_processes=t.num_processes, predicted_gib=p.est.peak_gib,
+                                lora_params=p.est.lora_params, total_steps=p.total, images=p.images,
+                                strict=req.strict, strict_pin=req.strict_pin, cpu=req.cpu, dry_run=req.dry_run)
     for key, _old, new, why in checks.changes:
-        plan.set(key, new, "pre-flight", why)
-    for f in report.findings:
+        p.plan.set(key, new, "pre-flight", why)
+    for f in p.data_report.findings:
         if f.severity == "warn":
             checks.checks.append(preflight.Check("dataset", "warn", f.message))
     if checks.failures:
         listed = "; ".join(c.message + (f" ({c.hint})" if c.hint else "") for c in checks.failures)
         raise PreflightFailed(f"Pre-flight checks failed: {listed}.", checks)
-    schema.raise_if_invalid(presets.validate_plan(plan, ds), "The planned config")
+    return facts, checks
+
+
+def _write(req: RunRequest, t: _Target, p: _Planned, facts: preflight.Facts) -> tuple[Written, RunSettings]:
+    """The plan files and run.json, once the plan is valid and confined to --out."""
+    plan, out = p.plan, t.out
+    schema.raise_if_invalid(presets.validate_plan(plan, p.dataset), "The planned config")
     outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
     secretstore.withhold(plan, out)  # the trainer gets them through its environment
 
     checkout = Path(facts.checkout_path or preflight.PLACEHOLDER)
-    written = planfiles.write(planfiles.render(plan, ds, out, sd_scripts=checkout, assumed=fitted.assumed), out,
-                              force=req.force)
+    written = planfiles.write(planfiles.render(plan, p.dataset, out, sd_scripts=checkout, assumed=p.fitted.assumed),
+                              out, force=req.force)
     gpu_info = None
-    info = choice.info or card
+    info = t.choice.info or t.card
     if info is not None:
         gpu_info = {"name": info.name, "total_gib": round(info.total_gib, 3), "index": info.index}
     acc = req.accelerate_config
     settings = RunSettings(
-        out_dir=out, family=family, script=checkout / family.script, dataset_file=written["dataset.toml"],
-        plan_config=dict(plan.config), total_steps=total, python=python, num_processes=num_processes,
-        gpu_ids=gpu_ids, gpu_index=index, accelerate_config=acc.absolute() if acc else None,
-        cpu=cpu, emulate_vram_gb=emulate_vram, max_attempts=req.max_attempts or DEFAULT_MAX_ATTEMPTS,
-        hang_minutes=req.hang_timeout or DEFAULT_HANG_MINUTES, probe_steps=probe_steps, policy=req.policy,
-        gpu=gpu_info, predicted_gib=round(est.peak_gib, 3), dataset=ds, model=req.model, job=req.job,
-        user_keys=tuple(sorted(user_keys)))
-    journal = Journal(out)
-    journal.write_run(settings.to_json())
+        out_dir=out, family=t.family, script=checkout / t.family.script, dataset_file=written["dataset.toml"],
+        plan_config=dict(plan.config), total_steps=p.total, python=t.python, num_processes=t.num_processes,
+        gpu_ids=t.gpu_ids, gpu_index=t.index, accelerate_config=acc.absolute() if acc else None,
+        cpu=req.cpu, emulate_vram_gb=req.emulate_vram, max_attempts=req.max_attempts or DEFAULT_MAX_ATTEMPTS,
+        hang_minutes=req.hang_timeout or DEFAULT_HANG_MINUTES, probe_steps=req.probe_steps, policy=req.policy,
+        gpu=gpu_info, predicted_gib=round(p.est.peak_gib, 3), dataset=p.dataset, model=req.model, job=req.job,
+        user_keys=tuple(sorted(p.user_keys)))
+    Journal(out).write_run(settings.to_json())
+    return written, settings
+
+
+def prepare(req: RunRequest, *, warn: Callable[[str], None]) -> PreparedRun:
+    """Plan, check and write a new run's files and run.json; with `dry_run`, its first
+    attempt's config too. Raises UserError (PreflightFailed with the report) on refusal."""
+    t = _target(req)
+    p = _plan(req, t, warn)
+    _facts, checks = _preflight(req, t, p)
+    written, settings = _write(req, t, p, _facts)
+    plan, out, probe_steps, est = p.plan, t.out, req.probe_steps, p.est
     first = Retry(config=dict(plan.config), resume_from=None, changes=[],
                   reason=(f"a {probe_steps}-step probe before the full run" if probe_steps else "the fitted plan"),
                   start_step=0)
-
     first_config = probe_config(plan.config, probe_steps, out) if probe_steps else plan.config
-    cfg_path = journal.config_path(1)
+    cfg_path = Journal(out).config_path(1)
     if req.dry_run:
         from kohya_tuner.run.loop import Supervisor
 
@@ -175,17 +234,18 @@ def prepare(req: RunRequest, *, warn: Callable[[str], None]) -> PreparedRun:
             1, attempt_config(first_config, resume_from=None, resume_step=0, stored_step=None), first.reason)
     argv, env = command_for(settings, cfg_path, first_config)
     env_added = launcher.env_changes(env, os.environ)
-    described = choice.describe() if not cpu else "CPU (--cpu)"
+    described = t.choice.describe() if not req.cpu else "CPU (--cpu)"
+    budget = p.fitted.budget_gib
     summary = {
-        "gpu": described, "plan_gb": plan_gb, "budget_gib": round(budget, 3),
+        "gpu": described, "plan_gb": t.plan_gb, "budget_gib": round(budget, 3),
         "predicted_peak_gib": round(est.peak_gib, 3), "predicted_phase": est.peak_phase,
-        "history_correction": est.correction, "fit": fit_lines, "files": {k: str(v) for k, v in written.items()},
+        "history_correction": est.correction, "fit": p.fit_lines, "files": {k: str(v) for k, v in written.items()},
         "checks": [c.__dict__ for c in checks.checks], "command": argv, "environment": env_added,
-        "attempt_config": str(cfg_path), "data": str(checked), "notes": list(plan.notes),
+        "attempt_config": str(cfg_path), "data": str(p.checked), "notes": list(plan.notes),
     }
     return PreparedRun(
-        family_label=family.label, job=req.job, cpu=cpu, gpu_described=described, emulate_vram=emulate_vram,
-        plan=plan, fitted=fitted, fit_lines=fit_lines, peak_gib=est.peak_gib, peak_phase=est.peak_phase,
+        family_label=t.family.label, job=req.job, cpu=req.cpu, gpu_described=described, emulate_vram=req.emulate_vram,
+        plan=plan, fitted=p.fitted, fit_lines=p.fit_lines, peak_gib=est.peak_gib, peak_phase=est.peak_phase,
         correction=est.correction, budget_gib=budget, checks=checks, written=written, argv=argv, env_added=env_added,
         summary=summary, out=out, dry_run=req.dry_run,
         launch=Launch(settings=settings, first=first, first_attempt=1, probe=bool(probe_steps),
@@ -195,9 +255,7 @@ def prepare(req: RunRequest, *, warn: Callable[[str], None]) -> PreparedRun:
 def prepare_continue(req: ContinueRequest) -> Continuation:
     """Where the run in `req.out` picks up, with the flags --continue may change applied."""
     from kohya_tuner.run.continuation import continuation
-    from kohya_tuner.run.journal import Journal
     from kohya_tuner.run.policy import Stop
-    from kohya_tuner.run.settings import RunSettings
 
     out = req.out
     j = Journal(out)
