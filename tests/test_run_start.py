@@ -1,0 +1,79 @@
+"""run/start.py plans a run from a request without the CLI: it prints nothing, hands its
+warnings to the caller, and returns what `run --dry-run --json` shows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kohya_tuner.run import start
+from kohya_tuner.run.request import PreflightFailed, RunRequest
+from tests.clihelp import invoke
+
+REPO = Path(__file__).resolve().parent.parent
+STANDIN = REPO / "tests" / "standin"
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    from PIL import Image
+
+    data = tmp_path / "imgs"
+    data.mkdir()
+    for i in range(6):
+        Image.new("RGB", (512, 512), (40 * i, 120, 200 - 20 * i)).save(data / f"img{i}.png")
+        (data / f"img{i}.txt").write_text(f"mystyle, a picture of thing {i}", encoding="utf-8")
+    base = tmp_path / "base.safetensors"
+    base.write_bytes(b"\0" * 64)
+    return data, base
+
+
+def _request(out: Path, data: Path, base: Path, **kw) -> RunRequest:
+    fields = dict(model="sd15", job="style", gpu="8", out=out, data=data, base=str(base), steps=4, cpu=True,
+                  sd_scripts=STANDIN, dry_run=True)
+    fields.update(kw)
+    return RunRequest(**fields)
+
+
+def test_prepare_prints_nothing_and_returns_what_the_cli_shows(inputs, tmp_path, capsys):
+    data, base = inputs
+    warnings: list[str] = []
+    prepared = start.prepare(_request(tmp_path / "a", data, base), warn=warnings.append)
+    printed = capsys.readouterr()
+    assert printed.out == "" and printed.err == ""
+    assert (tmp_path / "a" / "run.json").is_file() and (tmp_path / "a" / "attempt-1.config.toml").is_file()
+    launch = prepared.launch
+    assert launch.first_attempt == 1 and not launch.probe and launch.settings.total_steps == 4
+    assert launch.settings.out_dir == tmp_path / "a"
+
+    res = invoke("run", "--model", "sd15", "--job", "style", "--gpu", "8", "--cpu", "--data", data, "--out",
+                 tmp_path / "b", "--sd-scripts", STANDIN, "--steps", "4", "--base", base, "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    shown = json.loads(res.stdout)
+    assert shown.pop("dry_run") is True
+    same = json.loads(json.dumps(prepared.summary).replace(str(tmp_path / "a"), str(tmp_path / "b")))
+    # Pre-flight measures free RAM and disk each time; every other figure is the plan's.
+    for summary in (shown, same):
+        summary["checks"] = [c["name"] for c in summary["checks"]]
+    assert shown == same
+
+
+def test_a_plan_that_cannot_fit_is_a_warning_to_the_caller(inputs, tmp_path, capsys):
+    data, base = inputs
+    warnings: list[str] = []
+    req = _request(tmp_path / "a", data, base, model="flux", gpu="4", clip_l=str(base), t5xxl=str(base), ae=str(base))
+    prepared = start.prepare(req, warn=warnings.append)
+    assert capsys.readouterr().err == ""
+    assert len(warnings) == 1 and "cannot fit in 4 GB" in warnings[0] and "launching anyway" in warnings[0]
+    assert prepared.fitted.fit is not None and not prepared.fitted.fit.fits
+
+
+def test_a_failed_pre_flight_carries_its_report_and_writes_nothing(inputs, tmp_path):
+    data, base = inputs
+    with pytest.raises(PreflightFailed) as failed:
+        start.prepare(_request(tmp_path / "a", data, base, python=str(tmp_path / "no-python")), warn=print)
+    assert failed.value.report.failures
+    assert failed.value.message.startswith("Pre-flight checks failed: ")
+    assert not (tmp_path / "a" / "run.json").exists()
