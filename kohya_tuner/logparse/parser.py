@@ -99,6 +99,8 @@ class LogParser(BarRuns, Milestones):
         self._nan_reported = False
         self._zero_steps: set[int] = set()
         self._zero_reported = False
+        # The last named side bar (not the training bar) and its count, to read it once per run.
+        self._side: tuple[str, int] | None = None
         # Coalescing: the description of the last main bar, its run pattern, the lines of the
         # current run not yet summarised, and the summary (highest, last, last with a loss).
         self._coalesce = coalesce_progress
@@ -228,6 +230,11 @@ class LogParser(BarRuns, Milestones):
                     body = body[: pm.start()]
                 self._logical(body.rstrip(), m.group(1), out)
                 return
+        elif line[:2] == "| ":
+            m = P.LOGURU_RE.match(line)
+            if m:
+                self._logical(m.group(2), P.LOGURU_LEVELS.get(m.group(1), m.group(1)), out)
+                return
         elif line[:2] == "- ":
             # Python logging's "%(asctime)s - %(levelname)s - %(message)s", its time already cut.
             m = P.DASH_LEVEL_RE.match(line)
@@ -267,6 +274,7 @@ class LogParser(BarRuns, Milestones):
     def _bar(self, m, line: str, out: list[Event]) -> None:
         desc = m.group("desc")
         if not P.is_main_bar(desc) and not P.trainer_postfix(m.group("inner")):
+            self._side_bar(desc, int(m.group("n")), out)
             return
         if desc != self._bar_prefix and desc:
             self._bar_prefix = desc
@@ -355,6 +363,8 @@ class LogParser(BarRuns, Milestones):
             if m:
                 self._exception(m.group(1) or m.group(3), s, None, out)
                 return
+        if ("fail" in low or "during" in low or "while" in low or " in " in low) and self._report(s, low, level, out):
+            return
         if self._milestone(s, out):
             return
         if level in ("INFO", "DEBUG", "WARNING"):

@@ -181,6 +181,9 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
     ("move vae and unet to cpu to save memory", "cache_text_encoder", "caching text encoder outputs"),
     ("move text encoders to gpu", "cache_text_encoder", "caching text encoder outputs"),
     ("running training", "training", "running training"),
+    ("start training", "training", "running training"),
+    ("starting training", "training", "running training"),
+    ("begin training", "training", "running training"),
     ("generating sample images", "sampling", "generating sample images"),
     ("saving state at", "saving", "saving state"),
     ("saving last state", "saving", "saving state"),
@@ -209,7 +212,12 @@ RANK_PREFIX_RE = re.compile(r"\[(?:rank|default)(\d+)\]:")
 ACCEL_DEVICE_RE = re.compile(r"accelerator device:\s*(\S+)")
 TOTAL_STEPS_RE = re.compile(
     r"(?:total optimization steps\s*/.*?[:：]|override steps\. steps for \d+ epochs is\s*/.*?[:：])\s*(\d+)\s*$")
-EPOCH_RE = re.compile(r"epoch (\d+)/(\d+)\s*$")
+EPOCH_RE = re.compile(r"epoch (\d+)/(\d+)\s*$", re.I)
+# A trainer's own step counter: "Starting training step (361/7200)" (that step begins, the one
+# before it is done), "Step 120/2000" at the start of a line (that step is done).
+STEP_OF_RE = re.compile(
+    r"(?P<starting>(?:starting|beginning|begin)\s+(?:training\s+|train\s+)?)?step\s*\(?\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\b",
+    re.I)
 GLOBAL_STEP_RE = re.compile(r"Epoch \d+, global step (\d+):", re.I)
 SAVING_CKPT_RE = re.compile(r"saving checkpoint:\s*(.+?)\s*$")
 SAVE_TRAINED_RE = re.compile(r"save trained model as .*? to\s+(.+?)\s*$")
@@ -224,6 +232,9 @@ SAVING_GENERIC_RE = re.compile(
     r"|saving (?:\w+ )?(?:to )?\S+\.(?:safetensors|ckpt|pt|pth|bin)\b", re.I)
 LOADING_TEXT_ENCODER_RE = re.compile(
     r"\bloading\b(?:(?!output|cache|embed)[^.:;]){0,60}?\btext[ _-]?encoders?(?![a-z])(?![ _-]*(?:outputs?|cache|embed))")
+# loguru's default format once the time is cut: "| INFO     | package.module:function:42 - message".
+LOGURU_RE = re.compile(r"\|\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL|SUCCESS|TRACE)\s*\|\s*[\w.<>\-]+:[\w.<>\-]+:\d+ - (.*)$")
+LOGURU_LEVELS = {"SUCCESS": "INFO", "TRACE": "DEBUG"}
 # Python logging's default format, "INFO:module.name:message" (musubi-tuner, diffusers scripts).
 PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.\-]+:(.*)$")
 
@@ -482,7 +493,7 @@ SUSPECT_RE = re.compile(
     r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|unrecogni[sz]ed"
     r"|exception|abort|no such file|does not exist|not exist|no kernel|not compiled|no cuda|nccl|c10d|xformers"
     r"|bitsandbytes|cublas|cudnn|alloc|expected|mismatch|dtype|not implemented|not supported|paging file"
-    r"|no data found|not correctly cached|exit|signal|device-side assert"
+    r"|no data found|not correctly cached|exit|signal|device-side assert|\boom\b"
 )
 
 
