@@ -368,3 +368,70 @@ def test_a_logged_failure_report_places_the_oom_printed_before_it():
 def test_words_about_phases_without_a_failure_are_no_failure(line):
     d = diagnose(parse_text(line + "\n"))
     assert d.error is None and d.oom is None
+
+
+# ---- general evidence the third held-out batch's misses showed -------------------------------
+
+def test_the_no_grad_decorator_is_not_the_backward_pass():
+    text = ("Traceback (most recent call last):\n"
+            '  File "gen.py", line 10, in <module>\n'
+            '    images = pipeline(batch["prompt"]).images\n'
+            '  File "/usr/lib/python3/site-packages/torch/autograd/grad_mode.py", line 27, in decorate_context\n'
+            '    return func(*args, **kwargs)\n'
+            '  File "/usr/lib/python3/site-packages/diffusers/pipelines/stable_diffusion/pipeline_x.py", line 5, '
+            'in __call__\n'
+            '    noise_pred = self.unet(x)\n'
+            "RuntimeError: boom\n")
+    assert diagnose(parse_text(text)).phase == "sampling"
+
+
+def test_a_trainers_init_step_at_start_up_is_model_load():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/x/train.py", line 51, in <module>\n'
+            "    trainer.init_something_new()\n"
+            '  File "/x/trainer.py", line 9, in init_something_new\n'
+            "    raise e\n"
+            "AttributeError: 'Namespace' object has no attribute 'x'\n")
+    assert diagnose(parse_text(text)).phase == "model_load"
+
+
+def test_caching_code_reached_after_training_steps_is_the_training_step():
+    frames = ("Traceback (most recent call last):\n"
+              '  File "/x/helpers/caching/text_embeds.py", line 1110, in compute_embeddings_for_prompts\n'
+              "    embed = self.load_from_cache(filename)\n"
+              "RuntimeError: corrupt file\n")
+    bar = "Epoch 1/9, Steps:   0%|   | 15/10000 [00:52<10:02:57,  3.62s/it, lr=7.5e-7, step_loss=0.521]\n"
+    d = diagnose(parse_text(bar + frames))
+    assert (d.phase, d.step) == ("training", 15)
+    # Before any step, or after a caching milestone, it is caching.
+    assert diagnose(parse_text(frames)).phase == "cache_text_encoder"
+    assert diagnose(parse_text(bar + "caching text embeddings\n" + frames)).phase == "cache_text_encoder"
+
+
+def test_a_nameless_bar_after_training_starts_is_the_training_bar():
+    text = ("INFO     | 2024-01-01 06:16:28 | pkg.trainers.common:on_train_begin:230 - Starting to train...\n"
+            "  0%|          | 3/47840 [00:02<9:15:06,  1.44it/s]\n"
+            "  0%|          | 1/20 [00:02<00:06,  1.44it/s]\n"
+            "Killed\n")
+    d = diagnose(parse_text(text))
+    assert (d.phase, d.step, d.total_steps) == ("training", 3, 47840)
+    # Without the milestone a nameless bar is no training bar.
+    assert _of(parse_text(text.split("\n", 1)[1]), Progress) == []
+
+
+def test_the_tail_of_a_save_line_naming_a_model_file_is_saving():
+    text = ("model as StableDiffusion checkpoint to ./output/my_model.safetensors\n"
+            "Traceback (most recent call last):\n"
+            '  File "/x/bin/accelerate", line 8, in <module>\n'
+            "    sys.exit(main())\n")
+    assert diagnose(parse_text(text)).phase == "saving"
+    assert diagnose(parse_text("loading checkpoint to ./output/my_model.safetensors\nKilled\n")).phase != "saving"
+
+
+def test_torchrun_stopping_the_other_ranks_is_a_failed_run():
+    text = ("Steps:   0%|          | 0/900 [02:06<?, ?it/s]\n"
+            "W0908 17:08:01.837000 3889263 site-packages/torch/distributed/elastic/multiprocessing/api.py:900] "
+            "Sending process 3889428 closing signal SIGTERM\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase) == ("error", "first_step")
+    assert diagnose(parse_text(text.split("\n", 1)[0] + "\n")).outcome == "incomplete"

@@ -166,6 +166,11 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
         base, evidence = where, "frames"
     else:
         base, evidence = ctx, ("context" if ctx is not None else None)
+    if base in ("cache_latents", "cache_text_encoder") and evidence == "frames" and ctx == "training" \
+            and run.max_step:
+        # Caching code after optimizer steps were done, with no caching milestone since: the
+        # training step reading a cached latent or text embed (or computing one it lacks).
+        base, evidence = "training", "progress"
     if base == "saving" and isinstance(ev, Oom) and where != "saving":
         # Saving a LoRA or a state copies tensors to the CPU and allocates next to nothing on
         # the GPU: an OOM after a save began, with no save in its frames, is the next step's.

@@ -55,6 +55,7 @@ def failure_report(low: str) -> tuple[str, bool] | None:
 
 class Milestones:
     _side: tuple[str, int] | None
+    _train_bar_total: int | None
 
     def _new_run(self) -> None:  # pragma: no cover - the parser defines it
         raise NotImplementedError
@@ -118,9 +119,16 @@ class Milestones:
                 if low.startswith(prefix):
                     if name == "start":
                         self._new_run()
+                    elif phase == "training":
+                        self._train_bar_total = 0
                     out.append(Milestone(phase=phase, name=name, line=s))
                     return True
         c = low[:1]
+        if s.endswith(P.MODEL_FILE_SUFFIXES) and " to " in s and not low.startswith("load"):
+            m = P.SAVED_TO_RE.search(s)
+            if m:
+                out.append(Saved(what="checkpoint", path=m.group(1), line=s))
+                return True
         if "ncoder" in s[:120]:
             m = P.LOADING_TEXT_ENCODER_RE.search(s[:120].lower())
             if m:

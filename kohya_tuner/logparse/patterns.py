@@ -184,6 +184,7 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
     ("start training", "training", "running training"),
     ("starting training", "training", "running training"),
     ("begin training", "training", "running training"),
+    ("starting to train", "training", "running training"),
     ("generating sample images", "sampling", "generating sample images"),
     ("saving state at", "saving", "saving state"),
     ("saving last state", "saving", "saving state"),
@@ -235,6 +236,13 @@ LOADING_TEXT_ENCODER_RE = re.compile(
 # loguru's default format once the time is cut: "| INFO     | package.module:function:42 - message".
 LOGURU_RE = re.compile(r"\|\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL|SUCCESS|TRACE)\s*\|\s*[\w.<>\-]+:[\w.<>\-]+:\d+ - (.*)$")
 LOGURU_LEVELS = {"SUCCESS": "INFO", "TRACE": "DEBUG"}
+# The same with the level first (a custom loguru format): "INFO     | 2024-08-29 06:16:28 |
+# package.module:function:42 - message", read once the level is taken off.
+LOGURU_AFTER_LEVEL_RE = re.compile(r"\|\s*\d{4}-\d\d-\d\d[ T][\d:.,]+\s*\|\s*[\w.<>\-]+:[\w.<>\-]+:\d+ - (.*)$")
+# A line that names a model file written: "… model as StableDiffusion checkpoint to ./out/x.safetensors"
+# (sd-scripts' words, their start cut by a paste), "Saved LoRA to /out/x.safetensors".
+MODEL_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
+SAVED_TO_RE = re.compile(r"(?:\bsav\w*\b.*|\bmodel as \S+ checkpoint|\bcheckpoint) to\s+(\S+)\s*$", re.I)
 # Python logging's default format, "INFO:module.name:message" (musubi-tuner, diffusers scripts).
 PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.\-]+:(.*)$")
 
