@@ -435,3 +435,20 @@ def test_torchrun_stopping_the_other_ranks_is_a_failed_run():
     d = diagnose(parse_text(text))
     assert (d.outcome, d.phase) == ("error", "first_step")
     assert diagnose(parse_text(text.split("\n", 1)[0] + "\n")).outcome == "incomplete"
+
+
+@pytest.mark.parametrize("frame, wrapper, name", [
+    ("/app/ai-toolkit/jobs/process/BaseSDTrainProcess.py", "ai-toolkit", "ai-toolkit"),
+    ("/w/SimpleTuner/helpers/training/trainer.py", "simpletuner", "SimpleTuner"),
+    ("/w/musubi-tuner/hv_train_network.py", "musubi-tuner", "musubi-tuner"),
+    ("/c/ComfyUI/custom_nodes/ComfyUI-FluxTrainer/nodes.py", "comfyui", "ComfyUI's trainer nodes"),
+])
+def test_every_other_trainers_advice_names_its_settings_in_its_terms_or_labels_them(frame, wrapper, name):
+    text = (f'Traceback (most recent call last):\n  File "{frame}", line 9, in train\n    x = step()\n'
+            + OOM_NEW.format(tried="20.00 MiB", free="10.00 MiB"))
+    d = diagnose(parse_text(text))
+    assert d.wrapper == wrapper
+    with_settings = [a for a in d.advice if "`" in a]
+    assert with_settings
+    for line in with_settings:
+        assert f"({name};" in line or f"[sd-scripts setting; in {name}" in line, line
