@@ -452,3 +452,35 @@ def test_every_other_trainers_advice_names_its_settings_in_its_terms_or_labels_t
     assert with_settings
     for line in with_settings:
         assert f"({name};" in line or f"[sd-scripts setting; in {name}" in line, line
+
+
+# ---- general evidence the fourth held-out batch's misses showed ------------------------------
+
+def test_the_same_traceback_header_twice_is_one_traceback():
+    text = ("Traceback (most recent call last):\nTraceback (most recent call last):\n"
+            '  File "/x/trainer.py", line 9, in run\n  File "/x/trainer.py", line 9, in run\n'
+            "        loss = self.hook_train_loop(batch)loss = self.hook_train_loop(batch)\n")
+    d = diagnose(parse_text(text))
+    assert (d.error.kind, d.phase) == ("truncated", "first_step")
+
+
+def test_a_forward_under_gradient_checkpointing_is_the_training_step():
+    text = ("│    642 │   │   │   │   return custom_forward                                        │\n"
+            "│ /x/library/unet.py:630 in forward_body                                           │\n")
+    assert diagnose(parse_text(text)).phase == "first_step"
+
+
+@pytest.mark.parametrize("node, phase", [("FluxTrainLoop", "first_step"), ("FluxTrainValidate", "sampling"),
+                                         ("SomeImageNode", "unknown")])
+def test_comfyuis_error_report_names_the_node_that_ran(node, phase):
+    text = (f"## Error Details\n- **Node Type:** {node}\n- **Exception Type:** torch.OutOfMemoryError\n"
+            "- **Exception Message:** Allocation on device \n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase) == ("oom", phase)
+
+
+def test_generating_with_a_model_is_inference():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/x/model.py", line 1006, in predict\n    outputs = self.model.generate(\n'
+            '  File "/venv/site-packages/transformers/generation/utils.py", line 1500, in generate\n')
+    assert diagnose(parse_text(text)).phase == "sampling"

@@ -19,8 +19,12 @@ KIND_MISSES = {
     "public/052": "a launcher-only traceback cut before its error line is read as the launcher's exit "
                   "('other'); the label calls the cut log truncated",
     "public/072": "a traceback logged line by line as INFO records, the records joined on one console line",
+    "public/095": "the web UI extension's own OOM notice with its first letter lost ('OM Detected, reducing "
+                  "batch/grad size') is not read as an OOM",
 }
-PHASE_MISSES = {"public/072": KIND_MISSES["public/072"]}
+PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
+                "public/094": "diffusers' inference with the trained LoRA after 'Loading pipeline components' and "
+                              "'Loading unet.' is read as model loading"}
 STEP_MISSES = {
     "public/002": "ACE-Step's 'Step 0:' in its failure report is not read as a step count",
     "public/056": "ai-toolkit's job-named bar at 0% (no loss postfix yet) is not read as the training bar",

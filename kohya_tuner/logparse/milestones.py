@@ -12,11 +12,23 @@ from __future__ import annotations
 
 import re
 
+from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.events import (
     EpochStart, Event, Failure, Finished, Milestone, Oom, Progress, Resumed, Saved, TotalSteps,
 )
 
+# A trainer's own step counter: "Starting training step (361/7200)" (that step begins, the one
+# before it is done), "Step 120/2000" at the start of a line (that step is done).
+STEP_OF_RE = re.compile(
+    r"(?P<starting>(?:starting|beginning|begin)\s+(?:training\s+|train\s+)?)?step\s*\(?\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\b",
+    re.I)
+# ComfyUI's error report: "- **Node Type:** FluxTrainLoop".
+NODE_TYPE_RE = re.compile(r"Node Type:\W*([A-Za-z_]\w*)")
+# A line that names a model file written: "… model as StableDiffusion checkpoint to ./out/x.safetensors"
+# (sd-scripts' words, their start cut by a paste), "Saved LoRA to /out/x.safetensors".
+MODEL_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
+SAVED_TO_RE = re.compile(r"(?:\bsav\w*\b.*|\bmodel as \S+ checkpoint|\bcheckpoint) to\s+(\S+)\s*$", re.I)
 # A trainer reporting its own failure and the phase it failed in: "Error during training: …",
 # "# OOM during training step, skipping batch #", "Training failed: …", "Text encoder caching
 # failed". Lower-cased text; (pattern, phase) and the first that matches wins.
@@ -108,7 +120,7 @@ class Milestones:
             if m:
                 out.append(Progress(step=int(m.group(1)), total=0, line=s))
         if "step" in low:
-            m = P.STEP_OF_RE.match(s)
+            m = STEP_OF_RE.match(s)
             if m:
                 n = int(m.group("n"))
                 out.append(Progress(step=max(0, n - 1) if m.group("starting") else n, total=int(m.group("total")),
@@ -124,8 +136,16 @@ class Milestones:
                     out.append(Milestone(phase=phase, name=name, line=s))
                     return True
         c = low[:1]
-        if s.endswith(P.MODEL_FILE_SUFFIXES) and " to " in s and not low.startswith("load"):
-            m = P.SAVED_TO_RE.search(s)
+        if "node type:" in low:
+            m = NODE_TYPE_RE.search(s)
+            ev = F.frame_evidence([m.group(1)]) if m else None
+            if ev is not None:
+                # ComfyUI's error report names the node that raised; a trainer node's name
+                # says what ran, read with the frame rules.
+                out.append(Milestone(phase=ev.diagnose_phase, name=f"ComfyUI node {m.group(1)}", line=s))
+                return True
+        if s.endswith(MODEL_FILE_SUFFIXES) and " to " in s and not low.startswith("load"):
+            m = SAVED_TO_RE.search(s)
             if m:
                 out.append(Saved(what="checkpoint", path=m.group(1), line=s))
                 return True

@@ -353,7 +353,9 @@ class LogParser(BarRuns, Milestones):
             self._end_traceback(out)
             return False
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
-            self._end_traceback(out)
+            if tb.frames:
+                self._end_traceback(out)
+            # else: the same header twice (two streams printing one traceback): one traceback.
             self._start_traceback(s)
             return True
         if s[0] in P.BOX_CHARS:

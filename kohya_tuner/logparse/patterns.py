@@ -214,11 +214,6 @@ ACCEL_DEVICE_RE = re.compile(r"accelerator device:\s*(\S+)")
 TOTAL_STEPS_RE = re.compile(
     r"(?:total optimization steps\s*/.*?[:：]|override steps\. steps for \d+ epochs is\s*/.*?[:：])\s*(\d+)\s*$")
 EPOCH_RE = re.compile(r"epoch (\d+)/(\d+)\s*$", re.I)
-# A trainer's own step counter: "Starting training step (361/7200)" (that step begins, the one
-# before it is done), "Step 120/2000" at the start of a line (that step is done).
-STEP_OF_RE = re.compile(
-    r"(?P<starting>(?:starting|beginning|begin)\s+(?:training\s+|train\s+)?)?step\s*\(?\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\b",
-    re.I)
 GLOBAL_STEP_RE = re.compile(r"Epoch \d+, global step (\d+):", re.I)
 SAVING_CKPT_RE = re.compile(r"saving checkpoint:\s*(.+?)\s*$")
 SAVE_TRAINED_RE = re.compile(r"save trained model as .*? to\s+(.+?)\s*$")
@@ -239,10 +234,6 @@ LOGURU_LEVELS = {"SUCCESS": "INFO", "TRACE": "DEBUG"}
 # The same with the level first (a custom loguru format): "INFO     | 2024-08-29 06:16:28 |
 # package.module:function:42 - message", read once the level is taken off.
 LOGURU_AFTER_LEVEL_RE = re.compile(r"\|\s*\d{4}-\d\d-\d\d[ T][\d:.,]+\s*\|\s*[\w.<>\-]+:[\w.<>\-]+:\d+ - (.*)$")
-# A line that names a model file written: "… model as StableDiffusion checkpoint to ./out/x.safetensors"
-# (sd-scripts' words, their start cut by a paste), "Saved LoRA to /out/x.safetensors".
-MODEL_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
-SAVED_TO_RE = re.compile(r"(?:\bsav\w*\b.*|\bmodel as \S+ checkpoint|\bcheckpoint) to\s+(\S+)\s*$", re.I)
 # Python logging's default format, "INFO:module.name:message" (musubi-tuner, diffusers scripts).
 PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.\-]+:(.*)$")
 
