@@ -484,3 +484,25 @@ def test_generating_with_a_model_is_inference():
             '  File "/x/model.py", line 1006, in predict\n    outputs = self.model.generate(\n'
             '  File "/venv/site-packages/transformers/generation/utils.py", line 1500, in generate\n')
     assert diagnose(parse_text(text)).phase == "sampling"
+
+
+# ---- general evidence the fifth held-out batch's misses showed -------------------------------
+
+def test_a_process_that_failed_with_an_exit_code_names_no_phase():
+    text = ("!!! Exception during processing !!! Some Tuner training failed with code 1\n"
+            "Traceback (most recent call last):\n"
+            '  File "/c/ComfyUI/execution.py", line 515, in execute\n    output = get_output_data(obj)\n'
+            "RuntimeError: Some Tuner training failed with code 1\n")
+    assert diagnose(parse_text(text)).phase == "unknown"
+    assert diagnose(parse_text("ERROR:trainer:Training failed: boom\n")).phase == "first_step"
+
+
+def test_a_log_pasted_as_a_markdown_quote_is_read_through_the_quote():
+    text = ("> generating sample images at step / サンプル画像生成 ステップ: 50\n"
+            "> steps:   1%|▋         | 50/9000 [00:19<59:23,  2.51it/s, loss=0.13]\n"
+            "> generating sample images at step / サンプル画像生成 ステップ: 50\n"
+            "> Traceback (most recent call last):\n"
+            '>   File "/x/train_network.py", line 804, in train\n'
+            ">     x = f()\n")
+    d = diagnose(parse_text(text))
+    assert (d.error.kind, d.phase, d.step) == ("truncated", "sampling", 50)

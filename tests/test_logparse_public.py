@@ -21,10 +21,14 @@ KIND_MISSES = {
     "public/072": "a traceback logged line by line as INFO records, the records joined on one console line",
     "public/095": "the web UI extension's own OOM notice with its first letter lost ('OM Detected, reducing "
                   "batch/grad size') is not read as an OOM",
+    "public/110": "SimpleTuner's VAE-cache pass shown only by its 'Processing bucket' bar and 'Error encoding "
+                  "images' records, no traceback: read as an unfinished run",
+    "public/112": "a traceback behind a wrapper node's own '[Name] TRAINER:' prefix on every line is not read",
 }
 PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
                 "public/094": "diffusers' inference with the trained LoRA after 'Loading pipeline components' and "
-                              "'Loading unet.' is read as model loading"}
+                              "'Loading unet.' is read as model loading",
+                "public/110": KIND_MISSES["public/110"], "public/112": KIND_MISSES["public/112"]}
 STEP_MISSES = {
     "public/002": "ACE-Step's 'Step 0:' in its failure report is not read as a step count",
     "public/056": "ai-toolkit's job-named bar at 0% (no loss postfix yet) is not read as the training bar",

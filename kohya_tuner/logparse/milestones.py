@@ -46,6 +46,7 @@ FAILURE_REPORT_RE = re.compile(
     r"\b(?P<what>error|exception|failure|oom|out of memory|crash(?:ed)?)\s+(?:occurred\s+)?(?:during|while|in)\s+"
     r"(?:the\s+)?(?P<a>" + _REPORT_WORDS + r")(?![\w-])"
     r"|(?<![\w-])(?P<b>" + _REPORT_WORDS + r")\s+(?:has\s+|was\s+)?(?:failed|crashed|aborted)\b")
+_PROCESS_EXIT_RE = re.compile(r"\s*(?:with (?:exit |return )?(?:code|status)|\(?exit(?:code| code| status))")
 _REPORT_RX = tuple((re.compile(f"(?:{w})$"), phase) for w, phase in _REPORT_PHASES)
 
 
@@ -53,7 +54,8 @@ def failure_report(low: str) -> tuple[str, bool] | None:
     """(phase, whether it reports an OOM) when a lower-cased line is a trainer's report of
     its own failure naming the phase, else None."""
     m = FAILURE_REPORT_RE.search(low)
-    if m is None:
+    if m is None or _PROCESS_EXIT_RE.match(low, m.end()):
+        # "Musubi Tuner training failed with code 1": a process that exited, not a phase.
         return None
     words = m.group("a") or m.group("b")
     phase = next((ph for rx, ph in _REPORT_RX if rx.match(words)), None)

@@ -176,6 +176,10 @@ class LogParser(BarRuns, Milestones):
     # ---- physical lines to logical lines --------------------------------------------------
 
     def _physical(self, line: str, out: list[Event], cleaned: bool = False) -> None:
+        if line[:2] == "> ":
+            # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at.
+            line = line[2:]
+            cleaned = False
         if line[:5] == "[rank" and not cleaned:
             self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
