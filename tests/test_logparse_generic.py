@@ -506,3 +506,22 @@ def test_a_log_pasted_as_a_markdown_quote_is_read_through_the_quote():
             ">     x = f()\n")
     d = diagnose(parse_text(text))
     assert (d.error.kind, d.phase, d.step) == ("truncated", "sampling", 50)
+
+
+# ---- general evidence the sixth held-out batch's misses showed -------------------------------
+
+def test_sd_scripts_argument_checks_are_start_up():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/x/flux_train_network.py", line 409, in <module>\n    trainer.train(args)\n'
+            '  File "/x/train_network.py", line 330, in train\n    self.assert_extra_args(args, group)\n'
+            '  File "/x/flux_train_network.py", line 43, in assert_extra_args\n    assert (\n'
+            "AssertionError: these options cannot be used together\n")
+    assert diagnose(parse_text(text)).phase == "model_load"
+
+
+def test_a_process_output_re_logged_by_a_logger_is_read_as_written():
+    rows = ["│ /venv/site-packages/transformers/models/auto/auto_factory.py:484 in from_pretrained          │",
+            "│ ❱ 484 │   │   │   return model_class.from_pretrained(                                  │"]
+    text = "".join(f"2023-07-12 02:50:34 | ERROR | stderr | {r}\n" for r in rows)
+    d = diagnose(parse_text(text))
+    assert (d.error.kind, d.phase) == ("truncated", "model_load")

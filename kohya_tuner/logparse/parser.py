@@ -204,6 +204,13 @@ class LogParser(BarRuns, Milestones):
                 if rest.strip():
                     self._physical(rest, out)
                 return
+        if "| std" in line[:64]:
+            r = P.REDIRECTED_RE.match(line)
+            if r:
+                # A logger re-logging the process's own output: read the line as written (a
+                # traceback box row, a bar).
+                self._physical(line[r.end():], out, cleaned=True)
+                return
         rich = self._rich
         if rich is not None:
             if line.startswith(_RICH_INDENT):

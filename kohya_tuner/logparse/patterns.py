@@ -231,6 +231,8 @@ LOADING_TEXT_ENCODER_RE = re.compile(
 # loguru's default format once the time is cut: "| INFO     | package.module:function:42 - message".
 LOGURU_RE = re.compile(r"\|\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL|SUCCESS|TRACE)\s*\|\s*[\w.<>\-]+:[\w.<>\-]+:\d+ - (.*)$")
 LOGURU_LEVELS = {"SUCCESS": "INFO", "TRACE": "DEBUG"}
+# A logger that re-logs a process's own output line by line: "| ERROR | stderr | <the line>".
+REDIRECTED_RE = re.compile(r"(?:\d{4}-\d\d-\d\d[ T][\d:.,]+\s*)?\|\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*\|\s*std(?:out|err)\s*\| ?")
 # The same with the level first (a custom loguru format): "INFO     | 2024-08-29 06:16:28 |
 # package.module:function:42 - message", read once the level is taken off.
 LOGURU_AFTER_LEVEL_RE = re.compile(r"\|\s*\d{4}-\d\d-\d\d[ T][\d:.,]+\s*\|\s*[\w.<>\-]+:[\w.<>\-]+:\d+ - (.*)$")
