@@ -24,11 +24,21 @@ KIND_MISSES = {
     "public/110": "SimpleTuner's VAE-cache pass shown only by its 'Processing bucket' bar and 'Error encoding "
                   "images' records, no traceback: read as an unfinished run",
     "public/112": "a traceback behind a wrapper node's own '[Name] TRAINER:' prefix on every line is not read",
+    **{name: "a paste cut before any traceback or error line is read as an unfinished run ('incomplete'); "
+             "the label calls the cut log truncated" for name in
+       ("public/140", "public/143", "public/145", "public/152", "public/155", "public/156")},
+    "public/151": "a traceback's tail without its header ('[Previous line repeated …]' and one cut frame) is "
+                  "not read as a traceback, so the cut log is read as an unfinished run",
 }
 PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
                 "public/094": "diffusers' inference with the trained LoRA after 'Loading pipeline components' and "
                               "'Loading unet.' is read as model loading",
-                "public/110": KIND_MISSES["public/110"], "public/112": KIND_MISSES["public/112"]}
+                "public/110": KIND_MISSES["public/110"], "public/112": KIND_MISSES["public/112"],
+                "public/140": "sd-scripts' dataset records ('loading image sizes', 'make buckets', the bucket list) "
+                              "with no caching line or error yet are read as model loading",
+                "public/154": "a trainer GUI's backend raising FileNotFoundError for its training script, before any "
+                              "trainer runs, is read as model loading (an object built at start-up)",
+                "public/156": "'epoch 5/100' with no progress bar is read as the first step, not a later one"}
 STEP_MISSES = {
     "public/002": "ACE-Step's 'Step 0:' in its failure report is not read as a step count",
     "public/056": "ai-toolkit's job-named bar at 0% (no loss postfix yet) is not read as the training bar",
