@@ -325,6 +325,19 @@ def test_a_start_of_training_line_or_an_epoch_header_is_training(line):
     assert d.phase == "first_step" and d.error.kind == "cpu_oom"
 
 
+@pytest.mark.parametrize("header", ["epoch 5/100", "Epoch 2/10"])
+def test_a_later_epochs_header_without_a_bar_is_past_the_first_step(header):
+    text = "Loading model\nepoch 1/100\n" + header + "\nINFO:x:epoch is incremented\nKilled\n"
+    d = diagnose(parse_text(text))
+    assert d.phase == "training" and d.error.kind == "cpu_oom"
+
+
+def test_a_resumed_runs_later_epoch_header_is_still_its_first_step():
+    text = "Loading model\nresume training from local state: /out/x-state\nepoch 5/100\nKilled\n"
+    d = diagnose(parse_text(text))
+    assert d.phase == "first_step" and d.error.kind == "cpu_oom"
+
+
 def test_a_trainers_starting_step_counter_is_the_steps_done():
     text = ("Starting training step (361/7200)\n"
             "2025-01-01 10:00:00,000 - mytrainer - ERROR - Error during training: Expected all tensors to be on "

@@ -37,8 +37,7 @@ PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
                 "public/140": "sd-scripts' dataset records ('loading image sizes', 'make buckets', the bucket list) "
                               "with no caching line or error yet are read as model loading",
                 "public/154": "a trainer GUI's backend raising FileNotFoundError for its training script, before any "
-                              "trainer runs, is read as model loading (an object built at start-up)",
-                "public/156": "'epoch 5/100' with no progress bar is read as the first step, not a later one"}
+                              "trainer runs, is read as model loading (an object built at start-up)"}
 STEP_MISSES = {
     "public/002": "ACE-Step's 'Step 0:' in its failure report is not read as a step count",
     "public/056": "ai-toolkit's job-named bar at 0% (no loss postfix yet) is not read as the training bar",

@@ -65,6 +65,9 @@ class _Run:
     on_cpu: bool = False
     last_milestone: str | None = None
     processes: int | None = None
+    # A fresh run's header for its second epoch or a later one ("epoch 5/100") means whole
+    # epochs of steps are done even where no bar shows a count (not so for a resumed run).
+    later_epoch: bool = False
 
     @property
     def ended(self) -> bool:
@@ -94,6 +97,8 @@ class _Run:
         elif isinstance(ev, EpochStart):
             if not done:
                 self.phase = "training"
+            if ev.epoch >= 2 and self.resumed_from is None and not self.skipped:
+                self.later_epoch = True
         elif isinstance(ev, TotalSteps):
             self.total = ev.total
         elif isinstance(ev, Saved):
@@ -121,7 +126,7 @@ class _Run:
     def step_phase(self, phase: str | None) -> str | None:
         """`training` before any completed optimizer step is the first step."""
         if phase == "training":
-            return "training" if self.max_step else "first_step"
+            return "training" if self.max_step or self.later_epoch else "first_step"
         return phase
 
 
