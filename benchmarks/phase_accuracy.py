@@ -4,7 +4,9 @@ Reads the public set (tests/data/public_logs, labels citing their threads) and t
 shared set (../shared/real-world/logs), diagnoses each file the way `kohya-tuner diagnose`
 does, and prints one line per log (its phase against the label's, and what decided it), then
 the accuracy per set (the public logs the rules were developed with, the held-out public logs
-collected and labelled after the rules were written, and the older shared set) and overall, and how often the wrapper and the model family were named
+collected and labelled after the rules were written, and the older shared set) and overall, each
+held-out batch apart with the figure it gave the first time the parser read it
+(tests/data/public_logs/first_runs.json), and how often the wrapper and the model family were named
 when the label names one. A label that cannot tell the first step from a later one accepts
 either.
 
@@ -16,6 +18,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+
+def _first_runs() -> dict:
+    """Each held-out batch's figure the first time the parser read it (recorded, not recomputed)."""
+    import json
+
+    path = Path(__file__).resolve().parent.parent / "tests" / "data" / "public_logs" / "first_runs.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 def main() -> None:
@@ -52,8 +65,14 @@ def main() -> None:
                 evidence += f" ({d.details.frame})"
             print(f"{fx.name:12s} {'ok  ' if ok else 'MISS'} {d.phase:18s} label {'|'.join(sorted(fx.phases)):22s} "
                   f"{d.outcome}/{d.error.kind if d.error else '-'}  by {evidence}")
+    first_runs = _first_runs()
     for batch, (r, n) in sorted(batches.items()):
-        print(f"phase accuracy, held-out batch {batch}: {r}/{n} = {r / n:.0%}")
+        line = f"phase accuracy, held-out batch {batch}: {r}/{n} = {r / n:.0%}"
+        first = first_runs.get(str(batch))
+        if first:
+            line += (f" (first run, before any rule saw it: {first['right']}/{first['count']} = "
+                     f"{first['right'] / first['count']:.0%}, parser at {first['parser_commit']})")
+        print(line)
     right = sum(t[0] for t in totals.values())
     count = sum(t[1] for t in totals.values())
     for group, (r, n) in sorted(totals.items()):

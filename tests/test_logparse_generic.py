@@ -296,3 +296,245 @@ def test_a_diffusers_script_gets_its_flags_and_the_dreambooth_extension_gets_lab
     with_settings = [a for a in ext.advice if "`" in a]
     assert with_settings and all("[sd-scripts setting; in the web UI's Dreambooth extension" in a
                                  for a in with_settings)
+
+
+# ---- general evidence the held-out misses showed was read nowhere ---------------------------
+
+@pytest.mark.parametrize("bar, phase", [
+    ("Loading pipeline components...: 100%|██████████| 6/6 [00:01<00:00,  4.20it/s]", "model_load"),
+    ("Loading checkpoint shards:  50%|#####     | 1/2 [00:03<00:03,  3.10s/it]", "model_load"),
+    ("Caching latents to disk:  12%|#2        | 12/100 [00:04<00:30,  2.90it/s]", "cache_latents"),
+    ("Caching text embeddings to disk:  40%|####      | 40/100 [00:01<00:01, 30.00it/s]", "cache_text_encoder"),
+])
+def test_a_named_side_bar_is_the_milestone_its_description_names(bar, phase):
+    d = diagnose(parse_text(bar + "\nKilled\n"))
+    assert d.phase == phase and d.error.kind == "cpu_oom"
+
+
+def test_a_side_bar_is_one_milestone_per_appearance_not_one_per_refresh():
+    refreshes = "".join(f"Caching latents:  {i}%|#| {i}/100 [00:01<00:01, 9.00it/s]\r" for i in range(0, 100, 10))
+    ms = _of(parse_text(refreshes + "\n"), Milestone)
+    assert [m.phase for m in ms] == ["cache_latents"]
+    ms = _of(parse_text(refreshes + "\n" + refreshes + "\n"), Milestone)
+    assert [m.phase for m in ms] == ["cache_latents", "cache_latents"]
+
+
+@pytest.mark.parametrize("line", ["Start training...", "Starting training", "Epoch 0/1"])
+def test_a_start_of_training_line_or_an_epoch_header_is_training(line):
+    d = diagnose(parse_text("Loading model\n" + line + "\nlr = 1.00e-05\nKilled\n"))
+    assert d.phase == "first_step" and d.error.kind == "cpu_oom"
+
+
+@pytest.mark.parametrize("header", ["epoch 5/100", "Epoch 2/10"])
+def test_a_later_epochs_header_without_a_bar_is_past_the_first_step(header):
+    text = "Loading model\nepoch 1/100\n" + header + "\nINFO:x:epoch is incremented\nKilled\n"
+    d = diagnose(parse_text(text))
+    assert d.phase == "training" and d.error.kind == "cpu_oom"
+
+
+def test_a_resumed_runs_later_epoch_header_is_still_its_first_step():
+    text = "Loading model\nresume training from local state: /out/x-state\nepoch 5/100\nKilled\n"
+    d = diagnose(parse_text(text))
+    assert d.phase == "first_step" and d.error.kind == "cpu_oom"
+
+
+def test_a_trainers_starting_step_counter_is_the_steps_done():
+    text = ("Starting training step (361/7200)\n"
+            "2025-01-01 10:00:00,000 - mytrainer - ERROR - Error during training: Expected all tensors to be on "
+            "the same device, but found at least two devices, cpu and cuda:0!\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase, d.step, d.total_steps) == ("error", "training", 360, 7200)
+
+
+@pytest.mark.parametrize("line, phase", [
+    ("ERROR:trainer:Error during training: something broke", "first_step"),
+    ("2025-01-01 10:00:00,000 - x - ERROR - Exception while saving the model: disk full", "saving"),
+    ("ERROR:trainer:Error in sampling: bad prompt", "sampling"),
+    ("ERROR:trainer:Text encoder caching failed: bad caption", "cache_text_encoder"),
+])
+def test_an_error_record_naming_its_phase_is_the_failure_there(line, phase):
+    d = diagnose(parse_text("Loading model\n" + line + "\n"))
+    assert d.outcome == "error" and d.phase == phase
+
+
+def test_a_trainers_oom_banner_is_an_oom_in_the_phase_it_names():
+    text = ("SS:   0%|          | 0/5000 [00:00<?, ?it/s]\n"
+            "################################################\n"
+            "# OOM during training step, skipping batch 1/3 #\n"
+            "################################################\n"
+            "Error running job: something else\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase) == ("oom", "first_step")
+
+
+def test_a_logged_failure_report_places_the_oom_printed_before_it():
+    text = ("RuntimeError: MPS backend out of memory (MPS allocated: 45.18 GiB, other allocations: 719.81 MiB, "
+            "max allowed: 45.90 GiB). Tried to allocate 23.44 MiB on private pool.\n"
+            "2026-01-01 19:33:57.629 | INFO     | app.ui.handlers:start:642 - Step 0: Training failed: MPS backend "
+            "out of memory\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase) == ("oom", "first_step")
+
+
+@pytest.mark.parametrize("line", ["Training completed without errors", "Saving is disabled for this run",
+                                  "INFO: no error in training data found"])
+def test_words_about_phases_without_a_failure_are_no_failure(line):
+    d = diagnose(parse_text(line + "\n"))
+    assert d.error is None and d.oom is None
+
+
+# ---- general evidence the third held-out batch's misses showed -------------------------------
+
+def test_the_no_grad_decorator_is_not_the_backward_pass():
+    text = ("Traceback (most recent call last):\n"
+            '  File "gen.py", line 10, in <module>\n'
+            '    images = pipeline(batch["prompt"]).images\n'
+            '  File "/usr/lib/python3/site-packages/torch/autograd/grad_mode.py", line 27, in decorate_context\n'
+            '    return func(*args, **kwargs)\n'
+            '  File "/usr/lib/python3/site-packages/diffusers/pipelines/stable_diffusion/pipeline_x.py", line 5, '
+            'in __call__\n'
+            '    noise_pred = self.unet(x)\n'
+            "RuntimeError: boom\n")
+    assert diagnose(parse_text(text)).phase == "sampling"
+
+
+def test_a_trainers_init_step_at_start_up_is_model_load():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/x/train.py", line 51, in <module>\n'
+            "    trainer.init_something_new()\n"
+            '  File "/x/trainer.py", line 9, in init_something_new\n'
+            "    raise e\n"
+            "AttributeError: 'Namespace' object has no attribute 'x'\n")
+    assert diagnose(parse_text(text)).phase == "model_load"
+
+
+def test_caching_code_reached_after_training_steps_is_the_training_step():
+    frames = ("Traceback (most recent call last):\n"
+              '  File "/x/helpers/caching/text_embeds.py", line 1110, in compute_embeddings_for_prompts\n'
+              "    embed = self.load_from_cache(filename)\n"
+              "RuntimeError: corrupt file\n")
+    bar = "Epoch 1/9, Steps:   0%|   | 15/10000 [00:52<10:02:57,  3.62s/it, lr=7.5e-7, step_loss=0.521]\n"
+    d = diagnose(parse_text(bar + frames))
+    assert (d.phase, d.step) == ("training", 15)
+    # Before any step, or after a caching milestone, it is caching.
+    assert diagnose(parse_text(frames)).phase == "cache_text_encoder"
+    assert diagnose(parse_text(bar + "caching text embeddings\n" + frames)).phase == "cache_text_encoder"
+
+
+def test_a_nameless_bar_after_training_starts_is_the_training_bar():
+    text = ("INFO     | 2024-01-01 06:16:28 | pkg.trainers.common:on_train_begin:230 - Starting to train...\n"
+            "  0%|          | 3/47840 [00:02<9:15:06,  1.44it/s]\n"
+            "  0%|          | 1/20 [00:02<00:06,  1.44it/s]\n"
+            "Killed\n")
+    d = diagnose(parse_text(text))
+    assert (d.phase, d.step, d.total_steps) == ("training", 3, 47840)
+    # Without the milestone a nameless bar is no training bar.
+    assert _of(parse_text(text.split("\n", 1)[1]), Progress) == []
+
+
+def test_the_tail_of_a_save_line_naming_a_model_file_is_saving():
+    text = ("model as StableDiffusion checkpoint to ./output/my_model.safetensors\n"
+            "Traceback (most recent call last):\n"
+            '  File "/x/bin/accelerate", line 8, in <module>\n'
+            "    sys.exit(main())\n")
+    assert diagnose(parse_text(text)).phase == "saving"
+    assert diagnose(parse_text("loading checkpoint to ./output/my_model.safetensors\nKilled\n")).phase != "saving"
+
+
+def test_torchrun_stopping_the_other_ranks_is_a_failed_run():
+    text = ("Steps:   0%|          | 0/900 [02:06<?, ?it/s]\n"
+            "W0908 17:08:01.837000 3889263 site-packages/torch/distributed/elastic/multiprocessing/api.py:900] "
+            "Sending process 3889428 closing signal SIGTERM\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase) == ("error", "first_step")
+    assert diagnose(parse_text(text.split("\n", 1)[0] + "\n")).outcome == "incomplete"
+
+
+@pytest.mark.parametrize("frame, wrapper, name", [
+    ("/app/ai-toolkit/jobs/process/BaseSDTrainProcess.py", "ai-toolkit", "ai-toolkit"),
+    ("/w/SimpleTuner/helpers/training/trainer.py", "simpletuner", "SimpleTuner"),
+    ("/w/musubi-tuner/hv_train_network.py", "musubi-tuner", "musubi-tuner"),
+    ("/c/ComfyUI/custom_nodes/ComfyUI-FluxTrainer/nodes.py", "comfyui", "ComfyUI's trainer nodes"),
+])
+def test_every_other_trainers_advice_names_its_settings_in_its_terms_or_labels_them(frame, wrapper, name):
+    text = (f'Traceback (most recent call last):\n  File "{frame}", line 9, in train\n    x = step()\n'
+            + OOM_NEW.format(tried="20.00 MiB", free="10.00 MiB"))
+    d = diagnose(parse_text(text))
+    assert d.wrapper == wrapper
+    with_settings = [a for a in d.advice if "`" in a]
+    assert with_settings
+    for line in with_settings:
+        assert f"({name};" in line or f"[sd-scripts setting; in {name}" in line, line
+
+
+# ---- general evidence the fourth held-out batch's misses showed ------------------------------
+
+def test_the_same_traceback_header_twice_is_one_traceback():
+    text = ("Traceback (most recent call last):\nTraceback (most recent call last):\n"
+            '  File "/x/trainer.py", line 9, in run\n  File "/x/trainer.py", line 9, in run\n'
+            "        loss = self.hook_train_loop(batch)loss = self.hook_train_loop(batch)\n")
+    d = diagnose(parse_text(text))
+    assert (d.error.kind, d.phase) == ("truncated", "first_step")
+
+
+def test_a_forward_under_gradient_checkpointing_is_the_training_step():
+    text = ("│    642 │   │   │   │   return custom_forward                                        │\n"
+            "│ /x/library/unet.py:630 in forward_body                                           │\n")
+    assert diagnose(parse_text(text)).phase == "first_step"
+
+
+@pytest.mark.parametrize("node, phase", [("FluxTrainLoop", "first_step"), ("FluxTrainValidate", "sampling"),
+                                         ("SomeImageNode", "unknown")])
+def test_comfyuis_error_report_names_the_node_that_ran(node, phase):
+    text = (f"## Error Details\n- **Node Type:** {node}\n- **Exception Type:** torch.OutOfMemoryError\n"
+            "- **Exception Message:** Allocation on device \n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase) == ("oom", phase)
+
+
+def test_generating_with_a_model_is_inference():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/x/model.py", line 1006, in predict\n    outputs = self.model.generate(\n'
+            '  File "/venv/site-packages/transformers/generation/utils.py", line 1500, in generate\n')
+    assert diagnose(parse_text(text)).phase == "sampling"
+
+
+# ---- general evidence the fifth held-out batch's misses showed -------------------------------
+
+def test_a_process_that_failed_with_an_exit_code_names_no_phase():
+    text = ("!!! Exception during processing !!! Some Tuner training failed with code 1\n"
+            "Traceback (most recent call last):\n"
+            '  File "/c/ComfyUI/execution.py", line 515, in execute\n    output = get_output_data(obj)\n'
+            "RuntimeError: Some Tuner training failed with code 1\n")
+    assert diagnose(parse_text(text)).phase == "unknown"
+    assert diagnose(parse_text("ERROR:trainer:Training failed: boom\n")).phase == "first_step"
+
+
+def test_a_log_pasted_as_a_markdown_quote_is_read_through_the_quote():
+    text = ("> generating sample images at step / サンプル画像生成 ステップ: 50\n"
+            "> steps:   1%|▋         | 50/9000 [00:19<59:23,  2.51it/s, loss=0.13]\n"
+            "> generating sample images at step / サンプル画像生成 ステップ: 50\n"
+            "> Traceback (most recent call last):\n"
+            '>   File "/x/train_network.py", line 804, in train\n'
+            ">     x = f()\n")
+    d = diagnose(parse_text(text))
+    assert (d.error.kind, d.phase, d.step) == ("truncated", "sampling", 50)
+
+
+# ---- general evidence the sixth held-out batch's misses showed -------------------------------
+
+def test_sd_scripts_argument_checks_are_start_up():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/x/flux_train_network.py", line 409, in <module>\n    trainer.train(args)\n'
+            '  File "/x/train_network.py", line 330, in train\n    self.assert_extra_args(args, group)\n'
+            '  File "/x/flux_train_network.py", line 43, in assert_extra_args\n    assert (\n'
+            "AssertionError: these options cannot be used together\n")
+    assert diagnose(parse_text(text)).phase == "model_load"
+
+
+def test_a_process_output_re_logged_by_a_logger_is_read_as_written():
+    rows = ["│ /venv/site-packages/transformers/models/auto/auto_factory.py:484 in from_pretrained          │",
+            "│ ❱ 484 │   │   │   return model_class.from_pretrained(                                  │"]
+    text = "".join(f"2023-07-12 02:50:34 | ERROR | stderr | {r}\n" for r in rows)
+    d = diagnose(parse_text(text))
+    assert (d.error.kind, d.phase) == ("truncated", "model_load")

@@ -1,4 +1,6 @@
-"""Reading a finished log fast: runs of bar updates folded instead of read one by one.
+"""Progress bars: one update read (`_bar`: the training bar's step, total and loss; a bar
+with no description right after training starts; the NaN and zero-loss checks), and, for
+reading a finished log fast, runs of bar updates folded instead of read one by one.
 
 Most of a long log's bytes are tqdm refreshing one bar. For `diagnose` only the highest step,
 the last update and the last loss of each run of consecutive updates matter, so a run is
@@ -10,14 +12,17 @@ usual way. `LogParser(coalesce_progress=True)` mixes this in; `run` keeps one ev
 
 from __future__ import annotations
 
+import math
 import re
 
 from kohya_tuner.logparse import patterns as P
-from kohya_tuner.logparse.events import Event, Progress
+from kohya_tuner.logparse.events import Event, Failure, Progress
 from kohya_tuner.logparse.records import MAX_LINE
 
 # Bar updates a coalescing parser must look at one by one: a loss that is NaN, infinite or 0.
 _ZERO_LOSS_RE = re.compile(r"loss=-?0(?:\.0*)?(?:[,\]]|e)")
+# This many distinct optimizer steps at a loss of exactly 0 means the model is not learning.
+_ZERO_LOSS_STEPS = 10
 # A bar description no line starts with (no bar seen yet).
 _NEVER = "\x00\x00"
 # First characters that make clean() look for another prefix.
@@ -45,7 +50,52 @@ def _bar_run_re(prefix: str) -> re.Pattern:
 
 
 class BarRuns:
-    """The coalescing half of LogParser (its state is set up in LogParser.__init__)."""
+    """The bar half of LogParser: one bar update read, and runs of them folded (its state is
+    set up in LogParser.__init__)."""
+
+    def _nameless_training_bar(self, desc: str, m) -> bool:
+        """A bar without a description right after the trainer said training starts ("Starting
+        to train…", "***** Running training *****") is the training bar (the transformers
+        Trainer's, and scripts built on it); later nameless bars count only with its total."""
+        if desc.strip() or self._train_bar_total is None:
+            return False
+        total = int(m.group("total"))
+        if self._train_bar_total == 0:
+            self._train_bar_total = total
+        return total == self._train_bar_total
+
+    def _bar(self, m, line: str, out: list[Event]) -> None:
+        desc = m.group("desc")
+        if P.is_main_bar(desc):
+            self._train_bar_total = None
+        elif not P.trainer_postfix(m.group("inner")) and not self._nameless_training_bar(desc, m):
+            self._side_bar(desc, int(m.group("n")), out)
+            return
+        if desc != self._bar_prefix and desc:
+            self._bar_prefix = desc
+            self._bar_rx = _bar_run_re(desc)
+        step = int(m.group("n"))
+        total = int(m.group("total"))
+        rate, loss = P.bar_numbers(m)
+        text = line[: m.end()].strip()
+        out.append(Progress(step=step, total=total, loss=loss, rate=rate, line=text))
+        if loss is None:
+            return
+        if math.isnan(loss) or math.isinf(loss):
+            if not self._nan_reported:
+                self._nan_reported = True
+                out.append(Failure(kind="nan_loss", message=f"the training loss is {loss} at step {step}",
+                                   where="training", line=text))
+            return
+        if loss == 0.0:
+            self._zero_steps.add(step)
+            if len(self._zero_steps) >= _ZERO_LOSS_STEPS and not self._zero_reported:
+                self._zero_reported = True
+                out.append(Failure(kind="nan_loss",
+                                   message=f"the training loss has been exactly 0 for {len(self._zero_steps)} steps",
+                                   where="training", line=text))
+        else:
+            self._zero_steps.clear()
 
     def _feed_coalesced(self, chunk: str, out: list[Event]) -> None:
         nl = chunk.find("\n")

@@ -65,6 +65,9 @@ class _Run:
     on_cpu: bool = False
     last_milestone: str | None = None
     processes: int | None = None
+    # A fresh run's header for its second epoch or a later one ("epoch 5/100") means whole
+    # epochs of steps are done even where no bar shows a count (not so for a resumed run).
+    later_epoch: bool = False
 
     @property
     def ended(self) -> bool:
@@ -94,6 +97,8 @@ class _Run:
         elif isinstance(ev, EpochStart):
             if not done:
                 self.phase = "training"
+            if ev.epoch >= 2 and self.resumed_from is None and not self.skipped:
+                self.later_epoch = True
         elif isinstance(ev, TotalSteps):
             self.total = ev.total
         elif isinstance(ev, Saved):
@@ -121,7 +126,7 @@ class _Run:
     def step_phase(self, phase: str | None) -> str | None:
         """`training` before any completed optimizer step is the first step."""
         if phase == "training":
-            return "training" if self.max_step else "first_step"
+            return "training" if self.max_step or self.later_epoch else "first_step"
         return phase
 
 
@@ -166,6 +171,11 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
         base, evidence = where, "frames"
     else:
         base, evidence = ctx, ("context" if ctx is not None else None)
+    if base in ("cache_latents", "cache_text_encoder") and evidence == "frames" and ctx == "training" \
+            and run.max_step:
+        # Caching code after optimizer steps were done, with no caching milestone since: the
+        # training step reading a cached latent or text embed (or computing one it lacks).
+        base, evidence = "training", "progress"
     if base == "saving" and isinstance(ev, Oom) and where != "saving":
         # Saving a LoRA or a state copies tensors to the CPU and allocates next to nothing on
         # the GPU: an OOM after a save began, with no save in its frames, is the next step's.

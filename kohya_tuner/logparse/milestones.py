@@ -2,18 +2,115 @@
 
 A mixin of the parser: `_milestone` reads one logical line and appends the Milestone, Saved,
 Resumed, TotalSteps, EpochStart or Progress event it names. sd-scripts' own words come first;
-other trainers' generic forms ("Saving <path>", "Saving at step N", "Loading … text encoder")
-after them.
+other trainers' generic forms ("Saving <path>", "Saving at step N", "Loading … text encoder",
+"Starting training step (N/M)") after them. `_side_bar` reads a named bar that is not the
+training bar as such a line; `_report` reads a trainer's own report of a failure that names
+its phase.
 """
 
 from __future__ import annotations
 
+import re
+
+from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
-from kohya_tuner.logparse.events import EpochStart, Event, Finished, Milestone, Progress, Resumed, Saved, TotalSteps
+from kohya_tuner.logparse.events import (
+    EpochStart, Event, Failure, Finished, Milestone, Oom, Progress, Resumed, Saved, TotalSteps,
+)
+
+# A trainer's own step counter: "Starting training step (361/7200)" (that step begins, the one
+# before it is done), "Step 120/2000" at the start of a line (that step is done).
+STEP_OF_RE = re.compile(
+    r"(?P<starting>(?:starting|beginning|begin)\s+(?:training\s+|train\s+)?)?step\s*\(?\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\b",
+    re.I)
+# ComfyUI's error report: "- **Node Type:** FluxTrainLoop".
+NODE_TYPE_RE = re.compile(r"Node Type:\W*([A-Za-z_]\w*)")
+# A line that names a model file written: "… model as StableDiffusion checkpoint to ./out/x.safetensors"
+# (sd-scripts' words, their start cut by a paste), "Saved LoRA to /out/x.safetensors".
+MODEL_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
+SAVED_TO_RE = re.compile(r"(?:\bsav\w*\b.*|\bmodel as \S+ checkpoint|\bcheckpoint) to\s+(\S+)\s*$", re.I)
+# A trainer reporting its own failure and the phase it failed in: "Error during training: …",
+# "# OOM during training step, skipping batch #", "Training failed: …", "Text encoder caching
+# failed". Lower-cased text; (pattern, phase) and the first that matches wins.
+_REPORT_PHASES = (
+    (r"caching latents|latents? caching|vae caching|caching vae", "cache_latents"),
+    (r"caching text[ _-]?(?:encoders?(?: outputs)?|embeddings?|embeds)|text[ _-]?encoders? caching"
+     r"|text[ _-]?embeds? caching", "cache_text_encoder"),
+    (r"training(?:[ _]step)?|train(?:ing)?[ _]step|the training loop", "training"),
+    (r"sampling|validation|generating (?:sample )?images", "sampling"),
+    (r"saving(?: the)?(?: model| checkpoint| state)?|checkpointing", "saving"),
+    (r"model loading|loading(?: the)?(?: model| weights| checkpoint)?", "model_load"),
+)
+_REPORT_WORDS = "|".join(f"(?:{w})" for w, _ in _REPORT_PHASES)
+FAILURE_REPORT_RE = re.compile(
+    r"\b(?P<what>error|exception|failure|oom|out of memory|crash(?:ed)?)\s+(?:occurred\s+)?(?:during|while|in)\s+"
+    r"(?:the\s+)?(?P<a>" + _REPORT_WORDS + r")(?![\w-])"
+    r"|(?<![\w-])(?P<b>" + _REPORT_WORDS + r")\s+(?:has\s+|was\s+)?(?:failed|crashed|aborted)\b")
+_PROCESS_EXIT_RE = re.compile(r"\s*(?:with (?:exit |return )?(?:code|status)|\(?exit(?:code| code| status))")
+_REPORT_RX = tuple((re.compile(f"(?:{w})$"), phase) for w, phase in _REPORT_PHASES)
+
+
+def failure_report(low: str) -> tuple[str, bool] | None:
+    """(phase, whether it reports an OOM) when a lower-cased line is a trainer's report of
+    its own failure naming the phase, else None."""
+    m = FAILURE_REPORT_RE.search(low)
+    if m is None or _PROCESS_EXIT_RE.match(low, m.end()):
+        # "Musubi Tuner training failed with code 1": a process that exited, not a phase.
+        return None
+    words = m.group("a") or m.group("b")
+    phase = next((ph for rx, ph in _REPORT_RX if rx.match(words)), None)
+    if phase is None:
+        return None
+    oom = m.group("what") in ("oom", "out of memory") or bool(P.GPU_OOM_RE.search(low))
+    return phase, oom
+
+
 
 
 class Milestones:
+    _side: tuple[str, int] | None
+    _train_bar_total: int | None
+
     def _new_run(self) -> None:  # pragma: no cover - the parser defines it
+        raise NotImplementedError
+
+    def _side_bar(self, desc: str, n: int, out: list[Event]) -> None:
+        """A named bar other than the training bar says what the trainer is doing ("Loading
+        pipeline components", "Caching latents to disk"): its description is read as a milestone
+        line, once when the bar appears or starts again."""
+        name = desc.strip().rstrip(":").strip()
+        last = self._side
+        self._side = (name, n)
+        if not name or (last is not None and last[0] == name and n >= last[1]):
+            return
+        found: list[Event] = []
+        if self._milestone(name, found):
+            out.extend(e for e in found if isinstance(e, (Milestone, EpochStart)) and getattr(e, "name", "") != "start")
+
+    def _report(self, s: str, low: str, level: str | None, out: list[Event]) -> bool:
+        """A trainer's own report of a failure that names the phase ("Error during training: …",
+        "# OOM during training step #", "Training failed: …"). Logged as information it places
+        the failure reported around it; as an error (or a bare line) it is the failure."""
+        found = failure_report(low)
+        if found is None:
+            return False
+        phase, oom = found
+        what = "the trainer's own report of where it failed"
+        if level in ("INFO", "DEBUG", "WARNING"):
+            out.append(Milestone(phase=phase, name=f"failure reported in {phase.replace('_', ' ')}", line=s))
+            return True
+        if oom:
+            self._flush_oom(out)
+            out.append(Oom(figures=P.oom_figures(s), where=phase, frame=what, frame_level=1, line=s))
+            return True
+        if level is None and not low.lstrip("#*=!- ").startswith(("error", "fatal", "exception", "failure")) \
+                and "failed" not in low:
+            return False
+        kind = P.error_kind(s)
+        out.append(Failure(kind=kind, message=s[:500], where=phase, frame=what, frame_level=1, line=s))
+        return True
+
+    def _flush_oom(self, out: list[Event]) -> None:  # pragma: no cover - the parser defines it
         raise NotImplementedError
 
     def _milestone(self, s: str, out: list[Event]) -> bool:
@@ -24,14 +121,36 @@ class Milestones:
             m = P.SAMPLE_STEP_RE.search(s)
             if m:
                 out.append(Progress(step=int(m.group(1)), total=0, line=s))
+        if "step" in low:
+            m = STEP_OF_RE.match(s)
+            if m:
+                n = int(m.group("n"))
+                out.append(Progress(step=max(0, n - 1) if m.group("starting") else n, total=int(m.group("total")),
+                                    line=s))
+                return True
         if low.startswith(P.MILESTONE_HEADS):
             for prefix, phase, name in P.MILESTONE_PREFIXES:
                 if low.startswith(prefix):
                     if name == "start":
                         self._new_run()
+                    elif phase == "training":
+                        self._train_bar_total = 0
                     out.append(Milestone(phase=phase, name=name, line=s))
                     return True
         c = low[:1]
+        if "node type:" in low:
+            m = NODE_TYPE_RE.search(s)
+            ev = F.frame_evidence([m.group(1)]) if m else None
+            if ev is not None:
+                # ComfyUI's error report names the node that raised; a trainer node's name
+                # says what ran, read with the frame rules.
+                out.append(Milestone(phase=ev.diagnose_phase, name=f"ComfyUI node {m.group(1)}", line=s))
+                return True
+        if s.endswith(MODEL_FILE_SUFFIXES) and " to " in s and not low.startswith("load"):
+            m = SAVED_TO_RE.search(s)
+            if m:
+                out.append(Saved(what="checkpoint", path=m.group(1), line=s))
+                return True
         if "ncoder" in s[:120]:
             m = P.LOADING_TEXT_ENCODER_RE.search(s[:120].lower())
             if m:

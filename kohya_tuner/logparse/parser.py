@@ -17,14 +17,13 @@ Layers, bottom up:
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 import re
 
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
-from kohya_tuner.logparse.barruns import BarRuns, _bar_run_re
+from kohya_tuner.logparse.barruns import BarRuns
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.events import (
     EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, Processes, Progress, Resumed, Saved,
@@ -45,8 +44,6 @@ _MAX_INTERRUPTION_LINES = 3
 _MAX_TRACEBACK_LINES = 2000
 _MAX_OOM_LINES = 8
 _HINT_WINDOW = 60
-# This many distinct optimizer steps at a loss of exactly 0 means the model is not learning.
-_ZERO_LOSS_STEPS = 10
 # A Rich traceback box without its header still counts when it shows a frame ("file.py:12 in f").
 # Rich folds a long path: the function name ("in │ init_process_group") goes to the next row.
 _BOX_FRAME_RE = re.compile(r"\.py:\d+ in(?: \w|\s*$)")
@@ -99,6 +96,11 @@ class LogParser(BarRuns, Milestones):
         self._nan_reported = False
         self._zero_steps: set[int] = set()
         self._zero_reported = False
+        # After a "training starts" milestone: 0 until a nameless bar is taken as the training
+        # bar, then its total; None when no such milestone is pending.
+        self._train_bar_total: int | None = None
+        # The last named side bar (not the training bar) and its count, to read it once per run.
+        self._side: tuple[str, int] | None = None
         # Coalescing: the description of the last main bar, its run pattern, the lines of the
         # current run not yet summarised, and the summary (highest, last, last with a loss).
         self._coalesce = coalesce_progress
@@ -174,6 +176,10 @@ class LogParser(BarRuns, Milestones):
     # ---- physical lines to logical lines --------------------------------------------------
 
     def _physical(self, line: str, out: list[Event], cleaned: bool = False) -> None:
+        if line[:2] == "> ":
+            # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at.
+            line = line[2:]
+            cleaned = False
         if line[:5] == "[rank" and not cleaned:
             self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
@@ -197,6 +203,13 @@ class LogParser(BarRuns, Milestones):
                 rest = line[m.end():]
                 if rest.strip():
                     self._physical(rest, out)
+                return
+        if "| std" in line[:64]:
+            r = P.REDIRECTED_RE.match(line)
+            if r:
+                # A logger re-logging the process's own output: read the line as written (a
+                # traceback box row, a bar).
+                self._physical(line[r.end():], out, cleaned=True)
                 return
         rich = self._rich
         if rich is not None:
@@ -226,7 +239,16 @@ class LogParser(BarRuns, Milestones):
                 pm = P.RICH_PATH_RE.search(body)
                 if pm:
                     body = body[: pm.start()]
+                if body[:1] == "|":
+                    lm = P.LOGURU_AFTER_LEVEL_RE.match(body)
+                    if lm:
+                        body = lm.group(1)
                 self._logical(body.rstrip(), m.group(1), out)
+                return
+        elif line[:2] == "| ":
+            m = P.LOGURU_RE.match(line)
+            if m:
+                self._logical(m.group(2), P.LOGURU_LEVELS.get(m.group(1), m.group(1)), out)
                 return
         elif line[:2] == "- ":
             # Python logging's "%(asctime)s - %(levelname)s - %(message)s", its time already cut.
@@ -261,38 +283,6 @@ class LogParser(BarRuns, Milestones):
             return
         self._rich = None
         self._logical(rich.text(), rich.level, out)
-
-    # ---- progress bars --------------------------------------------------------------------------
-
-    def _bar(self, m, line: str, out: list[Event]) -> None:
-        desc = m.group("desc")
-        if not P.is_main_bar(desc) and not P.trainer_postfix(m.group("inner")):
-            return
-        if desc != self._bar_prefix and desc:
-            self._bar_prefix = desc
-            self._bar_rx = _bar_run_re(desc)
-        step = int(m.group("n"))
-        total = int(m.group("total"))
-        rate, loss = P.bar_numbers(m)
-        text = line[: m.end()].strip()
-        out.append(Progress(step=step, total=total, loss=loss, rate=rate, line=text))
-        if loss is None:
-            return
-        if math.isnan(loss) or math.isinf(loss):
-            if not self._nan_reported:
-                self._nan_reported = True
-                out.append(Failure(kind="nan_loss", message=f"the training loss is {loss} at step {step}",
-                                   where="training", line=text))
-            return
-        if loss == 0.0:
-            self._zero_steps.add(step)
-            if len(self._zero_steps) >= _ZERO_LOSS_STEPS and not self._zero_reported:
-                self._zero_reported = True
-                out.append(Failure(kind="nan_loss",
-                                   message=f"the training loss has been exactly 0 for {len(self._zero_steps)} steps",
-                                   where="training", line=text))
-        else:
-            self._zero_steps.clear()
 
     # ---- logical lines to events ------------------------------------------------------------
 
@@ -355,6 +345,8 @@ class LogParser(BarRuns, Milestones):
             if m:
                 self._exception(m.group(1) or m.group(3), s, None, out)
                 return
+        if ("fail" in low or "during" in low or "while" in low or " in " in low) and self._report(s, low, level, out):
+            return
         if self._milestone(s, out):
             return
         if level in ("INFO", "DEBUG", "WARNING"):
@@ -372,7 +364,9 @@ class LogParser(BarRuns, Milestones):
             self._end_traceback(out)
             return False
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
-            self._end_traceback(out)
+            if tb.frames:
+                self._end_traceback(out)
+            # else: the same header twice (two streams printing one traceback): one traceback.
             self._start_traceback(s)
             return True
         if s[0] in P.BOX_CHARS:
@@ -402,6 +396,11 @@ class LogParser(BarRuns, Milestones):
 
     def _failure_line(self, s: str, level: str | None, out: list[Event], low: str) -> None:
         """A line that is not an exception line but may still name a failure."""
+        if "closing signal" in low and low.startswith("sending process", low.find("] ") + 2 if "] " in low else 0):
+            # torchrun's agent stopping the other ranks ("Sending process N closing signal
+            # SIGTERM"): a worker failed, and the run with it.
+            out.append(Exited(status=None, line=s))
+            return
         if s == "Killed" or s.endswith(" Killed"):
             out.append(Failure(kind="cpu_oom", message="the process was killed (Killed), most likely by the "
                                                         "system's out-of-memory killer", line=s))

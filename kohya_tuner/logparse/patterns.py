@@ -181,6 +181,10 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
     ("move vae and unet to cpu to save memory", "cache_text_encoder", "caching text encoder outputs"),
     ("move text encoders to gpu", "cache_text_encoder", "caching text encoder outputs"),
     ("running training", "training", "running training"),
+    ("start training", "training", "running training"),
+    ("starting training", "training", "running training"),
+    ("begin training", "training", "running training"),
+    ("starting to train", "training", "running training"),
     ("generating sample images", "sampling", "generating sample images"),
     ("saving state at", "saving", "saving state"),
     ("saving last state", "saving", "saving state"),
@@ -209,7 +213,7 @@ RANK_PREFIX_RE = re.compile(r"\[(?:rank|default)(\d+)\]:")
 ACCEL_DEVICE_RE = re.compile(r"accelerator device:\s*(\S+)")
 TOTAL_STEPS_RE = re.compile(
     r"(?:total optimization steps\s*/.*?[:：]|override steps\. steps for \d+ epochs is\s*/.*?[:：])\s*(\d+)\s*$")
-EPOCH_RE = re.compile(r"epoch (\d+)/(\d+)\s*$")
+EPOCH_RE = re.compile(r"epoch (\d+)/(\d+)\s*$", re.I)
 GLOBAL_STEP_RE = re.compile(r"Epoch \d+, global step (\d+):", re.I)
 SAVING_CKPT_RE = re.compile(r"saving checkpoint:\s*(.+?)\s*$")
 SAVE_TRAINED_RE = re.compile(r"save trained model as .*? to\s+(.+?)\s*$")
@@ -224,6 +228,14 @@ SAVING_GENERIC_RE = re.compile(
     r"|saving (?:\w+ )?(?:to )?\S+\.(?:safetensors|ckpt|pt|pth|bin)\b", re.I)
 LOADING_TEXT_ENCODER_RE = re.compile(
     r"\bloading\b(?:(?!output|cache|embed)[^.:;]){0,60}?\btext[ _-]?encoders?(?![a-z])(?![ _-]*(?:outputs?|cache|embed))")
+# loguru's default format once the time is cut: "| INFO     | package.module:function:42 - message".
+LOGURU_RE = re.compile(r"\|\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL|SUCCESS|TRACE)\s*\|\s*[\w.<>\-]+:[\w.<>\-]+:\d+ - (.*)$")
+LOGURU_LEVELS = {"SUCCESS": "INFO", "TRACE": "DEBUG"}
+# A logger that re-logs a process's own output line by line: "| ERROR | stderr | <the line>".
+REDIRECTED_RE = re.compile(r"(?:\d{4}-\d\d-\d\d[ T][\d:.,]+\s*)?\|\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*\|\s*std(?:out|err)\s*\| ?")
+# The same with the level first (a custom loguru format): "INFO     | 2024-08-29 06:16:28 |
+# package.module:function:42 - message", read once the level is taken off.
+LOGURU_AFTER_LEVEL_RE = re.compile(r"\|\s*\d{4}-\d\d-\d\d[ T][\d:.,]+\s*\|\s*[\w.<>\-]+:[\w.<>\-]+:\d+ - (.*)$")
 # Python logging's default format, "INFO:module.name:message" (musubi-tuner, diffusers scripts).
 PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.\-]+:(.*)$")
 
@@ -482,7 +494,7 @@ SUSPECT_RE = re.compile(
     r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|unrecogni[sz]ed"
     r"|exception|abort|no such file|does not exist|not exist|no kernel|not compiled|no cuda|nccl|c10d|xformers"
     r"|bitsandbytes|cublas|cudnn|alloc|expected|mismatch|dtype|not implemented|not supported|paging file"
-    r"|no data found|not correctly cached|exit|signal|device-side assert"
+    r"|no data found|not correctly cached|exit|signal|device-side assert|\boom\b"
 )
 
 
