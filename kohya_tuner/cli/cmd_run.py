@@ -439,7 +439,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     for key, value in ensure_resumable(plan.config, total).items():
         if plan.config.get(key) != value:
             plan.set(key, value, "run", "Resumable states so an OOM costs minutes, not the run.")
-    est = memory.estimate({**fitted.assumed, **plan.config}, family, dataset=ds, gpus=max(1, len(gpu_ids)), history=hist,
+    est = memory.estimate({**fitted.assumed, **plan.config, **planning.sample_size_key(plan)}, family, dataset=ds, gpus=max(1, len(gpu_ids)), history=hist,
                           gpu_name=gpu_name)
 
     facts = preflight.gather(out_dir=out, python=python, sd_scripts=sd_scripts, cpu=cpu)

@@ -177,7 +177,7 @@ def _prune(ctx: _Ctx, config, dataset, steps: list[Step], budget: float):
             move = ctx.ladder.move(st.move)
         except KeyError:
             continue
-        if move.kind not in ("steps", "rank", "resolution", "batch_to_accumulation"):
+        if move.kind not in ("steps", "rank", "resolution", "batch_to_accumulation", "sample_size"):
             continue
         pre_cfg, pre_ds = _replay(ctx, config, dataset, kept[:i])
         s = resolve(pre_cfg, ctx.family, pre_ds)
