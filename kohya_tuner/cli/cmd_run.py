@@ -16,7 +16,7 @@ from kohya_tuner.cli import plan_options
 from kohya_tuner.cli.argtypes import finite_float, int_range, positive_int, out_path
 from rich.markup import escape
 
-from kohya_tuner.cli.common import console, err_console, print_json, warn
+from kohya_tuner.cli.common import console, err_console, paragraph, print_json, warn
 from kohya_tuner.errors import UserError
 
 DESCRIPTION = ("Train a LoRA with sd-scripts, watch it live, and recover from CUDA out-of-memory by downgrading "
@@ -512,7 +512,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         for line in render_summary(plan, fitted):
             console.print(line, markup=False, soft_wrap=True)
         for note in plan.notes:
-            console.print(f"  {note}", markup=False, soft_wrap=True)
+            paragraph(note, indent="  ")
         for line in fit_lines:
             console.print(f"  fit: {line}")
         console.print(f"  estimate: peak {est.peak_gib:.2f} GiB{phase_words(est.peak_phase)}, "
