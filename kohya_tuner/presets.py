@@ -378,11 +378,16 @@ def _trigger_of(dataset: dict[str, Any] | None) -> str:
 
 
 def fill_trigger(template: str, trigger: str) -> str:
-    """A job prompt with its trigger word; without one, the `{trigger}` and its own spacing
-    go, so "at sunset, {trigger} style" reads "at sunset, style", never a double space."""
+    """A job prompt with its trigger word. Without one, the comma-separated part that names it
+    goes ("at sunset, {trigger} style" reads "at sunset"); where that part is the whole prompt,
+    only the `{trigger}` and its own spacing go. Never a double space or a stray comma."""
     import re
 
-    text = template.replace("{trigger}", trigger) if trigger else re.sub(r"\s*\{trigger\}", "", template)
+    if trigger:
+        text = template.replace("{trigger}", trigger)
+    else:
+        parts = [p for p in template.split(",") if "{trigger}" not in p and p.strip()]
+        text = ",".join(parts) if parts else re.sub(r"\s*\{trigger\}", "", template)
     text = re.sub(r"\s+", " ", text)
     text = re.sub(r"\s+,", ",", text)
     text = re.sub(r",(\s*,)+", ",", text)

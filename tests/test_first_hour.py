@@ -221,3 +221,29 @@ def test_fit_that_trades_batch_for_accumulation_keeps_the_image_passes(tmp_path)
     b, a = plan.config["train_batch_size"], plan.config["gradient_accumulation_steps"]
     assert b * a == 4 and b < 4  # the fit moved batch into accumulation
     assert plan.config["max_train_steps"] == before == -(-plan.image_passes // 4)
+
+
+def test_style_prompts_without_a_trigger_drop_the_part_that_named_it(tmp_path):
+    _config(tmp_path, "--model", "sdxl", "--job", "style", "--gpu", "24")
+    lines = [ln.split(" --")[0] for ln in (tmp_path / "out" / "sample_prompts.txt").read_text().splitlines()
+             if not ln.startswith("#")]
+    assert lines and all(not ln.rstrip().endswith(("style", ",")) and "  " not in ln for ln in lines), lines
+    assert presets.fill_trigger("a lighthouse at sunset, {trigger} style", "") == "a lighthouse at sunset"
+
+
+@pytest.mark.parametrize("model", presets.preset_models())
+def test_no_family_preset_draws_a_precision_finding_from_check(model, tmp_path):
+    """Every family with a preset, planned for a card given by size alone: the precision it gets is
+    one its own script accepts without a warning (bf16-only families keep bf16)."""
+    data = _config(tmp_path, "--model", model, "--job", "style", "--gpu", "24")
+    res = invoke("check", tmp_path / "out" / "config.toml", "--model", model, "--json")
+    found = json.loads(res.stdout)
+    precision = [p for p in found["problems"] + found["warnings"]
+                 if {"mixed_precision", "full_bf16", "full_fp16"} & set(p["keys"])]
+    assert precision == [], precision
+    from kohya_tuner.presets import _load_toml, required_precision
+    from kohya_tuner.resources import presets_dir
+
+    need = required_precision(_load_toml(presets_dir() / "models" / f"{model}.toml", "Preset"))
+    if need:
+        assert data["config"]["mixed_precision"] == need[0]
