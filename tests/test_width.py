@@ -127,3 +127,20 @@ def test_config_and_dry_run_plans_fit_the_terminal(cols, tmp_path):
     # The launch command is one line on purpose: it is there to be copied into a shell.
     lines = [ln for ln in res.stdout.splitlines() if "accelerate.commands.launch" not in ln]
     assert "Length:" in res.stdout and _over("\n".join(lines), cols) == [] and _over(res.stderr, cols) == []
+
+
+@pytest.mark.parametrize("cols", [80, 100, 160])
+def test_setup_verifying_a_checkout_and_doctor_fit_the_terminal(cols, tmp_path):
+    from tests.test_sdscripts import make_fake_sd_scripts
+
+    checkout = make_fake_sd_scripts(tmp_path / "sd-scripts")
+    env_home = {"KOHYA_TUNER_HOME": str(tmp_path / "home")}
+    res = subprocess.run([*EXE, "setup", "--sd-scripts", str(checkout)], capture_output=True, text=True,
+                         env={**os.environ, **env_home, "COLUMNS": str(cols)})
+    assert res.returncode == 0, res.stderr
+    assert "entry scripts" in res.stdout and "differs from the pin" in res.stdout
+    assert _over(res.stdout, cols) == [] and _over(res.stderr, cols) == [], res.stdout
+    res = subprocess.run([*EXE, "doctor", "--sd-scripts", str(checkout)], capture_output=True, text=True,
+                         env={**os.environ, **env_home, "COLUMNS": str(cols)})
+    assert "warning(s)" in res.stdout or "problem(s)" in res.stdout or "Ready" in res.stdout, res.stdout
+    assert _over(res.stdout, cols) == [] and _over(res.stderr, cols) == [], res.stdout
