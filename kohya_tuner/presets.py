@@ -345,6 +345,11 @@ def settle_length(plan: Plan, ranks: int = 1) -> None:
                 f"{steps * eff:,} image passes (images x repeats x epochs).")
     else:
         steps, note = 1600, None  # sd-scripts' own default
+    epochs = plan.config.get("max_train_epochs")
+    if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0:
+        # sd-scripts recomputes max_train_steps from max_train_epochs when both are given.
+        note = (f"Length: max_train_epochs {epochs} (from {plan.provenance['max_train_epochs'].layer}) sets it; "
+                "sd-scripts works out the steps from the epochs and ignores max_train_steps.")
     plan.notes[:] = [n for n in plan.notes if not n.startswith("Length: ")] + ([note] if note else [])
 
     def planned(key):

@@ -210,6 +210,9 @@ def test_user_steps_win_and_the_note_gives_their_image_passes(tmp_path):
                for n in data["notes"])
     plan = presets.compose("sdxl", "character", 8, sets=["max_train_steps=900"])
     assert plan.config["max_train_steps"] == 900 and plan.image_passes is None
+    # sd-scripts takes the length from max_train_epochs when it is given: the note says so.
+    plan = presets.compose("sdxl", "character", 8, sets=["max_train_epochs=5"])
+    assert [n for n in plan.notes if n.startswith("Length: max_train_epochs 5 (from --set)")]
 
 
 def test_fit_that_trades_batch_for_accumulation_keeps_the_image_passes(tmp_path):
