@@ -4,7 +4,9 @@ thing the input left unsaid."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from kohya_tuner.families import Family
@@ -27,7 +29,7 @@ _SAMPLE_FALLBACK_SIDE = 512
 _PROMPT_FILE_LIMIT = 1 << 20
 
 
-def _prompt_file_size(path: str, family: Family) -> tuple[tuple[int, int] | None, str]:
+def _prompt_file_size(path: str, side: int) -> tuple[tuple[int, int] | None, str]:
     """The largest --w/--h of a .txt prompt file, read as sd-scripts reads it (one prompt per
     line, '#' lines skipped, options after ' --'), and how it was found."""
     import re
@@ -41,7 +43,6 @@ def _prompt_file_size(path: str, family: Family) -> tuple[tuple[int, int] | None
         text = safeio.read_text(path, "The sample prompt file", _PROMPT_FILE_LIMIT)
     except UserError as exc:
         return None, exc.message.rstrip(".")
-    side = SAMPLE_DEFAULT_SIDE.get(family.name, _SAMPLE_FALLBACK_SIDE)
     best: tuple[int, int] | None = None
     for line in text.splitlines():
         if not line.strip() or line.startswith("#"):
@@ -59,13 +60,25 @@ def _prompt_file_size(path: str, family: Family) -> tuple[tuple[int, int] | None
     return best, f"the largest --w/--h in {path} (a line without them: {side} px, sd-scripts' default)"
 
 
+@lru_cache(maxsize=64)
+def _prompt_file_size_cached(path: str, side: int, stamp) -> tuple[tuple[int, int] | None, str]:
+    return _prompt_file_size(path, side)
+
+
 def _sample_resolution(c: dict[str, Any], family: Family) -> tuple[tuple[int, int] | None, str]:
     """The size sample images are drawn at: the plan's own (SAMPLE_SIZE_KEY), else the prompt
     file's; None (the training resolution) when neither can be known."""
     planned = _res_pair(str(c.get(SAMPLE_SIZE_KEY) or "").replace("x", ","))
     if planned:
         return planned, f"sample images at {planned[0]}x{planned[1]}, the size the plan writes into its prompt file"
-    size, how = _prompt_file_size(str(c.get("sample_prompts")), family)
+    path = str(c.get("sample_prompts"))
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    # The ladder estimates a config many times: the file is read once per version of it.
+    size, how = _prompt_file_size_cached(path, SAMPLE_DEFAULT_SIDE.get(family.name, _SAMPLE_FALLBACK_SIDE), stamp)
     if size:
         return size, f"sample images counted at {size[0]}x{size[1]}: {how}"
     return None, f"sample images counted at the training resolution ({how})"
