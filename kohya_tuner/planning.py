@@ -139,8 +139,8 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
     from kohya_tuner.check import gate
 
     gate({**plan.config, **assumed}, plan.family.script, dataset=dataset, what="The planned config")
-    est = memory.estimate({**plan.config, **assumed, **sample_size_key(plan)}, plan.family, dataset=dataset, gpus=gpus, history=hist,
-                          gpu_name=gpu_name)
+    est = memory.estimate({**plan.config, **assumed, **sample_size_key(plan)}, plan.family, dataset=dataset,
+                          gpus=gpus, history=hist, gpu_name=gpu_name)
     cautions = list(plan.cautions) + [c for c in [precision_caution(plan)] if c]
     if est.peak_gib <= budget:
         cautions += ladder.cautions(est.peak_gib, budget, gpu_gb)

@@ -418,9 +418,10 @@ def sample_prompts_text(plan: Plan, dataset: dict[str, Any] | None) -> str | Non
     """The prompt file for `sample_prompts`, when the plan points it at SAMPLE_PROMPTS_NAME.
 
     Images are drawn at the training resolution, or smaller where the fit chose smaller previews
-    (the size the estimator counted for the sampling phase). The options come from the model preset's [sample] table; a model without
-    one gets a negative prompt and a guidance scale only where its sampling runs classifier-free
-    guidance (the estimator's batch of two), as FLUX.1's distilled guidance does not."""
+    (the size the estimator counted for the sampling phase). The options come from the model
+    preset's [sample] table; a model without one gets a negative prompt and a guidance scale
+    only where its sampling runs classifier-free guidance (the estimator's batch of two), as
+    FLUX.1's distilled guidance does not."""
     if not writes_prompt_file(plan):
         return None
     w, h = preview_size(plan)
