@@ -86,6 +86,18 @@ def test_sampling_goes_off_only_when_no_smaller_preview_fits(tmp_path):
 def test_fit_of_a_users_config_never_writes_the_plans_preview_key(tmp_path):
     res = invoke("config", "--model", "sdxl", "--job", "character", "--gpu", "24", "--out", tmp_path / "o")
     assert res.exit_code == 0, res.output
-    res = invoke("fit", tmp_path / "o" / "config.toml", "--gpu", "12", "--out", tmp_path / "f.toml")
+    res = invoke("fit", tmp_path / "o" / "config.toml", "--gpu", "12", "--out", tmp_path / "f.toml", "--json")
     assert res.exit_code == 0, res.output
     assert SAMPLE_SIZE_KEY not in (tmp_path / "f.toml").read_text()
+    # It cannot rewrite your prompt file, so it turns sampling off and says which size would fit.
+    data = json.loads(res.stdout)
+    assert "sample_less" in [st["move"] for st in data["steps"]]
+    hint = next(h for h in data["hints"] if h.startswith("previews at "))
+    size = hint.split()[2]
+    assert "sample_prompts.txt" in hint and f"--w {size.split('x')[0]}" in hint
+    prompts = tmp_path / "o" / "sample_prompts.txt"
+    w, h = size.split("x")
+    prompts.write_text(prompts.read_text().replace("--w 1024 --h 1024", f"--w {w} --h {h}"))
+    again = json.loads(invoke("fit", tmp_path / "o" / "config.toml", "--gpu", "12", "--out", tmp_path / "g.toml",
+                              "--json").stdout)
+    assert "sample_less" not in [st["move"] for st in again["steps"]], again["steps"]
