@@ -13,7 +13,21 @@ from typing import Any
 from kohya_tuner import history, ladder, memory
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import FAMILIES
-from kohya_tuner.presets import SAMPLE_PROMPTS_NAME, Plan, precision_caution
+from kohya_tuner.presets import SAMPLE_PROMPTS_NAME, Plan, precision_caution, preview_size, writes_prompt_file
+
+# How the fit's change of the preview size is shown: it goes into the prompt file, not the config.
+SAMPLE_SIZE_LABEL = f"{SAMPLE_PROMPTS_NAME} --w/--h"
+
+
+def sample_size_key(plan: Plan) -> dict[str, str]:
+    """The preview size of a plan that writes its own prompt file, for the estimator (which
+    otherwise reads the prompt file, not written yet while planning)."""
+    from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY
+
+    if not writes_prompt_file(plan):
+        return {}
+    w, h = preview_size(plan)
+    return {SAMPLE_SIZE_KEY: f"{w}x{h}"}
 
 
 @dataclass
@@ -85,7 +99,8 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
              if src.layer == "--set" or src.layer.startswith("preset:")}
     if do_fit:
         def tune(extra):
-            return ladder.tune({**plan.config, **extra}, plan.family, budget, dataset=dataset, history=hist,
+            return ladder.tune({**plan.config, **sample_size_key(plan), **extra}, plan.family, budget,
+                               dataset=dataset, history=hist,
                                gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16 is not False, cpu=cpu,
                                keep=user_keys(plan))
 
@@ -98,9 +113,14 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
                 result, assumed = swapped, {offer["key"]: offer["value"]}
                 notes.append(f"A 16-bit {offer['key']} file does not fit {gpu_gb:g} GB: use {offer['label']} "
                              f"({offer['value']}) with --{offer['key'].replace('_', '-')}.")
+        from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY, _res_pair
+
         for step in result.steps:
+            step.changes = [(SAMPLE_SIZE_LABEL if k == SAMPLE_SIZE_KEY else k, o, n) for k, o, n in step.changes]
             for key, _old, new in step.changes:
-                if not str(key).startswith("dataset:"):
+                if key == SAMPLE_SIZE_LABEL:
+                    plan.sample_size = _res_pair(str(new).replace("x", ","))
+                elif not str(key).startswith("dataset:"):
                     plan.set(key, new, "fit", f"{step.reason} ({step.move})")
         if result.dataset is not None:
             dataset = result.dataset
@@ -110,12 +130,17 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
             if plan.config.get(key) != value:
                 notes.append(f"{key} = {value!r} from {layer} was changed to {plan.config.get(key)!r} by the fit "
                              f"for {gpu_gb:g} GB; --no-fit keeps it as you set it.")
+    # The steps follow the effective batch the fit left (and the number of GPUs): the job's
+    # length is its image passes.
+    from kohya_tuner.presets import settle_length
+
+    settle_length(plan, ranks=gpus)
     # The one gate (kohya_tuner.check): a plan sd-scripts would refuse at start-up is never handed on.
     from kohya_tuner.check import gate
 
     gate({**plan.config, **assumed}, plan.family.script, dataset=dataset, what="The planned config")
-    est = memory.estimate({**plan.config, **assumed}, plan.family, dataset=dataset, gpus=gpus, history=hist,
-                          gpu_name=gpu_name)
+    est = memory.estimate({**plan.config, **assumed, **sample_size_key(plan)}, plan.family, dataset=dataset,
+                          gpus=gpus, history=hist, gpu_name=gpu_name)
     cautions = list(plan.cautions) + [c for c in [precision_caution(plan)] if c]
     if est.peak_gib <= budget:
         cautions += ladder.cautions(est.peak_gib, budget, gpu_gb)

@@ -51,6 +51,12 @@ class Plan:
     # each followed by the model's sample options ({w}, {h}, {seed} filled in).
     sample_prompts: list[str] = field(default_factory=list)
     sample_options: str = ""
+    # The job's length in image passes (images x repeats x epochs) when max_train_steps is
+    # derived from it (None when the user gave the steps); see settle_length.
+    image_passes: int | None = None
+    passes_why: str = ""
+    # The preview size (w, h) the fit chose for the plan's own prompt file; None: the training resolution.
+    sample_size: tuple[int, int] | None = None
 
     def set(self, key: str, value: Any, layer: str, why: str = "") -> None:
         if value is None:
@@ -297,24 +303,75 @@ def compose(
     for key, value in user_sets.items():
         plan.set(key, value, "--set", "You asked for this.")
 
-    steps = int(plan.config.get("max_train_steps", 1500))
-    if "save_every_n_steps" not in plan.config or plan.provenance["save_every_n_steps"].layer.startswith(
-            ("model:", "job:", "gpu:")):
+    length = _job_doc(job).get("length") or {}
+    if "max_train_steps" not in plan.config and length.get("image_passes"):
+        plan.image_passes = int(length["image_passes"])
+        plan.passes_why = str(length.get("why", ""))
+    settle_length(plan)
+    return plan
+
+
+def effective_batch(config: dict[str, Any], ranks: int = 1) -> tuple[int, int, int]:
+    """(train_batch_size, gradient_accumulation_steps, their product with the ranks): the
+    samples one optimizer step consumes."""
+    def whole(key):
+        v = config.get(key)
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1 else 1
+
+    b, a = whole("train_batch_size"), whole("gradient_accumulation_steps")
+    return b, a, b * a * max(1, int(ranks))
+
+
+def settle_length(plan: Plan, ranks: int = 1) -> None:
+    """max_train_steps from the job's image passes and the effective batch (when the user did
+    not give the steps), and what follows from the step count: save and sample cadence, the
+    warmup. Called when the plan is composed and again after the fit, which may change the
+    batch or the accumulation; only values the plan itself set are recomputed."""
+    b, a, eff = effective_batch(plan.config, ranks)
+    how = f"train_batch_size {b} x gradient_accumulation_steps {a}" + (f" x {ranks} GPUs" if ranks > 1 else "")
+    src = plan.provenance.get("max_train_steps")
+    derived = bool(plan.image_passes) and (src is None or src.layer == "plan")
+    if derived:
+        steps = max(1, -(-plan.image_passes // eff))
+        plan.set("max_train_steps", steps, "plan",
+                 f"{plan.image_passes:,} image passes / effective batch {eff} ({how}) = {steps:,} optimizer "
+                 f"steps. {plan.passes_why}".strip())
+        note = (f"Length: {plan.image_passes:,} image passes (images x repeats x epochs) = {steps:,} optimizer "
+                f"steps at effective batch {eff} ({how}).")
+    elif src is not None:
+        steps = int(plan.config["max_train_steps"])
+        given = {"input": "--steps"}.get(src.layer, src.layer)
+        note = (f"Length: max_train_steps {steps:,} (from {given}) at effective batch {eff} ({how}) = "
+                f"{steps * eff:,} image passes (images x repeats x epochs).")
+    else:
+        steps, note = 1600, None  # sd-scripts' own default
+    epochs = plan.config.get("max_train_epochs")
+    if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0:
+        # sd-scripts recomputes max_train_steps from max_train_epochs when both are given.
+        note = (f"Length: max_train_epochs {epochs} (from {plan.provenance['max_train_epochs'].layer}) sets it; "
+                "sd-scripts works out the steps from the epochs and ignores max_train_steps.")
+    plan.notes[:] = [n for n in plan.notes if not n.startswith("Length: ")] + ([note] if note else [])
+
+    def planned(key):
+        src = plan.provenance.get(key)
+        return src is not None and src.layer.startswith(("model:", "job:", "gpu:", "plan"))
+
+    if "save_every_n_steps" not in plan.config or planned("save_every_n_steps"):
         cadence = save_cadence(steps)
         plan.set("save_every_n_steps", cadence, "plan",
                  f"A LoRA and a resumable state every {cadence} steps (about ten per run).")
         plan.set("save_last_n_steps_state", cadence * 2, "plan",
                  "Keep only the last two states: each holds the optimizer and costs disk.")
-    if plan.provenance.get("sample_every_n_steps") and plan.provenance["sample_every_n_steps"].layer.startswith(
-            ("model:", "job:", "gpu:")):
+    if planned("sample_every_n_steps"):
         cadence = int(plan.config["save_every_n_steps"])
         plan.set("sample_every_n_steps", cadence, "plan",
                  f"Sample images every {cadence} steps, with each saved LoRA, to see when it starts to overfit.")
     plan.config.setdefault("save_state", True)
     warmup = plan.config.get("lr_warmup_steps")
-    if isinstance(warmup, int) and warmup >= steps:
+    # A preset's warmup stays short: at most a tenth of the run (a fraction or a user's value is kept).
+    if isinstance(warmup, int) and not isinstance(warmup, bool) and (
+            warmup >= steps or (planned("lr_warmup_steps") and warmup > steps // 10)):
         plan.set("lr_warmup_steps", max(0, steps // 10), "plan", "Warmup shortened to a tenth of the run.")
-    return plan
 
 
 def _trigger_of(dataset: dict[str, Any] | None) -> str:
@@ -326,32 +383,48 @@ def _trigger_of(dataset: dict[str, Any] | None) -> str:
 
 
 def fill_trigger(template: str, trigger: str) -> str:
-    """A job prompt with its trigger word; without one, the `{trigger}` and its own spacing
-    go, so "at sunset, {trigger} style" reads "at sunset, style", never a double space."""
+    """A job prompt with its trigger word. Without one, the comma-separated part that names it
+    goes ("at sunset, {trigger} style" reads "at sunset"); where that part is the whole prompt,
+    only the `{trigger}` and its own spacing go. Never a double space or a stray comma."""
     import re
 
-    text = template.replace("{trigger}", trigger) if trigger else re.sub(r"\s*\{trigger\}", "", template)
+    if trigger:
+        text = template.replace("{trigger}", trigger)
+    else:
+        parts = [p for p in template.split(",") if "{trigger}" not in p and p.strip()]
+        text = ",".join(parts) if parts else re.sub(r"\s*\{trigger\}", "", template)
     text = re.sub(r"\s+", " ", text)
     text = re.sub(r"\s+,", ",", text)
     text = re.sub(r",(\s*,)+", ",", text)
     return text.strip(" ,")
 
 
+def writes_prompt_file(plan: Plan) -> bool:
+    """Whether the plan's `sample_prompts` is the prompt file it writes itself (not the user's)."""
+    path = plan.config.get("sample_prompts")
+    src = plan.provenance.get("sample_prompts")
+    return bool(plan.sample_prompts and path and Path(str(path)).name == SAMPLE_PROMPTS_NAME
+                and (src is None or src.layer == "input"))
+
+
+def preview_size(plan: Plan) -> tuple[int, int]:
+    """The size the plan's previews are drawn at: the fit's choice, else the training resolution."""
+    from kohya_tuner.memory.setup import _res_pair
+
+    return plan.sample_size or _res_pair(plan.config.get("resolution")) or (plan.family.native_resolution,) * 2
+
+
 def sample_prompts_text(plan: Plan, dataset: dict[str, Any] | None) -> str | None:
     """The prompt file for `sample_prompts`, when the plan points it at SAMPLE_PROMPTS_NAME.
 
-    Images are drawn at the training resolution because that is what the estimator counts for
-    the sampling phase. The options come from the model preset's [sample] table; a model without
-    one gets a negative prompt and a guidance scale only where its sampling runs classifier-free
-    guidance (the estimator's batch of two), as FLUX.1's distilled guidance does not."""
-    path = plan.config.get("sample_prompts")
-    src = plan.provenance.get("sample_prompts")
-    if not plan.sample_prompts or not path or Path(str(path)).name != SAMPLE_PROMPTS_NAME or (
-            src is not None and src.layer != "input"):
+    Images are drawn at the training resolution, or smaller where the fit chose smaller previews
+    (the size the estimator counted for the sampling phase). The options come from the model
+    preset's [sample] table; a model without one gets a negative prompt and a guidance scale
+    only where its sampling runs classifier-free guidance (the estimator's batch of two), as
+    FLUX.1's distilled guidance does not."""
+    if not writes_prompt_file(plan):
         return None
-    from kohya_tuner.memory.setup import _res_pair
-
-    w, h = _res_pair(plan.config.get("resolution")) or (plan.family.native_resolution,) * 2
+    w, h = preview_size(plan)
     trigger = _trigger_of(dataset)
     seed = int(plan.config.get("seed") or 42)
     template = plan.sample_options
@@ -383,8 +456,8 @@ def build_dataset(plan: Plan, data_dir: str | Path | None, trigger: str | None =
 
     The images come from the prepared copy when `dataset prep` made an up-to-date one; a
     kohya_ss folder layout (`10_ohwx woman/`) becomes one subset per folder with its own
-    repeats and class tokens; otherwise one subset whose repeats make the planned steps
-    span the job's usual number of epochs."""
+    repeats and class tokens; otherwise one subset whose repeats cut the job's image passes
+    into its usual number of epochs."""
     general: dict[str, Any] = {
         "caption_extension": plan.config.get("caption_extension", ".txt"),
         "shuffle_caption": bool(plan.config.get("shuffle_caption", False)),
@@ -406,8 +479,9 @@ def build_dataset(plan: Plan, data_dir: str | Path | None, trigger: str | None =
         except UserError as exc:
             layout = []
             plan.notes.append(f"{exc.message} num_repeats left at 1.")
-        steps = int(plan.config.get("max_train_steps") or 1500)
-        batch = int(plan.config.get("train_batch_size") or 1)
+        # Repeats cut the job's image passes into its usual number of epochs; the batch does not
+        # enter (sd-scripts' epoch is images x repeats samples, whatever the batch).
+        passes = plan.image_passes or int(plan.config.get("max_train_steps") or 1) * effective_batch(plan.config)[2]
         for sub in layout:
             if not sub.images:
                 continue
@@ -417,7 +491,7 @@ def build_dataset(plan: Plan, data_dir: str | Path | None, trigger: str | None =
             elif sub.repeats:
                 entry["num_repeats"] = int(sub.repeats)
             else:
-                entry["num_repeats"] = ds_mod.suggest_repeats(sub.images, plan.job, steps, batch)
+                entry["num_repeats"] = ds_mod.suggest_repeats(sub.images, plan.job, passes, 1)
             tokens = trigger or sub.class_tokens
             if tokens:
                 entry["class_tokens"] = tokens

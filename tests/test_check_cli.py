@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -72,7 +73,11 @@ def test_each_refused_config_exits_2_naming_its_key(path, realish, tmp_path):
     res = invoke("check", cfg, "--model", "sd15")
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
-    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("refused"))
+    # A refusal is one paragraph: its first line, then continuation lines indented under it.
+    lines = res.stdout.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("refused"))
+    rest = [ln.strip() for ln in itertools.takewhile(lambda ln: ln.startswith("  "), lines[first + 1:])]
+    line = " ".join([lines[first], *rest])
     assert key in line and f"[{rule}]" in line and "(" in line
     data = json.loads(invoke("check", cfg, "--model", "sd15", "--json").stdout)
     assert set(data) == {"ok", "script", "problems", "warnings"} and data["ok"] is False

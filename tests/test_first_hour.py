@@ -172,9 +172,81 @@ def test_prep_upscales_a_thin_image_and_leaves_out_one_too_small_saying_so(tmp_p
 
 
 @pytest.mark.parametrize("job", presets.JOBS)
-def test_the_step_note_states_the_effective_batch_it_counts_at(job):
+def test_the_job_length_is_image_passes_and_the_steps_follow_the_effective_batch(job):
     plan = presets.compose("sdxl", job, 12)
+    passes = plan.image_passes
+    assert passes and plan.provenance["max_train_steps"].layer == "plan"
+    eff = plan.config["train_batch_size"] * plan.config["gradient_accumulation_steps"]
+    assert plan.config["max_train_steps"] == -(-passes // eff)
     why = plan.provenance["max_train_steps"].why
-    batch = int(plan.config.get("train_batch_size", 1)) * int(plan.config.get("gradient_accumulation_steps", 1))
-    assert "effective batch of 4" in why and "image passes" in why
-    assert batch == 4, "the note's effective batch must match the presets it explains"
+    assert f"{passes:,} image passes / effective batch {eff}" in why
+    assert any(n.startswith(f"Length: {passes:,} image passes") and f"{plan.config['max_train_steps']:,} optimizer "
+               "steps" in n for n in plan.notes)
+    # More accumulation (a --set here, or the fit) trains the same passes in fewer steps.
+    more = presets.compose("sdxl", job, 12, sets=["gradient_accumulation_steps=8"])
+    assert more.image_passes == passes and more.config["max_train_steps"] == -(-passes // (eff * 2))
+
+
+def test_steps_are_derived_after_the_fit_and_per_gpu(tmp_path):
+    from kohya_tuner import planning
+
+    plan = presets.compose("sdxl", "style", 24)
+    dataset = presets.build_dataset(plan, None)
+    planning.fit_plan(plan, dataset, 24, gpus=2, use_history=False)
+    b, a = plan.config["train_batch_size"], plan.config.get("gradient_accumulation_steps", 1)
+    assert plan.config["max_train_steps"] == -(-plan.image_passes // (b * a * 2))
+    assert "x 2 GPUs" in plan.provenance["max_train_steps"].why
+    # Save cadence and warmup follow the derived steps.
+    steps = plan.config["max_train_steps"]
+    assert plan.config["save_every_n_steps"] == presets.save_cadence(steps)
+    assert plan.config["lr_warmup_steps"] <= steps // 10
+
+
+def test_user_steps_win_and_the_note_gives_their_image_passes(tmp_path):
+    data = _config(tmp_path, "--model", "sdxl", "--job", "character", "--gpu", "8", "--steps", "1200")
+    assert data["config"]["max_train_steps"] == 1200
+    b, a = data["config"]["train_batch_size"], data["config"]["gradient_accumulation_steps"]
+    assert any(n.startswith("Length: max_train_steps 1,200 (from --steps)") and f"{1200 * b * a:,} image passes" in n
+               for n in data["notes"])
+    plan = presets.compose("sdxl", "character", 8, sets=["max_train_steps=900"])
+    assert plan.config["max_train_steps"] == 900 and plan.image_passes is None
+    # sd-scripts takes the length from max_train_epochs when it is given: the note says so.
+    plan = presets.compose("sdxl", "character", 8, sets=["max_train_epochs=5"])
+    assert [n for n in plan.notes if n.startswith("Length: max_train_epochs 5 (from --set)")]
+
+
+def test_fit_that_trades_batch_for_accumulation_keeps_the_image_passes(tmp_path):
+    from kohya_tuner import planning
+
+    plan = presets.compose("sdxl", "style", 24)  # batch 4, no accumulation
+    before = plan.config["max_train_steps"]
+    planning.fit_plan(plan, presets.build_dataset(plan, None), 8, use_history=False)
+    b, a = plan.config["train_batch_size"], plan.config["gradient_accumulation_steps"]
+    assert b * a == 4 and b < 4  # the fit moved batch into accumulation
+    assert plan.config["max_train_steps"] == before == -(-plan.image_passes // 4)
+
+
+def test_style_prompts_without_a_trigger_drop_the_part_that_named_it(tmp_path):
+    _config(tmp_path, "--model", "sdxl", "--job", "style", "--gpu", "24")
+    lines = [ln.split(" --")[0] for ln in (tmp_path / "out" / "sample_prompts.txt").read_text().splitlines()
+             if not ln.startswith("#")]
+    assert lines and all(not ln.rstrip().endswith(("style", ",")) and "  " not in ln for ln in lines), lines
+    assert presets.fill_trigger("a lighthouse at sunset, {trigger} style", "") == "a lighthouse at sunset"
+
+
+@pytest.mark.parametrize("model", presets.preset_models())
+def test_no_family_preset_draws_a_precision_finding_from_check(model, tmp_path):
+    """Every family with a preset, planned for a card given by size alone: the precision it gets is
+    one its own script accepts without a warning (bf16-only families keep bf16)."""
+    data = _config(tmp_path, "--model", model, "--job", "style", "--gpu", "24")
+    res = invoke("check", tmp_path / "out" / "config.toml", "--model", model, "--json")
+    found = json.loads(res.stdout)
+    precision = [p for p in found["problems"] + found["warnings"]
+                 if {"mixed_precision", "full_bf16", "full_fp16"} & set(p["keys"])]
+    assert precision == [], precision
+    from kohya_tuner.presets import _load_toml, required_precision
+    from kohya_tuner.resources import presets_dir
+
+    need = required_precision(_load_toml(presets_dir() / "models" / f"{model}.toml", "Preset"))
+    if need:
+        assert data["config"]["mixed_precision"] == need[0]

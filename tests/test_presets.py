@@ -53,8 +53,12 @@ def test_guide_starting_values():
             f24["optimizer_type"], f24["learning_rate"]) == ("512", 1, 4, "bf16", "AdamW8bit", 1e-4)
     assert f24["network_alpha"] in (f24["network_dim"], f24["network_dim"] / 2)
     assert [presets.compose("flux", "style", g).config["blocks_to_swap"] for g in (12, 10, 8)] == [16, 22, 28]
-    assert 1000 <= presets.compose("sdxl", "character", 12).config["max_train_steps"] <= 2000
-    assert 2000 <= presets.compose("sdxl", "style", 12).config["max_train_steps"] <= 4000
+    # The job's length is image passes within the batch-1 recipes' range; the steps follow the batch.
+    for job, (lo, hi) in (("character", (1000, 2000)), ("style", (2000, 4000))):
+        plan = presets.compose("sdxl", job, 12)
+        eff = plan.config["train_batch_size"] * plan.config["gradient_accumulation_steps"]
+        assert lo <= plan.image_passes <= hi
+        assert plan.config["max_train_steps"] == -(-plan.image_passes // eff)
 
 
 def test_gpu_class_is_the_largest_not_above():
@@ -144,8 +148,8 @@ def test_dataset_repeats_follow_image_count_and_job(tmp_path):
     plan = presets.compose("sdxl", "character", 12)
     few = presets.build_dataset(plan, tmp_path / "few", trigger="ohwx")["datasets"][0]["subsets"][0]
     many = presets.build_dataset(plan, tmp_path / "many")["datasets"][0]["subsets"][0]
-    steps, batch = plan.config["max_train_steps"], plan.config["train_batch_size"]
-    assert few["num_repeats"] == ds_mod.suggest_repeats(10, "character", steps, batch)
+    # Repeats cut the job's image passes into its epochs, whatever the batch.
+    assert few["num_repeats"] == ds_mod.suggest_repeats(10, "character", plan.image_passes, 1)
     assert few["num_repeats"] > many["num_repeats"] >= 1
     assert few["class_tokens"] == "ohwx" and "class_tokens" not in many
 

@@ -485,3 +485,32 @@ def test_cli_install_requirements_runs_pip_in_the_checkout(tmp_path):
     fake_python.write_text(f"#!{sys.executable}\nraise SystemExit(3)\n")
     res = _cli(["setup", "--sd-scripts", str(root), "--install-requirements", "--python", str(fake_python)])
     assert res.exit_code == 2 and "status 3" in res.output
+
+
+def test_preflight_calls_an_edited_checkout_at_the_pin_the_pinned_commit(upstream, tmp_path):
+    """A real checkout at the pinned commit with work-tree edits: pre-flight names the edits
+    (and the arguments they change) and never says the commit is another one."""
+    import sys
+
+    from kohya_tuner.families import get_family
+    from kohya_tuner.run import preflight
+
+    path, first, _ = upstream
+    git(path, "checkout", "--quiet", "--detach", first)
+    edit(path / "train_network.py", '    parser.add_argument("--network_dim", default=None, help="x")\n', "")
+
+    def sd_check():
+        facts = preflight.gather(out_dir=tmp_path / "out", python=sys.executable, sd_scripts=path, cpu=True)
+        assert facts.pin_at_commit
+        return next(c for c in preflight.evaluate({}, get_family("sd15"), facts, cpu=True).checks
+                    if c.name == "sd-scripts")
+
+    check = sd_check()
+    assert check.status == "warn" and "not the pinned commit" not in check.message
+    assert "pinned commit with local changes to 1 file: train_network.py" in check.message
+    assert "removed: --network_dim" in check.message
+    git(path, "checkout", "--quiet", "--", "train_network.py")
+    (path / "requirements.txt").write_text("toml==0.10.2\n")
+    check = sd_check()
+    assert "not the pinned commit" not in check.message and "requirements.txt" in check.message
+    assert "change its arguments" not in check.message

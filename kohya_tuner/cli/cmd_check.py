@@ -61,24 +61,22 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(result.to_json() + "\n")
         sys.stdout.flush()
         return 0 if result.ok else 2
-    from rich.text import Text
 
     from kohya_tuner.check.argschema import pinned_commit
-    from kohya_tuner.cli.common import console, warn
+    from kohya_tuner.cli.common import paragraph, warn
 
     for note in loaded.notes:
         warn(note)
     for w in result.warnings:
         warn(f"{', '.join(w.keys)}: {w.message} ({w.where}){_via(w.path)}")
     for p in result.problems:
-        console.print(Text.assemble(("refused", "bold red"), f" {', '.join(p.keys)}: {p.message} "
-                                    f"[{p.rule}] ({p.where}){_via(p.path)}"), soft_wrap=True)
+        paragraph(f"{', '.join(p.keys)}: {p.message} [{p.rule}] ({p.where}){_via(p.path)}", lead="refused",
+                  lead_style="bold red")
     pin = pinned_commit()[:8]
     if result.ok:
-        console.print(Text(f"ok: {script} at sd-scripts {pin} would start training with this config"
-                           + (f" ({len(result.warnings)} adjustment(s) above)." if result.warnings else "."),
-                           style="green"), soft_wrap=True)
+        paragraph(f"ok: {script} at sd-scripts {pin} would start training with this config"
+                  + (f" ({len(result.warnings)} adjustment(s) above)." if result.warnings else "."), style="green")
         return 0
-    console.print(Text(f"{script} at sd-scripts {pin} would refuse this config: {len(result.problems)} problem(s).",
-                       style="red"), soft_wrap=True)
+    paragraph(f"{script} at sd-scripts {pin} would refuse this config: {len(result.problems)} problem(s).",
+              style="red")
     return 2

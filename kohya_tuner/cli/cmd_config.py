@@ -201,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
             "budget_gib": round(fitted.budget_gib, 3), "share_of_budget": round(share, 4),
             "estimate": est.to_json(), "fits": fitted.fits,
             "steps": [step_json(s) for s in fitted.fit.steps] if fitted.fit else [],
-            "message": fitted.fit.message if fitted.fit else None, "assumptions": assumptions}))
+            "message": fitted.fit.message if fitted.fit else None, "assumptions": assumptions,
+            "notes": list(plan.notes)}))
         return 0
     console.print(f"[bold]{escape(family.label)}[/bold] LoRA, job [bold]{escape(args.job)}[/bold], GPU "
                   f"{escape(choice.describe())} → preset class {plan.gpu_class} GB")
@@ -225,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
     for note in fitted.notes:
         if note and (not steps or note != fitted.fit.message):
             say(f"  {note}")
+    for note in plan.notes:
+        say(f"  {note}")
     for line in assumptions:
         say(f"  assumed: {line}")
     for c in cautions:

@@ -126,19 +126,19 @@ def _render_check(report, all_files: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from kohya_tuner.cli.common import console, err_console
+    from kohya_tuner.cli.common import console, err_console, paragraph
     from kohya_tuner.families import get_family
 
     out = lambda text="": console.print(text, soft_wrap=True)  # noqa: E731 - paths must not be wrapped
     counts = report.counts()
     fam = get_family(report.family).label if report.family else "no model given"
     out(f"[bold]{escape(report.root)}[/bold]")
-    out(f"  {counts['images']} picture files, {counts['trainable']} trainable ({counts['unique_trainable']} distinct), "
-        f"{counts['captioned']} captioned ({report.caption_extension})")
+    paragraph(f"{counts['images']} picture files, {counts['trainable']} trainable ({counts['unique_trainable']} "
+              f"distinct), {counts['captioned']} captioned ({report.caption_extension})", indent="  ")
     upscale = ", no upscale" if report.bucket_no_upscale else ""
-    out(f"  judged for {report.job or 'any job'} on {fam} at {report.resolution} px "
-        f"(buckets {report.min_bucket_reso}-{report.max_bucket_reso}{upscale})"
-        + (f", trigger \"{escape(report.trigger)}\"" if report.trigger else ""))
+    paragraph(f"judged for {report.job or 'any job'} on {fam} at {report.resolution} px "
+              f"(buckets {report.min_bucket_reso}-{report.max_bucket_reso}{upscale})"
+              + (f", trigger \"{report.trigger}\"" if report.trigger else ""), indent="  ")
     table = Table(show_header=True, header_style="bold", expand=False, show_lines=True)
     table.add_column("", no_wrap=True)
     table.add_column("finding", ratio=3)
@@ -156,11 +156,13 @@ def _render_check(report, all_files: bool) -> None:
         err_console.print("[bold red]Nothing here can be trained.[/bold red]", soft_wrap=True)
     else:
         w, fl = counts["warnings"], counts["failures"]
-        verdict = "[green]ready to train[/green]" if not (w or fl) else (
-            f"{fl} failure(s), {w} warning(s)" + ("; `kohya-tuner dataset prep` fixes the file problems it names"
-                                                  if any("dataset prep" in (f.fix or "") for f in report.findings
-                                                         if f.severity != "pass") else ""))
-        out(verdict)
+        if not (w or fl):
+            out("[green]ready to train[/green]")
+        else:
+            paragraph(f"{fl} failure(s), {w} warning(s)" + ("; `kohya-tuner dataset prep` fixes the file problems "
+                                                             "it names" if any("dataset prep" in (f.fix or "")
+                                                                               for f in report.findings
+                                                                               if f.severity != "pass") else ""))
 
 
 def prep_command(path: Path, out_dir: Optional[Path], model: Optional[str], max_side: Optional[int],

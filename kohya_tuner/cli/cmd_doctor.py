@@ -64,10 +64,12 @@ def _render(checks) -> None:
     console.print(table)
     fails = [c.name for c in checks if c.status == "fail"]
     warns = [c.name for c in checks if c.status == "warn"]
+    from kohya_tuner.cli.common import paragraph
+
     if fails:
-        console.print(f"[bold red]{len(fails)} problem(s) to fix before training:[/bold red] {escape(', '.join(fails))}",
-                      soft_wrap=True)
+        lead = f"{len(fails)} problem(s) to fix before training:"
+        paragraph(", ".join(fails), lead=lead, lead_style="bold red")
     elif warns:
-        console.print(f"No broken parts; {len(warns)} warning(s): {escape(', '.join(warns))}", soft_wrap=True)
+        paragraph(f"No broken parts; {len(warns)} warning(s): {', '.join(warns)}")
     else:
         console.print("[green]Ready to train.[/green]")

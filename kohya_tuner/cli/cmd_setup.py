@@ -73,7 +73,7 @@ def _render(checkout, action: str, report, pip_cmd: list[str], installed: int | 
     from rich.markup import escape
 
     from kohya_tuner import sdscripts
-    from kohya_tuner.cli.common import console
+    from kohya_tuner.cli.common import console, paragraph
 
     # Paths and source lines are printed as they are (escaped); only our own words carry style.
     out = lambda text="": console.print(escape(text), soft_wrap=True)  # noqa: E731 - paths must not be wrapped
@@ -82,7 +82,7 @@ def _render(checkout, action: str, report, pip_cmd: list[str], installed: int | 
     styled(f"sd-scripts: {escape(action)}: [bold]{escape(str(checkout.path))}[/bold]")
     commit = report.commit[:12] if report.commit else "unknown (not a git checkout)"
     out(f"  commit:         {commit} (pinned: {pinned})")
-    out(f"  entry scripts:  {', '.join(sorted(checkout.scripts)) or 'none'}")
+    paragraph(f"entry scripts:  {', '.join(sorted(checkout.scripts)) or 'none'}", indent="  ")
     if report.matches:
         styled("  [green]matches the pin[/green]")
     else:
@@ -93,8 +93,8 @@ def _render(checkout, action: str, report, pip_cmd: list[str], installed: int | 
             reasons.append(f"local changes in {len(report.local_changes)} file(s)")
         if report.missing_scripts:
             reasons.append("missing " + ", ".join(report.missing_scripts))
-        styled(f"  [yellow]differs from the pin[/yellow]: {escape('; '.join(reasons))}. kohya-tuner will use it with a "
-            "warning; `run --strict-pin` refuses it.")
+        paragraph(f"{'; '.join(reasons)}. kohya-tuner will use it with a warning; `run --strict-pin` refuses it.",
+                  indent="  ", lead="differs from the pin:", lead_style="yellow")
         for path in report.local_changes[:10]:
             out(f"    changed: {path}")
         if report.differences:
@@ -106,13 +106,15 @@ def _render(checkout, action: str, report, pip_cmd: list[str], installed: int | 
         for item in report.unchecked:
             out(f"    not checked (could not read): {item}")
     if not found_by_default and not os.environ.get(sdscripts.ENV_VAR):
-        out(f"  Other commands find it with --sd-scripts {shlex.quote(str(checkout.path))} "
-            f"or `export {sdscripts.ENV_VAR}={shlex.quote(str(checkout.path))}`.")
+        out("  Other commands find it with either of these (each a line to copy):")
+        out(f"    --sd-scripts {shlex.quote(str(checkout.path))}")
+        out(f"    export {sdscripts.ENV_VAR}={shlex.quote(str(checkout.path))}")
     if installed is None:
         env = sdscripts.pin()["environment"]
         out()
-        out(f"Trainer environment: install torch >= {env['torch_min']} first (upstream tests Python {env['python']}), "
-            "then its requirements with the Python that will run training (`run --python`, default this one):")
+        paragraph(f"Trainer environment: install torch >= {env['torch_min']} first (upstream tests Python "
+                  f"{env['python']}), then its requirements with the Python that will run training (`run --python`, "
+                  "default this one):")
         out(f"  cd {shlex.quote(str(checkout.path))} && {shlex.join(pip_cmd)}")
     else:
         styled("[green]requirements installed[/green]")

@@ -48,3 +48,25 @@ def say(text: str, style: str | None = None, *, wrap: bool = True) -> None:
     from kohya_tuner.printable import printable
 
     console.print(Text(printable(text, keep_lines=True), style=style or ""), soft_wrap=not wrap)
+
+
+def paragraph(text: str, *, indent: str = "", lead: str = "", lead_style: str = "", style: str = "",
+              err: bool = False) -> None:
+    """One paragraph wrapped at words to the terminal; a word longer than a line (a path, a
+    key=value) stays whole on its own line, so it can still be copied. `lead` starts the first
+    line in `lead_style` ("refused", "warning:")."""
+    import textwrap
+
+    from rich.text import Text
+
+    from kohya_tuner.printable import printable
+
+    con = err_console if err else console
+    full = f"{lead} {printable(text)}" if lead else printable(text)
+    lines = textwrap.wrap(full, max(20, con.width), initial_indent=indent, subsequent_indent=indent + "  ",
+                          break_long_words=False, break_on_hyphens=False) or [indent]
+    for i, line in enumerate(lines):
+        t = Text(line, style=style)
+        if i == 0 and lead:
+            t.stylize(lead_style, len(indent), len(indent) + len(lead))
+        con.print(t, soft_wrap=True)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from kohya_tuner.cli.common import console
+from kohya_tuner.cli.common import console, paragraph
 
 if TYPE_CHECKING:
     from kohya_tuner.run.preflight import Report
@@ -182,7 +182,7 @@ def print_plan(p: PreparedRun) -> None:
     for line in render_summary(plan, p.fitted):
         console.print(line, markup=False, soft_wrap=True)
     for note in plan.notes:
-        console.print(f"  {note}", markup=False, soft_wrap=True)
+        paragraph(note, indent="  ")
     for line in p.fit_lines:
         console.print(f"  fit: {line}")
     console.print(f"  estimate: peak {p.peak_gib:.2f} GiB{phase_words(p.peak_phase)}, "

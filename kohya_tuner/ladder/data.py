@@ -53,6 +53,9 @@ class Move:
     roadmap: int | None = None
     # False for what a CPU run cannot execute (fp8 weights, bitsandbytes, CUDA streams): `--cpu` skips it.
     cpu: bool = True
+    # A cost that is neither speed nor the LoRA's quality (the previews a move takes away): it
+    # orders moves that otherwise cost the same.
+    cost_bias: float = 0.0
 
     @property
     def quality_text(self) -> str:
@@ -121,8 +124,9 @@ class Ladder:
 
 
 _MOVE_KEYS = {"name", "label", "description", "kind", "set", "unset", "network_args", "key", "values", "map", "when",
-              "speed_cost", "speed_note", "quality_cost", "quality_note", "resume_safe", "phases", "roadmap", "cpu"}
-_KINDS = {"set", "steps", "batch_to_accumulation", "rank", "resolution", "optimizer_map"}
+              "speed_cost", "speed_note", "quality_cost", "quality_note", "resume_safe", "phases", "roadmap", "cpu",
+              "cost_bias"}
+_KINDS = {"set", "steps", "batch_to_accumulation", "rank", "resolution", "optimizer_map", "sample_size"}
 _RELAX_KINDS = {"steps_down", "unset", "optimizer_map", "accumulation_to_batch"}
 
 
@@ -146,7 +150,7 @@ def parse_ladder(doc: dict[str, Any], where: str = "ladder") -> Ladder:
             speed_note=raw.get("speed_note", ""), quality_cost=int(raw.get("quality_cost", 0)),
             quality_note=raw.get("quality_note", ""), resume_safe=bool(raw.get("resume_safe", True)),
             phases=tuple(raw.get("phases") or ("training",)), roadmap=raw.get("roadmap"),
-            cpu=bool(raw.get("cpu", True)),
+            cpu=bool(raw.get("cpu", True)), cost_bias=float(raw.get("cost_bias", 0.0)),
         ))
     for r in doc.get("relax") or []:
         if r.get("kind") not in _RELAX_KINDS:

@@ -76,7 +76,7 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
     else:
         msg = (f"cannot fit in {where}; the smallest config needs {current.peak_gib:.2f} GiB "
                f"({PHASE_WORDS.get(current.peak_phase, current.peak_phase)}) against a budget of {budget_gib:.2f} GiB")
-    hints = _hints(cfg, family, current, fits, ctx.ladder)
+    hints = _hints(cfg, family, current, fits, ctx.ladder) + _preview_hint(ctx, config, cfg, ds, steps, budget_gib)
     offer = None
     if not fits:
         # A file the user can swap comes before any setting: when it is what sets the peak, no
@@ -136,6 +136,29 @@ def _hints(cfg: dict[str, Any], family: Family, e: Estimate, fits: bool, ladder:
     return out
 
 
+def _preview_hint(ctx: _Ctx, config, cfg, ds, steps: list[Step], budget: float) -> list[str]:
+    """Where the fit turned sampling off in a config whose prompt file it cannot rewrite (the
+    user's own), the preview size that would have kept it on, if one fits."""
+    from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY
+
+    if cfg.get(SAMPLE_SIZE_KEY) or not any(st.move == "sample_less" for st in steps):
+        return []
+    try:
+        move = ctx.ladder.move("sample_smaller")
+    except KeyError:
+        return []
+    keys = ("sample_every_n_steps", "sample_every_n_epochs", "sample_at_first")
+    back = {**cfg, **{k: config[k] for k in keys if k in config}}
+    for ncfg, nds, _ch in _variants(move, ctx.family, back, ds, resolve(back, ctx.family, ds), 0):
+        est = ctx.est(ncfg, nds)
+        if est.peak_gib <= budget:
+            size = str(ncfg[SAMPLE_SIZE_KEY])
+            w, h = size.split("x")
+            return [f"previews at {size} (--w {w} --h {h} on each line of {config.get('sample_prompts')}) would keep "
+                    f"sampling on: {est.peak_gib:.2f} GiB fits"]
+    return []
+
+
 def _replay(ctx: _Ctx, config, dataset, steps: list[Step]):
     cfg, ds = config, dataset
     for st in steps:
@@ -177,7 +200,7 @@ def _prune(ctx: _Ctx, config, dataset, steps: list[Step], budget: float):
             move = ctx.ladder.move(st.move)
         except KeyError:
             continue
-        if move.kind not in ("steps", "rank", "resolution", "batch_to_accumulation"):
+        if move.kind not in ("steps", "rank", "resolution", "batch_to_accumulation", "sample_size"):
             continue
         pre_cfg, pre_ds = _replay(ctx, config, dataset, kept[:i])
         s = resolve(pre_cfg, ctx.family, pre_ds)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from kohya_tuner import schema
 from kohya_tuner.families import Family
 from kohya_tuner.memory import Estimate, estimate, finetune
-from kohya_tuner.memory.setup import Setup, _dataset_levels, network_args
+from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY, Setup, _dataset_levels, network_args
 
 from kohya_tuner.ladder.data import MIN_SAVING_GIB, Move, Ladder
 
@@ -107,6 +107,8 @@ def facts(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None
         "t5_tokens_gt_256": s.t5_tokens > 256,
         "te_trained": te_trained,
         "sampling": s.sampling,
+        # The plan writes its own prompt file, so the preview size is the plan's to choose.
+        "sample_size_planned": bool(config.get(SAMPLE_SIZE_KEY)),
         "vae_batch_gt_1": s.vae_batch > 1,
         "te_batch_gt_1": s.te_batch > 1 and s.cache_te,
         # Full fine-tunes: which fused optimizer step the script implements (memory/finetune.py).
@@ -288,6 +290,17 @@ def _variants(move: Move, family: Family, config: dict[str, Any], dataset: dict[
             if isinstance(mn, int) and mn > min(nw, nh):
                 _set(cfg, ch, "min_bucket_reso", min(nw, nh))
             out.append((cfg, ds, ch))
+    elif move.kind == "sample_size":
+        w, h = s.sample_resolution or s.resolution
+        side = max(w, h)
+        for v in move.values:
+            if v >= side:
+                continue
+            # sd-scripts draws previews in multiples of 64 px.
+            nw, nh = (max(64, int(round(x * v / side / 64)) * 64) for x in (w, h))
+            cfg, ds, ch = fresh()
+            _set(cfg, ch, SAMPLE_SIZE_KEY, f"{nw}x{nh}")
+            out.append((cfg, ds, ch))
     elif move.kind == "optimizer_map":
         key = s.optimizer.spec.name.lower()
         target = move.map.get(key)
@@ -301,6 +314,7 @@ def _variants(move: Move, family: Family, config: dict[str, Any], dataset: dict[
 
 
 def _valid(cfg: dict[str, Any], ds: dict[str, Any] | None, family: Family) -> bool:
+    cfg = {k: v for k, v in cfg.items() if k != SAMPLE_SIZE_KEY}  # the plan's, not sd-scripts'
     return not schema.errors_only(schema.validate_config(cfg, family.script, dataset=ds, family=family))
 
 
@@ -309,7 +323,7 @@ def _move_cost(move: Move, changes: list) -> float:
     if move.kind == "steps" and move.values and move.key == "blocks_to_swap":
         v = next((new for k, _, new in changes if k == move.key), move.values[-1])
         cost = move.speed_cost * float(v) / float(max(move.values))
-    return max(cost, 0.0) + move.quality_cost
+    return max(cost, 0.0) + move.quality_cost + move.cost_bias
 
 
 class _Ctx:

@@ -20,6 +20,7 @@ Parameter counts come from `families.py` (real architectures), LoRA counts from
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -494,10 +495,12 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
                 # pipeline brings them back to the GPU as they are.
                 parts[key] = te.params * 4 / GIB
                 cnotes[key] = cnotes.get(key, "") + "; back on the GPU in fp32 while sampling"
-        den = _inference_activations(s, cfg)
-        dec = _vae_gib(VAE_DECODE_ELEMS_PER_PIXEL, s, 1)
+        # Denoising and decoding run at the preview size, which the prompt file sets.
+        ss = dataclasses.replace(s, resolution=s.sample_resolution) if s.sample_resolution else s
+        den = _inference_activations(ss, cfg)
+        dec = _vae_gib(VAE_DECODE_ELEMS_PER_PIXEL, ss, 1)
         parts["activations"] = max(den, dec)
-        phases["sampling"] = _finish(parts, max(den, dec), s, cfg)
+        phases["sampling"] = _finish(parts, max(den, dec), ss, cfg)
 
     saving = {diff_key: diff_gib, **te_train, vae_key: vae_train, "lora_weights": 2 * lora_gib,
               "optimizer_states": opt_gib}

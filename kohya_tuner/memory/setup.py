@@ -4,7 +4,9 @@ thing the input left unsaid."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from kohya_tuner.families import Family
@@ -17,6 +19,69 @@ BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 # Sanity caps for values no run could use (they keep the arithmetic and the ladder finite).
 MAX_BATCH = 4096
 MAX_SIDE = 16384
+
+# Not an sd-scripts key: the preview size ("768x768") a plan writes into its own prompt file,
+# carried in the config dict while the planner and the ladder weigh it; never written out.
+SAMPLE_SIZE_KEY = "kohya_tuner_sample_size"
+# The size sd-scripts draws a prompt line without --w/--h at (its sample functions' defaults).
+SAMPLE_DEFAULT_SIDE = {"lumina2": 1024}
+_SAMPLE_FALLBACK_SIDE = 512
+_PROMPT_FILE_LIMIT = 1 << 20
+
+
+def _prompt_file_size(path: str, side: int) -> tuple[tuple[int, int] | None, str]:
+    """The largest --w/--h of a .txt prompt file, read as sd-scripts reads it (one prompt per
+    line, '#' lines skipped, options after ' --'), and how it was found."""
+    import re
+
+    from kohya_tuner import safeio
+    from kohya_tuner.errors import UserError
+
+    if not path.lower().endswith(".txt"):
+        return None, f"the prompt file {path} is not a .txt file, whose sizes kohya-tuner reads"
+    try:
+        text = safeio.read_text(path, "The sample prompt file", _PROMPT_FILE_LIMIT)
+    except UserError as exc:
+        return None, exc.message.rstrip(".")
+    best: tuple[int, int] | None = None
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        w = h = side
+        for part in line.strip().split(" --")[1:]:
+            m = re.match(r"([wh]) (\d+)", part, re.IGNORECASE)
+            if m:
+                v = min(int(m.group(2)), MAX_SIDE)
+                w, h = (v, h) if m.group(1).lower() == "w" else (w, v)
+        if best is None or w * h > best[0] * best[1]:
+            best = (max(64, w), max(64, h))
+    if best is None:
+        return None, f"the prompt file {path} holds no prompt"
+    return best, f"the largest --w/--h in {path} (a line without them: {side} px, sd-scripts' default)"
+
+
+@lru_cache(maxsize=64)
+def _prompt_file_size_cached(path: str, side: int, stamp) -> tuple[tuple[int, int] | None, str]:
+    return _prompt_file_size(path, side)
+
+
+def _sample_resolution(c: dict[str, Any], family: Family) -> tuple[tuple[int, int] | None, str]:
+    """The size sample images are drawn at: the plan's own (SAMPLE_SIZE_KEY), else the prompt
+    file's; None (the training resolution) when neither can be known."""
+    planned = _res_pair(str(c.get(SAMPLE_SIZE_KEY) or "").replace("x", ","))
+    if planned:
+        return planned, f"sample images at {planned[0]}x{planned[1]}, the size the plan writes into its prompt file"
+    path = str(c.get("sample_prompts"))
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    # The ladder estimates a config many times: the file is read once per version of it.
+    size, how = _prompt_file_size_cached(path, SAMPLE_DEFAULT_SIDE.get(family.name, _SAMPLE_FALLBACK_SIDE), stamp)
+    if size:
+        return size, f"sample images counted at {size[0]}x{size[1]}: {how}"
+    return None, f"sample images counted at the training resolution ({how})"
 
 
 def network_args(config: dict[str, Any]) -> dict[str, str]:
@@ -165,6 +230,8 @@ class Setup:
     fused_backward: bool = False
     fused_groups: int = 0  # fused_optimizer_groups N; -1 = blockwise_fused_optimizers (one per block)
     network_module: str = ""
+    # The size sample images are drawn at, when it is not the training resolution.
+    sample_resolution: tuple[int, int] | None = None
 
     @property
     def area(self) -> int:
@@ -350,8 +417,10 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
 
     sampling = bool(c.get("sample_prompts")) and bool(
         _int(c.get("sample_every_n_steps"), 0) or _int(c.get("sample_every_n_epochs"), 0) or _true(c, "sample_at_first"))
+    sample_res = None
     if sampling:
-        a.append("sample images are generated at the training resolution (the prompt file's --w/--h are not read)")
+        sample_res, said = _sample_resolution(c, family)
+        a.append(said)
 
     if _true(c, "highvram"):
         a.append("highvram changes no placement: sd-scripts only skips emptying the CUDA cache between latent-caching "
@@ -374,5 +443,5 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
         te_batch=te_batch, sampling=sampling, rank=rank, conv_rank=conv_rank, network_args=net_args,
         optimizer=opt, gpus=max(1, int(gpus or 1)), assumptions=a, te_on_cpu=te_on_cpu,
         te_cache_fp8=frozenset(te_fp8), facts=facts, mode="full" if full else "lora", te_chunks=te_chunks,
-        fused_backward=fused_backward, fused_groups=fused_groups, network_module=nm,
+        fused_backward=fused_backward, fused_groups=fused_groups, network_module=nm, sample_resolution=sample_res,
     )

@@ -194,12 +194,17 @@ def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_ind
                             "FLUX.1 needs sd-scripts 0.10 or later; run `kohya-tuner setup`."))
     elif facts.pin_matches:
         checks.append(Check("sd-scripts", "ok", f"sd-scripts at {facts.checkout_path} is the pinned commit"))
-    elif facts.pin_at_commit and not facts.pin_differences:
+    elif facts.pin_at_commit:
+        # The commit is the pin; only the work tree differs. Edits that change the argument set
+        # (or delete an entry script) are named, but the commit is not called another one.
         n = len(facts.pin_local_changes)
         shown = ", ".join(facts.pin_local_changes[:4]) + (f" (+{n - 4} more)" if n > 4 else "")
+        diffs = "; ".join(facts.pin_differences[:4])
+        more = f" (+{len(facts.pin_differences) - 4} more)" if len(facts.pin_differences) > 4 else ""
         checks.append(Check("sd-scripts", "fail" if strict_pin else "warn",
                             f"sd-scripts at {facts.checkout_path} is the pinned commit with local changes to {n} "
-                            f"file{'s' if n != 1 else ''}" + (f": {shown}" if shown else ""),
+                            f"file{'s' if n != 1 else ''}" + (f": {shown}" if shown else "")
+                            + (f"; they change its arguments: {diffs}{more}" if diffs else ""),
                             "Going on; --strict-pin refuses this, `git -C <checkout> stash` (or checkout --) puts the "
                             "files back."))
     else:

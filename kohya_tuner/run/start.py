@@ -163,8 +163,8 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
     for key, value in ensure_resumable(plan.config, total).items():
         if plan.config.get(key) != value:
             plan.set(key, value, "run", "Resumable states so an OOM costs minutes, not the run.")
-    est = memory.estimate({**fitted.assumed, **plan.config}, family, dataset=ds, gpus=t.num_processes, history=hist,
-                          gpu_name=gpu_name)
+    est = memory.estimate({**fitted.assumed, **plan.config, **planning.sample_size_key(plan)}, family, dataset=ds,
+                          gpus=t.num_processes, history=hist, gpu_name=gpu_name)
     return _Planned(plan=plan, dataset=ds, data_report=report, checked=checked, images=len(report.trainable),
                     user_keys=user_keys, fitted=fitted, fit_lines=fit_lines, total=total, est=est)
 
