@@ -295,9 +295,16 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
             if key in specs and specs[key].default is not None:
                 f[name] = specs[key].default
         elif _kind(name) != "choice":
-            f[name] = _empty(name)
+            # sd-scripts' default where it has one (a Number field may refuse 0: its minimum is 1),
+            # else the value the tab leaves out.
+            default = specs[key].default if key in specs else None
+            f[name] = default if isinstance(default, (int, float)) and _kind(name) != "text" else _empty(name)
         elif key in specs and isinstance(specs[key].default, str):
             f[name] = specs[key].default  # a dropdown always gives a value: sd-scripts' own default
+    if box == "sd3_checkbox" and "text_encoder_batch_size" not in config:
+        # The field's minimum is 1 and the GUI always writes it; unset, sd-scripts caches the
+        # text encoders' outputs in batches of train_batch_size (train_util.py), so that it is.
+        f["sd3_text_encoder_batch_size"] = config.get("train_batch_size", 1)
     if box == "flux1_checkbox" and "t5xxl_max_token_length" not in config:
         # The GUI always writes it; sd-scripts' own default is 256 for schnell, else 512.
         f["t5xxl_max_token_length"] = 256 if schnell else 512

@@ -37,6 +37,8 @@ EQUIVALENT = {
     "lr_scheduler_args": "an empty list is unset (train_util.py: the same test as optimizer_args)",
     "t5xxl_max_token_length": "unset, flux_train_network.py uses 512 (256 for a schnell model); the GUI always "
                               "writes the number",
+    "text_encoder_batch_size": "unset, the text encoders' outputs are cached in batches of train_batch_size "
+                               "(train_util.py: caching batch size or the dataset's); the GUI always writes one",
     "dynamo_backend": "read by sd-scripts only with --torch_compile (train_util.prepare_accelerator)",
     "wandb_run_name": "read only when log_with is wandb",
     "network_args": "LyCORIS' kohya wrapper reads the extra key=value pairs the GUI writes with their defaults "
@@ -151,6 +153,8 @@ def differences(ours: dict[str, Any], gui: dict[str, Any], script: str, *, ours_
             a, b = (75 if a is None else a), (75 if b is None else b)
         if key in ("optimizer_args", "lr_scheduler_args"):
             a, b = a or None, b or None
+        if key == "text_encoder_batch_size":
+            a, b = (a or eff(ours, "train_batch_size")), (b or eff(gui, "train_batch_size"))
         if key == "t5xxl_dtype" and script == "sd3_train_network.py":
             continue
         if key == "t5xxl_max_token_length" and script == "flux_train_network.py":
@@ -191,3 +195,13 @@ def dumps_case(model, job, gb, network="lora") -> tuple[Any, str, str | None]:
 
 def load(text: str) -> dict:
     return json.loads(text)
+
+
+def oracle_cases() -> dict[str, tuple[str, str, int, str]]:
+    """The exports run through the GUI's own code (tools/gui_oracle.py --exports): every exported
+    family x job x 8/12/24 GB preset, and each LyCORIS algo on SD 1.5, SDXL and FLUX.1."""
+    out = {f"{m}-{j}-{gb}-{n}": (m, j, gb, n) for m, j, gb, n in cases()}
+    for model in ("sd15", "sdxl", "flux"):
+        for network in NETWORKS[1:]:
+            out[f"{model}-character-12-{network.replace(':', '_')}"] = (model, "character", 12, network)
+    return out

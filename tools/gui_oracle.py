@@ -207,7 +207,7 @@ PROMPT_FILE = "<OUTPUT_DIR>/sample/prompt.txt"
 FILLED = {"output_dir": "/oracle/output", "train_data_dir": "/oracle/img", "image_folder": "/oracle/img"}
 
 
-def run_one(built, state, kind, path: Path, scratch: Path):
+def run_one(built, state, kind, path: Path, scratch: Path, fill: bool = True):
     mod, registry, entries = built[kind]
     comps = entries["components"]
     data = component_data(registry, entries, {comps["config_file_name"]: str(path)})
@@ -219,7 +219,7 @@ def run_one(built, state, kind, path: Path, scratch: Path):
             data[comp] = roundtrip(comp, value, component_errors, names[comp])
     filled = {}
     for name, comp in registry:
-        if name in FILLED and data.get(comp) in ("", None):
+        if fill and name in FILLED and data.get(comp) in ("", None):
             data[comp] = filled[name] = FILLED[name]
     for f in scratch.iterdir():
         if f.is_file():
@@ -247,6 +247,9 @@ def run_one(built, state, kind, path: Path, scratch: Path):
     import toml
 
     rec = {"refused": False, "filled_by_oracle": filled, "component_errors": component_errors, "argv": argv, "toml_text": toml_text}
+    prompt_file = scratch / "sample" / "prompt.txt"
+    if prompt_file.is_file():
+        rec["prompt_text"] = prompt_file.read_text(encoding="utf-8")
     try:
         rec["toml"] = toml.loads(toml_text)
     except toml.TomlDecodeError as exc:
@@ -262,7 +265,12 @@ def main() -> int:
     ap.add_argument("--commit", required=True)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--fields-out", type=Path, help="write the tabs' field table (kohya_tuner/data/kohya_gui_fields.json)")
+    ap.add_argument("--exports", type=Path, metavar="DIR",
+                    help="instead of the GUI's own files: load each JSON in DIR (kohya-tuner's --gui-json files, "
+                         "tools/gui_export_inputs.py) in the LoRA tab and record into --out/export_records.json")
     args = ap.parse_args()
+    if args.exports:
+        return record_exports(args)
     gui = args.gui.resolve()
     fields_out = args.fields_out.resolve() if args.fields_out else None
     out = args.out.resolve()
@@ -302,6 +310,38 @@ def main() -> int:
         records.append(rec)
         print(f"{rel}: {kind} {'REFUSED' if rec.get('refused') else rec.get('script', '')}", file=sys.stderr)
     (out / "records.json").write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def record_exports(args) -> int:
+    """Our exported files through the same load + print-command path as the GUI's own files, in
+    the LoRA tab, with no folder filled in by the oracle (the files name their own)."""
+    gui = args.gui.resolve()
+    exports = args.exports.resolve()
+    out = args.out.resolve()
+    scratch = Path(tempfile.mkdtemp(prefix="gui-oracle-"))
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    built, state = build_tabs(gui, scratch)
+    records = []
+    for path in sorted(exports.glob("*.json")):
+        rec = {"source": path.name, "gui_commit": args.commit, "kind": "lora"}
+        try:
+            result = run_one(built, state, "lora", path, scratch, fill=False)
+        except Exception as exc:
+            result = {"refused": True, "gui_error": f"{type(exc).__name__}: {exc}",
+                      "gui_traceback_tail": traceback.format_exc().splitlines()[-12:]}
+        if not result["refused"]:
+            argv = result["argv"]
+            script = next((a for a in argv if a.endswith(".py")), None)
+            result["script"] = Path(script).name if script else None
+            result["argv"] = [a.replace(str(gui) + "/", "") for a in argv]
+            result.pop("toml_text", None)  # the parsed TOML is kept; its text adds nothing to compare
+        rec.update(result)
+        records.append(rec)
+        print(f"{path.name}: {'REFUSED' if rec.get('refused') else rec.get('script', '')}", file=sys.stderr)
+    (out / "export_records.json").write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n",
+                                             encoding="utf-8")
     shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
