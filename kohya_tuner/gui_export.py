@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kohya_tuner import schema
-from kohya_tuner.config_gui import GUI_COMMIT, _fields
+from kohya_tuner.config_gui import _fields
 from kohya_tuner.errors import UserError
 
 # Entry script -> the GUI's model checkbox (LoRA tab) that makes train_model launch it.
@@ -427,25 +427,35 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
     return GuiExport(dict(sorted(f.items())), passed, notes)
 
 
+_LAUNCH_VALUES = ("dynamo_backend", "dynamo_mode", "gpu_ids", "main_process_port", "mixed_precision",
+                  "num_processes", "num_machines", "num_cpu_threads_per_process")
+_LAUNCH_FLAGS = ("dynamo_use_fullgraph", "dynamo_use_dynamic", "multi_gpu")
+
+
 def _launch_fields(launch: list[str], f: dict[str, Any]) -> None:
-    """The GUI's Accelerate launch fields from `accelerate launch` options."""
-    values = {"dynamo_backend": "no", "mixed_precision": f.get("mixed_precision", "no"), "num_processes": 1,
-              "num_machines": 1, "num_cpu_threads_per_process": 2}
+    """The GUI's Accelerate launch fields from `accelerate launch` options; an option without a
+    field goes to its extra_accelerate_launch_args (which it splits at spaces)."""
+    f.update(dynamo_backend="no", num_processes=1, num_machines=1, num_cpu_threads_per_process=2,
+             extra_accelerate_launch_args="")
+    extra: list[str] = []
     i = 0
     while i < len(launch):
-        word = launch[i]
+        word = str(launch[i])
         key = word[2:] if word.startswith("--") else None
-        value = launch[i + 1] if i + 1 < len(launch) else None
-        if key in values and value is not None:
-            values[key] = int(value) if isinstance(values[key], int) else value
+        if key in _LAUNCH_FLAGS:
+            f[key] = True
+            i += 1
+        elif key in _LAUNCH_VALUES and i + 1 < len(launch):
+            value = str(launch[i + 1])
+            f[key] = int(value) if _kind(key) in ("int", "number") and value.isdigit() else value
             i += 2
-            continue
-        raise UserError(f"The accelerate option {word} has no field in the kohya_ss GUI's export.")
-    f.update(values)
-
-
-def header_note() -> str:
-    return f"kohya_ss GUI LoRA tab file (bmaltais/kohya_ss {GUI_COMMIT[:7]})"
+        else:
+            if not _NO_SPACE.match(word):
+                raise UserError(f"The accelerate option {word!r} holds a space or a double quote, which the kohya_ss "
+                                "GUI's extra accelerate arguments field cannot carry.")
+            extra.append(word)
+            i += 1
+    f["extra_accelerate_launch_args"] = " ".join(extra)
 
 
 def for_plan(plan, dataset_path: str, prompts_text: str | None) -> GuiExport:
@@ -456,3 +466,17 @@ def for_plan(plan, dataset_path: str, prompts_text: str | None) -> GuiExport:
     schnell = plan.variant == "schnell" if plan.family.script == "flux_train_network.py" else False
     return export(plan.config, plan.family.script, dataset_config=str(dataset_path), sample_prompts=prompts_text,
                   launch=accelerate_args(plan.config.get("mixed_precision", "no")), schnell=schnell)
+
+
+def for_config(config: dict[str, Any], script: str, *, dataset_config: str | None, launch: list[str] | None,
+               read_prompts) -> GuiExport:
+    """The GUI file for a fitted config. `read_prompts(path)` gives the text of the prompt file the
+    config's sample_prompts names, or None when it cannot be read (the path then passes as is)."""
+    from kohya_tuner.planfiles import accelerate_args
+
+    prompts = read_prompts(config["sample_prompts"]) if config.get("sample_prompts") else None
+    if not launch:
+        launch = accelerate_args(config.get("mixed_precision", "no"))
+    schnell = None if script == "flux_train_network.py" and config.get("model_type") != "chroma" else False
+    return export(config, script, dataset_config=dataset_config, sample_prompts=prompts, launch=launch,
+                  schnell=schnell)
