@@ -9,6 +9,15 @@ Never imported by kohya_tuner. Run it with its own venv, from an exported GUI tr
     /work/gui-venv/bin/python tools/gui_oracle.py --gui /tmp/kohya_ss --commit <commit> \
         --out tests/data/kohya_gui
 
+With --exports DIR it loads kohya-tuner's own `--gui-json` files instead (written by
+tools/gui_export_inputs.py into tests/data/kohya_gui/exports) through the same path in the LoRA
+tab, fills no folder, and writes --out/export_records.json (the TOML, the argv and the prompt
+file the GUI wrote):
+
+    PYTHONPATH=.:tests python tools/gui_export_inputs.py --out tests/data/kohya_gui/exports
+    /work/gui-venv/bin/python tools/gui_oracle.py --gui /tmp/kohya_ss --commit <commit> \
+        --out tests/data/kohya_gui --exports tests/data/kohya_gui/exports
+
 What runs is the GUI's own code, the way its "Print training command" button runs it:
 the tab is built inside a gradio Blocks (lora_tab / dreambooth_tab / finetune_tab / ti_tab),
 its `last_built_gui_entries["load_configuration"]` callable loads the JSON (open_configuration,
