@@ -106,14 +106,14 @@ def export() -> None:
         same += not round_trip(model, job, gb)[-1]
     by_case = {r["source"][:-5]: r for r in GUI_RECORDS}
     confirmed = 0
-    preset_names = [n for n, c in oracle_cases().items() if c[3] == "lora"]
+    preset_names = [n for n, c in oracle_cases().items() if c[3] == "lora" and not c[4]]
     for name in preset_names:
         try:
             gui_confirms(by_case[name])
             confirmed += 1
         except (AssertionError, KeyError):
             pass
-    lyco = [n for n, c in oracle_cases().items() if c[3] != "lora"]
+    lyco = [n for n, c in oracle_cases().items() if c[3] != "lora" or c[4]]
     lyco_ok = 0
     for name in lyco:
         try:
@@ -123,8 +123,8 @@ def export() -> None:
             pass
     print(f"export (config --gui-json), family x job x 8/12/24 GB presets: {exported}/{total} exported "
           f"({', '.join(NOT_EXPORTED)} refused by name), {same}/{exported} round-tripped through our GUI reader, "
-          f"{confirmed}/{exported} confirmed by the GUI's own code; LyCORIS on SD 1.5/SDXL/FLUX.1: "
-          f"{lyco_ok}/{len(lyco)} confirmed ({time.perf_counter() - start:.1f} s)")
+          f"{confirmed}/{exported} confirmed by the GUI's own code; LyCORIS on SD 1.5/SDXL/FLUX.1 and plans "
+          f"with --set values: {lyco_ok}/{len(lyco)} confirmed ({time.perf_counter() - start:.1f} s)")
 
 
 def main() -> int:

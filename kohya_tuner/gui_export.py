@@ -193,8 +193,49 @@ def _lycoris(config: dict[str, Any], f: dict[str, Any]) -> set[str]:
     return used
 
 
+# network_args the LoRA tab writes from a same-named field when it is set: per LoRA_type family.
+_LORA_ARG_FIELDS = ["down_lr_weight", "mid_lr_weight", "up_lr_weight", "block_lr_zero_threshold", "block_dims",
+                    "block_alphas", "conv_block_dims", "conv_block_alphas", "rank_dropout", "module_dropout"]
+_LORAPLUS = ["loraplus_lr_ratio", "loraplus_unet_lr_ratio", "loraplus_text_encoder_lr_ratio"]
+
+
+def _number(text: str) -> int | float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"network_args value {text!r} is not a number; the kohya_ss GUI's field for it is.") from None
+    return int(value) if value == int(value) and "." not in text else value
+
+
+def _set_arg_fields(args: dict[str, str], f: dict[str, Any], names: list[str]) -> set[str]:
+    """Fields for network_args pairs the tab writes back as `name=value` when the field is set."""
+    used = set()
+    for name in names:
+        if name not in args or name not in f:
+            continue
+        value = args[name]
+        if _kind(name) == "text":
+            f[name] = value
+        else:
+            try:
+                f[name] = float(value)
+            except ValueError:
+                continue
+            if not f[name]:
+                continue  # 0 is what the tab leaves out; the pair stays for additional handling
+        used.add(name)
+    return used
+
+
 def _network(config: dict[str, Any], f: dict[str, Any], box: str | None) -> set[str]:
     """LoRA_type and its fields; returns the network_args keys the fields carry."""
+    used = _network_type(config, f, box)
+    if config.get("network_module") != "lycoris.kohya":
+        used |= _set_arg_fields(_args_dict(config.get("network_args")), f, _LORAPLUS)
+    return used
+
+
+def _network_type(config: dict[str, Any], f: dict[str, Any], box: str | None) -> set[str]:
     module = config.get("network_module")
     args = _args_dict(config.get("network_args"))
     if module == "lycoris.kohya":
@@ -219,7 +260,10 @@ def _network(config: dict[str, Any], f: dict[str, Any], box: str | None) -> set[
         if args.get("split_qkv", "").lower() == "true":
             f["split_qkv"] = True
             used.add("split_qkv")
-        return used
+        if "ggpo_beta" in args and "ggpo_sigma" in args:
+            f["train_lora_ggpo"] = True
+            used |= _set_arg_fields(args, f, ["ggpo_beta", "ggpo_sigma"])
+        return used | _set_arg_fields(args, f, ["rank_dropout", "module_dropout"])
     expected = "networks.lora_sd3" if box == "sd3_checkbox" else "networks.lora"
     if module != expected:
         raise UserError(f"network_module {module!r}: the kohya_ss GUI's LoRA tab launches {expected} for this model "
@@ -227,11 +271,11 @@ def _network(config: dict[str, Any], f: dict[str, Any], box: str | None) -> set[
                         "Write the config.toml and launch.sh instead.")
     if "conv_dim" in args and box != "sd3_checkbox":
         f["LoRA_type"] = "Kohya LoCon"
-        f["conv_dim"] = args["conv_dim"]
-        f["conv_alpha"] = args.get("conv_alpha", "1")
-        return {"conv_dim", "conv_alpha"}
+        # Number fields: the form refuses a string there.
+        f["conv_dim"], f["conv_alpha"] = _number(args["conv_dim"]), _number(args.get("conv_alpha", "1"))
+        return {"conv_dim", "conv_alpha"} | _set_arg_fields(args, f, _LORA_ARG_FIELDS)
     f["LoRA_type"] = "Standard"
-    return set()
+    return _set_arg_fields(args, f, _LORA_ARG_FIELDS)
 
 
 def _cli_words(key: str, value: Any, spec) -> list[str] | None:
@@ -281,9 +325,19 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
     # Settings whose field is named otherwise, or is one family's.
     renamed = {**_RENAMED, **_FAMILY_RENAMED.get(box or "", {})}
     only = _FAMILY_ONLY.get(box or "", set())
+    # Written even when 0: for Chroma the GUI puts guidance_scale back after its filter.
+    kept_zero = _WRITTEN_ANYWAY | ({"guidance_scale"} if config.get("model_type") == "chroma" else set())
     for key in list(todo):
         target = renamed.get(key) or (key if key in _SAME or key in only else None)
         if target is None or target not in f:
+            continue
+        value = todo[key]
+        default = specs[key].default if key in specs else None
+        if key not in kept_zero and not isinstance(value, bool) and isinstance(value, (int, float)) \
+                and value == 0 and default != 0:
+            # The LoRA tab leaves 0 out of its TOML (0 == False), which would mean sd-scripts'
+            # default (max_grad_norm 1.0, seed random): 0 goes on the command line instead.
+            f[target] = value
             continue
         f[target] = todo.pop(key)
     # Fields the plan does not set: the value that leaves the key out of the GUI's TOML.

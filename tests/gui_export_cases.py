@@ -58,16 +58,35 @@ MODEL_FILES = {"pretrained_model_name_or_path": "/models/base.safetensors", "cli
                "ae": "/models/ae.safetensors"}
 
 
-def plan_case(model: str, job: str, gb: int, network: str = "lora", out: Path = Path("/runs/r1")):
-    """What `kohya-tuner config -m MODEL -j JOB --gpu GB --network NETWORK --out OUT` composes and
-    writes: (plan, dataset path, prompt text, config.toml text)."""
+# --set lists for the exports that prove the GUI's additional_parameters path and the network
+# fields besides the presets: values the LoRA tab drops (0), settings with no field, a warmup
+# fraction, dropouts and LoRA+ in network_args, GGPO on FLUX.1.
+EXTRA_SETS = {
+    "sd15-character-12-extra": ("sd15", "character", 12, "lora", (
+        "max_grad_norm=0.0", "seed=0", "zero_terminal_snr=true", "token_warmup_min=2",
+        'network_args=["conv_dim=8", "conv_alpha=4", "rank_dropout=0.1", "module_dropout=0.05", '
+        '"loraplus_lr_ratio=16"]', 'optimizer_args=["weight_decay=0.01", "betas=0.9,0.99"]')),
+    "sdxl-style-12-extra": ("sdxl", "style", 12, "lora", (
+        "text_encoder_lr=[5e-05, 2e-05]", "network_train_unet_only=false", "cache_text_encoder_outputs=false",
+        "cache_text_encoder_outputs_to_disk=false", "min_snr_gamma=5.0", "xformers=true",
+        "sdpa=false", 'lr_scheduler_args=["T_max=100"]')),
+    "flux-style-12-extra": ("flux", "style", 12, "lora", (
+        'network_args=["img_attn_dim=8", "rank_dropout=0.1", "ggpo_beta=0.01", "ggpo_sigma=0.03"]',
+        "guidance_scale=0.0", "loss_type=huber", "huber_c=0.2")),
+}
+
+
+def plan_case(model: str, job: str, gb: int, network: str = "lora", out: Path = Path("/runs/r1"), sets=()):
+    """What `kohya-tuner config -m MODEL -j JOB --gpu GB --network NETWORK [--set …] --out OUT`
+    composes and writes: (plan, dataset path, prompt text, config.toml text)."""
     family = get_family(model)
     files = {k: v for k, v in MODEL_FILES.items() if k in family.required_files and k != "pretrained_model_name_or_path"}
     inputs, _missing = planning.model_inputs(family, base=MODEL_FILES["pretrained_model_name_or_path"],
                                              clip_l=files.get("clip_l"), t5xxl=files.get("t5xxl"),
                                              ae=files.get("ae"), name="lora", out=out, steps=None,
                                              files={k: v for k, v in files.items() if k not in ("clip_l", "t5xxl", "ae")})
-    plan = presets.compose(family.name, job, gb, inputs=inputs, network=None if network == "lora" else network)
+    plan = presets.compose(family.name, job, gb, inputs=inputs, network=None if network == "lora" else network,
+                           sets=list(sets))
     dataset = presets.build_dataset(plan, out / "images", None)
     fitted = planning.fit_plan(plan, dataset, gb, use_history=False)
     texts = render(plan, fitted.dataset, out).texts
@@ -197,11 +216,13 @@ def load(text: str) -> dict:
     return json.loads(text)
 
 
-def oracle_cases() -> dict[str, tuple[str, str, int, str]]:
+def oracle_cases() -> dict[str, tuple[str, str, int, str, tuple]]:
     """The exports run through the GUI's own code (tools/gui_oracle.py --exports): every exported
-    family x job x 8/12/24 GB preset, and each LyCORIS algo on SD 1.5, SDXL and FLUX.1."""
-    out = {f"{m}-{j}-{gb}-{n}": (m, j, gb, n) for m, j, gb, n in cases()}
+    family x job x 8/12/24 GB preset, each LyCORIS algo on SD 1.5, SDXL and FLUX.1, and EXTRA_SETS.
+    name -> (model, job, GB, network, --set items)."""
+    out = {f"{m}-{j}-{gb}-{n}": (m, j, gb, n, ()) for m, j, gb, n in cases()}
     for model in ("sd15", "sdxl", "flux"):
         for network in NETWORKS[1:]:
-            out[f"{model}-character-12-{network.replace(':', '_')}"] = (model, "character", 12, network)
+            out[f"{model}-character-12-{network.replace(':', '_')}"] = (model, "character", 12, network, ())
+    out.update(EXTRA_SETS)
     return out

@@ -128,7 +128,11 @@ def test_optimizer_args_and_learning_rates_round_trip():
                   {"text_encoder_lr": 5e-5},
                   {"network_train_unet_only": True, "unet_lr": 3e-4},
                   {"network_args": ["conv_dim=4", "conv_alpha=1"]},
-                  {"xformers": True}, {"sdpa": True}, {"lr_warmup_steps": 30}):
+                  {"xformers": True}, {"sdpa": True}, {"lr_warmup_steps": 30},
+                  # 0 that the LoRA tab would leave out (then sd-scripts' 1.0 / a random seed)
+                  {"max_grad_norm": 0.0, "seed": 0},
+                  {"network_args": ["conv_dim=4", "conv_alpha=1", "rank_dropout=0.1", "module_dropout=0.1"]},
+                  {"network_args": ["loraplus_lr_ratio=16", "down_lr_weight=sine"]}):
         cfg = {**BASE, **extra}
         diff, _loaded = _back(_export(cfg), cfg)
         assert not diff, (extra, diff)
@@ -140,3 +144,19 @@ def test_a_prompt_file_that_could_not_be_read_passes_by_path():
     assert exp.fields["sample_prompts"] == "" and "sample_prompts" in exp.additional
     diff, loaded = _back(exp, cfg)
     assert loaded.config["sample_prompts"] == "/o/prompts.txt" and not diff, diff
+
+
+def test_flux_network_args_take_their_fields():
+    cfg = {**BASE, "network_module": "networks.lora_flux", "ae": "/ae.sft", "t5xxl": "/t5.sft", "clip_l": "/c.sft",
+           "network_args": ["img_attn_dim=4", "rank_dropout=0.1", "ggpo_beta=0.01", "ggpo_sigma=0.03",
+                            "loraplus_unet_lr_ratio=4"]}
+    exp = _export(cfg, "flux_train_network.py")
+    assert exp.fields["train_lora_ggpo"] and exp.fields["img_attn_dim"] == "4" and not exp.additional
+    diff, _loaded = _back(exp, cfg, "flux_train_network.py")
+    assert not diff, diff
+
+
+def test_network_args_without_a_field_are_refused():
+    with pytest.raises(UserError) as err:
+        _export({**BASE, "network_args": ["unknown_opt=3"]})
+    assert "unknown_opt=3" in err.value.message

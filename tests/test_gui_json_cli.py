@@ -108,3 +108,17 @@ def test_fit_refuses_a_gui_file_on_its_input(tmp_path):
                  str(out / "k.json"), "--force")
     assert res.exit_code == 2 and "is the input" in res.output, res.output
     assert not (out / "f.toml").exists() and (out / "k.json").read_text(encoding="utf-8") == before
+
+
+def test_fit_of_a_gui_file_keeps_its_prompts(tmp_path):
+    """A GUI file's prompts are its own field (the GUI writes <output_dir>/sample/prompt.txt from it):
+    fit's GUI file carries that text over, though the prompt file does not exist yet."""
+    out = tmp_path / "run"
+    assert invoke(*ARGS, "--out", str(out), "--gui-json", "k.json").exit_code == 0
+    before = json.loads((out / "k.json").read_text(encoding="utf-8"))
+    res = invoke("fit", str(out / "k.json"), "--gpu", "8", "--out", str(out / "f.toml"), "--gui-json", "f.json",
+                 "--json")
+    assert res.exit_code == 0, res.output
+    after = json.loads((out / "f.json").read_text(encoding="utf-8"))
+    assert after["sample_prompts"] == before["sample_prompts"] and before["sample_prompts"]
+    assert after["dataset_config"] == before["dataset_config"]

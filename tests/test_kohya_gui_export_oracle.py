@@ -44,13 +44,15 @@ def test_the_records_cover_the_cases_and_the_pinned_gui():
     families = {CASES[r["source"][:-5]][0] for r in RECORDS}
     assert {"sd15", "sdxl", "flux", "sd3"} <= families
     assert any(CASES[r["source"][:-5]][3].startswith("lycoris") for r in RECORDS)
+    # The GUI's additional_parameters path is proven too: some exports use it.
+    assert sum(bool(r["argv"][r["argv"].index("<CONFIG_TOML>") + 1:]) for r in RECORDS if not r["refused"]) >= 3
 
 
 @pytest.mark.parametrize("rec", RECORDS, ids=lambda r: r["source"])
 def test_the_gui_launches_our_training(rec):
     name = rec["source"][:-5]
-    model, job, gb, network = CASES[name]
-    plan, ds_path, prompts, _toml = plan_case(model, job, gb, network, out=Path("/runs") / name)
+    model, job, gb, network, sets = CASES[name]
+    plan, ds_path, prompts, _toml = plan_case(model, job, gb, network, out=Path("/runs") / name, sets=sets)
     exported = gui_export.for_plan(plan, ds_path, prompts).dumps()
     assert (DATA / "exports" / rec["source"]).read_text(encoding="utf-8") == exported, (
         "the export changed since the GUI ran it: rerun tools/gui_export_inputs.py and tools/gui_oracle.py --exports")

@@ -28,8 +28,8 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, (model, job, gb, network) in oracle_cases().items():
-        plan, ds_path, prompts, _toml = plan_case(model, job, gb, network, out=Path("/runs") / name)
+    for name, (model, job, gb, network, sets) in oracle_cases().items():
+        plan, ds_path, prompts, _toml = plan_case(model, job, gb, network, out=Path("/runs") / name, sets=sets)
         (args.out / f"{name}.json").write_text(gui_export.for_plan(plan, ds_path, prompts).dumps(), encoding="utf-8")
     return 0
 

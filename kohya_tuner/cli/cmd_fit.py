@@ -42,14 +42,22 @@ def _gui_path(given: Path | None, out: Path, taken: list[Path | None]) -> Path |
     return path
 
 
-def _prompts_text(path: str) -> str | None:
-    """The prompt file's text for the GUI's prompts field; None when it cannot be read."""
+def _prompts_text(path: str, gui_input: Path | None) -> str | None:
+    """The prompts for the GUI's prompts field: from a GUI file given as input, its own prompts
+    field (the GUI writes the file sample_prompts names from it at each start); else the text of
+    the prompt file; None when neither can be read."""
+    import json
+
     from kohya_tuner import safeio
     from kohya_tuner.errors import UserError
 
     try:
+        if gui_input is not None:
+            text = json.loads(safeio.read_text(gui_input, "The kohya_ss file")).get("sample_prompts")
+            if isinstance(text, str) and text:
+                return text
         return safeio.read_text(path, "The sample prompt file")
-    except (UserError, OSError):
+    except (UserError, OSError, ValueError, AttributeError):
         return None
 
 
@@ -209,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
             from kohya_tuner import gui_export
 
             gui = gui_export.for_config(new_config, family.script, dataset_config=new_config.get("dataset_config") or (
-                str(dataset.absolute()) if dataset else None), launch=loaded.launch, read_prompts=_prompts_text)
+                str(dataset.absolute()) if dataset else None), launch=loaded.launch,
+                read_prompts=lambda path: _prompts_text(path, config if loaded.fmt == "kohya_gui_json" else None))
         # A config holding a wandb or Hugging Face token is readable by its owner only.
         private = bool(redact.split(new_config)[1])
         kept = config_io.write_new(out, text, force=force, private=private)
