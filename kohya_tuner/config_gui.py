@@ -354,6 +354,9 @@ def lora_network(f: _Form) -> tuple[str | None, list[str]]:
         if t == "Kohya LoCon":
             args += [f"conv_dim={f.conv_dim}", f"conv_alpha={f.conv_alpha}"]
         args += _truthy_pairs(f, _BLOCK_FIELDS)
+    elif t in _DIT_LORA_TYPES:
+        module = _DIT_LORA_TYPES[t]
+        args = _dropout_pairs(f)
     elif t == "LoRA-FA":
         module = "networks.lora_fa"
         args = _truthy_pairs(f, _BLOCK_FIELDS)
@@ -368,25 +371,38 @@ def lora_network(f: _Form) -> tuple[str | None, list[str]]:
 
 
 _OTHER_MODELS = ("hunyuan_image_checkbox", "anima_checkbox", "lumina_checkbox")
+# LoRA types of the LoRA tab's newer model checkboxes and the module each launches.
+_DIT_LORA_TYPES = {"HunyuanImage-2.1": "networks.lora_hunyuan_image", "Anima": "networks.lora_anima",
+                   "Lumina": "networks.lora_lumina"}
 
 
 def _lora_toml(f: _Form) -> tuple[str, dict[str, Any]]:
     _check_args_fields(f)
     sdxl, flux, sd3 = bool(f.sdxl), bool(f.flux1_checkbox), bool(f.sd3_checkbox)
+    hy, an, lu = bool(f.hunyuan_image_checkbox), bool(f.anima_checkbox), bool(f.lumina_checkbox)
+    dit = hy or an or lu
     if flux and f.LoRA_type not in ("Flux1", "Flux1 OFT") and "LyCORIS" not in f.LoRA_type:
         _refuse(f"LoRA_type {f.LoRA_type!r} with flux1_checkbox set: the GUI wants 'Flux1', 'Flux1 OFT' or a "
                 "LyCORIS type for FLUX.1.")
-    if f.LoRA_type in ("Kohya LoHa", "Kohya LoKr") and not sdxl:
-        _refuse(f"LoRA_type {f.LoRA_type!r} needs the SDXL checkbox (sdxl = true).")
-    if f.LoRA_type in ("Anima", "Lumina", "HunyuanImage-2.1"):
+    if an and f.LoRA_type not in ("Anima", "Kohya LoHa", "Kohya LoKr"):
+        _refuse(f"LoRA_type {f.LoRA_type!r} with anima_checkbox set: the GUI wants 'Anima', 'Kohya LoHa' or "
+                "'Kohya LoKr'.")
+    if lu and f.LoRA_type != "Lumina":
+        _refuse(f"LoRA_type {f.LoRA_type!r} with lumina_checkbox set: the GUI wants 'Lumina'.")
+    if f.LoRA_type in ("Kohya LoHa", "Kohya LoKr") and not (sdxl or an):
+        _refuse(f"LoRA_type {f.LoRA_type!r} needs the SDXL or Anima checkbox.")
+    if f.LoRA_type in ("Kohya LoHa", "Kohya LoKr") and (flux or sd3 or hy or lu):
+        _refuse(f"LoRA_type {f.LoRA_type!r} does not go with FLUX.1, SD3, HunyuanImage-2.1 or Lumina.")
+    if (f.LoRA_type == "Anima" and not an) or (f.LoRA_type == "Lumina" and not lu):
         _refuse(f"LoRA_type {f.LoRA_type!r} needs that model's checkbox.")
     if _as_int(f.bucket_reso_steps, 1) < 1:
         _refuse("bucket_reso_steps must be 1 or more.")
     if not 0 <= _as_float(f.noise_offset, 0) <= 1:
         _refuse(f"noise_offset = {f.noise_offset} is outside 0 to 1.")
     script = ("sdxl_train_network.py" if sdxl else "flux_train_network.py" if flux else
-              "sd3_train_network.py" if sd3 else "train_network.py")
-    inpaint = bool(f.train_inpainting) and not flux
+              "sd3_train_network.py" if sd3 else "hunyuan_image_train_network.py" if hy else
+              "anima_train_network.py" if an else "lumina_train_network.py" if lu else "train_network.py")
+    inpaint = bool(f.train_inpainting) and not (flux or sd3 or dit)
     cache_latents = f.cache_latents and not inpaint
     cache_latents_to_disk = f.cache_latents_to_disk and not inpaint
     max_train_steps = f.max_train_steps
@@ -426,14 +442,19 @@ def _lora_toml(f: _Form) -> tuple[str, dict[str, Any]]:
         "cache_latents": cache_latents,
         "cache_latents_to_disk": cache_latents_to_disk,
         "cache_text_encoder_outputs": True if (sdxl and f.sdxl_cache_text_encoder_outputs) or (
-            flux and f.flux1_cache_text_encoder_outputs) or (sd3 and f.sd3_cache_text_encoder_outputs) else None,
+            flux and f.flux1_cache_text_encoder_outputs) or (sd3 and f.sd3_cache_text_encoder_outputs) or (
+            hy and f.hunyuan_image_cache_text_encoder_outputs) or (an and f.anima_cache_text_encoder_outputs) or (
+            lu and f.lumina_cache_text_encoder_outputs) else None,
         "cache_text_encoder_outputs_to_disk": True if (flux and f.flux1_cache_text_encoder_outputs_to_disk) or (
-            sd3 and f.sd3_cache_text_encoder_outputs_to_disk) else None,
+            sd3 and f.sd3_cache_text_encoder_outputs_to_disk) or (
+            hy and f.hunyuan_image_cache_text_encoder_outputs_to_disk) or (
+            an and f.anima_cache_text_encoder_outputs_to_disk) or (
+            lu and f.lumina_cache_text_encoder_outputs_to_disk) else None,
         "caption_dropout_every_n_epochs": int(f.caption_dropout_every_n_epochs),
         "caption_dropout_rate": f.caption_dropout_rate,
         "caption_extension": f.caption_extension,
         "clip_l": f.sd3_clip_l if sd3 else f.clip_l if flux and not chroma else None,
-        "clip_skip": _nz(f.clip_skip),
+        "clip_skip": _nz(f.clip_skip) if not dit else None,
         "color_aug": f.color_aug,
         "dataset_config": f.dataset_config,
         "debiased_estimation_loss": f.debiased_estimation_loss,
@@ -478,7 +499,7 @@ def _lora_toml(f: _Form) -> tuple[str, dict[str, Any]]:
         "max_bucket_reso": f.max_bucket_reso,
         "max_grad_norm": f.max_grad_norm,
         "max_timestep": _nz(f.max_timestep),
-        "max_token_length": int(f.max_token_length) if not flux else None,
+        "max_token_length": int(f.max_token_length) if not (flux or dit) else None,
         "max_train_epochs": int(f.max_train_epochs) if int(f.max_train_epochs) != 0 else None,
         "max_train_steps": int(max_train_steps) if int(max_train_steps) != 0 else None,
         "mem_eff_attn": f.mem_eff_attn,
@@ -499,8 +520,9 @@ def _lora_toml(f: _Form) -> tuple[str, dict[str, Any]]:
         "network_dim": f.network_dim,
         "network_dropout": f.network_dropout,
         "network_module": module,
-        "network_train_unet_only": te == 0 and unet != 0,
-        "network_train_text_encoder_only": te != 0 and unet == 0,
+        # HunyuanImage trains the DiT only, whatever the rates say.
+        "network_train_unet_only": hy or (te == 0 and unet != 0),
+        "network_train_text_encoder_only": not hy and te != 0 and unet == 0,
         "network_weights": f.network_weights,
         "no_half_vae": True if sdxl and f.sdxl_no_half_vae else None,
         "noise_offset": f.noise_offset if f.noise_offset != 0 and original else None,
@@ -547,10 +569,10 @@ def _lora_toml(f: _Form) -> tuple[str, dict[str, Any]]:
         "training_comment": f.training_comment,
         "unet_lr": unet if unet != 0.0 else None,
         "log_with": f.log_with,
-        "v2": f.v2,
+        "v2": f.v2 if not hy else None,
         "v_parameterization": f.v_parameterization,
         "v_pred_like_loss": _nz(f.v_pred_like_loss),
-        "vae": f.vae,
+        "vae": f.anima_vae if an else f.hunyuan_vae if hy else f.vae,
         "vae_batch_size": _nz(f.vae_batch_size),
         "wandb_api_key": f.wandb_api_key,
         "wandb_run_name": f.wandb_run_name if f.wandb_run_name != "" else f.output_name,
@@ -574,7 +596,7 @@ def _lora_toml(f: _Form) -> tuple[str, dict[str, Any]]:
         "weighting_scheme": only_sd3(f.weighting_scheme),
         # FLUX.1
         "model_type": "chroma" if chroma else None,
-        "ae": only_flux(f.ae),
+        "ae": f.lumina_ae if lu else only_flux(f.ae),
         "t5xxl": f.t5xxl if flux else f.sd3_t5xxl if sd3 else None,
         "split_mode": only_flux(f.split_mode),
         "t5xxl_max_token_length": int(f.t5xxl_max_token_length) if flux else None,
@@ -582,14 +604,19 @@ def _lora_toml(f: _Form) -> tuple[str, dict[str, Any]]:
         "mem_eff_save": only_flux(f.mem_eff_save),
         "apply_t5_attn_mask": only_flux(f.apply_t5_attn_mask),
         "cpu_offload_checkpointing": only_flux(f.cpu_offload_checkpointing),
-        "blocks_to_swap": f.blocks_to_swap if flux or sd3 else None,
+        "blocks_to_swap": f.blocks_to_swap if flux or sd3 or dit else None,
         "single_blocks_to_swap": only_flux(f.single_blocks_to_swap),
         "double_blocks_to_swap": only_flux(f.double_blocks_to_swap),
-        "show_timesteps": f.show_timesteps if (flux or sd3) and f.show_timesteps else None,
-        "show_timesteps_resolution": f.show_timesteps_resolution if (flux or sd3) and f.show_timesteps else None,
-        "discrete_flow_shift": float(f.discrete_flow_shift) if flux else None,
-        "model_prediction_type": only_flux(f.model_prediction_type),
-        "timestep_sampling": only_flux(f.timestep_sampling),
+        "show_timesteps": f.show_timesteps if (flux or sd3 or an or lu) and f.show_timesteps else None,
+        "show_timesteps_resolution": f.show_timesteps_resolution if (flux or sd3 or an or lu) and f.show_timesteps
+        else None,
+        "discrete_flow_shift": float(f.lumina_discrete_flow_shift) if lu else float(f.anima_discrete_flow_shift)
+        if an else float(f.hunyuan_discrete_flow_shift) if hy else float(f.discrete_flow_shift) if flux else None,
+        "model_prediction_type": f.lumina_model_prediction_type if lu else f.hunyuan_model_prediction_type if hy
+        else only_flux(f.model_prediction_type),
+        "timestep_sampling": f.lumina_timestep_sampling if lu else f.anima_timestep_sampling if an
+        else f.hunyuan_timestep_sampling if hy else only_flux(f.timestep_sampling),
+        **_dit_keys(f, hy, an, lu),
     }
     c = _drop_unset_lora(c)
     c["max_data_loader_n_workers"] = int(f.max_data_loader_n_workers)
@@ -597,6 +624,49 @@ def _lora_toml(f: _Form) -> tuple[str, dict[str, Any]]:
         c["apply_t5_attn_mask"] = True
         c["guidance_scale"] = float(f.guidance_scale)
     return script, c
+
+
+def _dit_keys(f: _Form, hy: bool, an: bool, lu: bool) -> dict[str, Any]:
+    """The LoRA tab's keys for its HunyuanImage-2.1, Anima and Lumina checkboxes."""
+    def i(v: Any) -> int:
+        return int(v) if v not in ("", None) else 0
+
+    return {
+        "sigmoid_scale": float(f.lumina_sigmoid_scale) if lu else float(f.anima_sigmoid_scale) if an
+        else float(f.hunyuan_sigmoid_scale) if hy else None,
+        "attn_mode": f.anima_attn_mode if an and f.anima_attn_mode != "torch" else f.hunyuan_attn_mode if hy else None,
+        "split_attn": f.anima_split_attn if an else f.hunyuan_split_attn if hy else None,
+        "text_encoder": f.hunyuan_text_encoder if hy else None,
+        "byt5": f.hunyuan_byt5 if hy else None,
+        "fp8_scaled": f.hunyuan_fp8_scaled if hy else None,
+        "fp8_vl": f.hunyuan_fp8_vl if hy else None,
+        "text_encoder_cpu": f.hunyuan_text_encoder_cpu if hy else None,
+        "vae_chunk_size": i(f.anima_vae_chunk_size) if an and f.anima_vae_chunk_size else
+        i(f.hunyuan_vae_chunk_size) if hy and f.hunyuan_vae_chunk_size else None,
+        "gemma2": f.lumina_gemma2 if lu else None,
+        "gemma2_max_token_length": i(f.lumina_gemma2_max_token_length) if lu and f.lumina_gemma2_max_token_length
+        else None,
+        "system_prompt": f.lumina_system_prompt if lu and f.lumina_system_prompt else None,
+        "use_flash_attn": f.lumina_use_flash_attn if lu else None,
+        "use_sage_attn": f.lumina_use_sage_attn if lu else None,
+        "qwen3": f.anima_qwen3 if an else None,
+        "llm_adapter_path": f.anima_llm_adapter_path if an and f.anima_llm_adapter_path else None,
+        "t5_tokenizer_path": f.anima_t5_tokenizer_path if an and f.anima_t5_tokenizer_path else None,
+        "qwen3_max_token_length": i(f.anima_qwen3_max_token_length) if an else None,
+        "t5_max_token_length": i(f.anima_t5_max_token_length) if an else None,
+        "vae_disable_cache": f.anima_vae_disable_cache if an else None,
+        "unsloth_offload_checkpointing": f.anima_unsloth_offload_checkpointing if an else None,
+        "qwen_image_vae_2d": f.anima_qwen_image_vae_2d if an else None,
+        "compile": f.anima_compile if an else None,
+        "torch_compile": f.anima_torch_compile if an else None,
+        "compile_backend": f.anima_compile_backend if an and f.anima_compile else None,
+        "compile_mode": f.anima_compile_mode if an and f.anima_compile else None,
+        "compile_dynamic": f.anima_compile_dynamic if an and f.anima_compile and f.anima_compile_dynamic != "auto"
+        else None,
+        "compile_fullgraph": f.anima_compile_fullgraph if an and f.anima_compile else None,
+        "compile_cache_size_limit": i(f.anima_compile_cache_size_limit)
+        if an and f.anima_compile and f.anima_compile_cache_size_limit else None,
+    }
 
 
 # ---- the DreamBooth and Finetune tabs (dreambooth_gui / finetune_gui train_model) -----------
@@ -830,7 +900,7 @@ def gui_launch(data: dict[str, Any]) -> tuple[str, str, dict[str, Any], list[str
     the `accelerate launch` options, the arguments after `--config_file`)."""
     tab = gui_tab(data)
     form = _form(tab, data)
-    others = [k for k in _OTHER_MODELS if form.get(k)]
+    others = [k for k in _OTHER_MODELS if form.get(k)] if tab != "lora" else []
     if others:
         raise UserError(f"This kohya_ss file trains with {others[0]} set (Anima, Lumina or HunyuanImage in the "
                         "GUI): kohya-tuner does not read those GUI tabs' settings yet.",

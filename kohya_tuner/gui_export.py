@@ -32,14 +32,15 @@ _SCRIPT_BOX = {
     "sdxl_train_network.py": "sdxl",
     "flux_train_network.py": "flux1_checkbox",
     "sd3_train_network.py": "sd3_checkbox",
+    "hunyuan_image_train_network.py": "hunyuan_image_checkbox",
+    "anima_train_network.py": "anima_checkbox",
+    "lumina_train_network.py": "lumina_checkbox",
 }
-# The GUI has tabs for these scripts too, but kohya-tuner's reader does not read them yet, so an
-# export could not be checked against what the GUI launches.
-_NOT_YET = {
-    "lumina_train_network.py": "Lumina",
-    "hunyuan_image_train_network.py": "HunyuanImage-2.1",
-    "anima_train_network.py": "Anima",
-}
+_NOT_YET: dict[str, str] = {}
+# The LoRA_type each newer model checkbox launches with, and its module.
+_DIT_TYPES = {"hunyuan_image_checkbox": ("HunyuanImage-2.1", "networks.lora_hunyuan_image"),
+              "anima_checkbox": ("Anima", "networks.lora_anima"),
+              "lumina_checkbox": ("Lumina", "networks.lora_lumina")}
 
 # sd-scripts key -> LoRA-tab field, where the tab writes the field's value under another key
 # (or only with a family's checkbox set). Keys not listed here and not handled below go to a
@@ -60,6 +61,25 @@ _FAMILY_RENAMED = {
                      "enable_scaled_pos_embed": "sd3_enable_scaled_pos_embed",
                      "fused_backward_pass": "sd3_fused_backward_pass",
                      "text_encoder_batch_size": "sd3_text_encoder_batch_size"},
+    "hunyuan_image_checkbox": {
+        **{k: f"hunyuan_{k}" for k in ("vae", "text_encoder", "byt5", "discrete_flow_shift", "model_prediction_type",
+                                       "timestep_sampling", "sigmoid_scale", "attn_mode", "split_attn", "fp8_scaled",
+                                       "fp8_vl", "text_encoder_cpu", "vae_chunk_size")},
+        "cache_text_encoder_outputs": "hunyuan_image_cache_text_encoder_outputs",
+        "cache_text_encoder_outputs_to_disk": "hunyuan_image_cache_text_encoder_outputs_to_disk"},
+    "anima_checkbox": {
+        k: f"anima_{k}" for k in ("vae", "discrete_flow_shift", "timestep_sampling", "sigmoid_scale", "attn_mode",
+                                  "split_attn", "vae_chunk_size", "qwen3", "llm_adapter_path", "t5_tokenizer_path",
+                                  "qwen3_max_token_length", "t5_max_token_length", "vae_disable_cache",
+                                  "unsloth_offload_checkpointing", "qwen_image_vae_2d", "compile", "torch_compile",
+                                  "compile_backend", "compile_mode", "compile_dynamic", "compile_fullgraph",
+                                  "compile_cache_size_limit", "cache_text_encoder_outputs",
+                                  "cache_text_encoder_outputs_to_disk")},
+    "lumina_checkbox": {
+        k: f"lumina_{k}" for k in ("ae", "gemma2", "gemma2_max_token_length", "system_prompt", "use_flash_attn",
+                                   "use_sage_attn", "discrete_flow_shift", "model_prediction_type",
+                                   "timestep_sampling", "sigmoid_scale", "cache_text_encoder_outputs",
+                                   "cache_text_encoder_outputs_to_disk")},
 }
 # Keys the LoRA tab writes from a same-named field only with one family's checkbox.
 _FAMILY_ONLY = {
@@ -71,6 +91,9 @@ _FAMILY_ONLY = {
                      "pos_emb_random_crop_rate", "save_clip", "save_t5xxl", "t5xxl_device", "t5xxl_dtype",
                      "weighting_scheme", "blocks_to_swap"},
     "sdxl": set(),
+    "hunyuan_image_checkbox": {"blocks_to_swap"},
+    "anima_checkbox": {"blocks_to_swap"},
+    "lumina_checkbox": {"blocks_to_swap"},
 }
 # Same-named LoRA-tab fields that train_model writes under their own name, whatever the family.
 _SAME = {
@@ -264,6 +287,13 @@ def _network_type(config: dict[str, Any], f: dict[str, Any], box: str | None) ->
             f["train_lora_ggpo"] = True
             used |= _set_arg_fields(args, f, ["ggpo_beta", "ggpo_sigma"])
         return used | _set_arg_fields(args, f, ["rank_dropout", "module_dropout"])
+    if box in _DIT_TYPES:
+        lora_type, expected = _DIT_TYPES[box]
+        if module != expected:
+            raise UserError(f"network_module {module!r}: the kohya_ss GUI's {lora_type} LoRA type launches {expected}.",
+                            "Write the config.toml and launch.sh instead.")
+        f["LoRA_type"] = lora_type
+        return _set_arg_fields(args, f, ["rank_dropout", "module_dropout"])
     expected = "networks.lora_sd3" if box == "sd3_checkbox" else "networks.lora"
     if module != expected:
         raise UserError(f"network_module {module!r}: the kohya_ss GUI's LoRA tab launches {expected} for this model "
@@ -359,6 +389,9 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
         # The field's minimum is 1 and the GUI always writes it; unset, sd-scripts caches the
         # text encoders' outputs in batches of train_batch_size (train_util.py), so that it is.
         f["sd3_text_encoder_batch_size"] = config.get("train_batch_size", 1)
+    if box == "lumina_checkbox" and "gemma2_max_token_length" not in config:
+        # The field's minimum is 1; unset, sd-scripts uses 256 (strategy_lumina.py).
+        f["lumina_gemma2_max_token_length"] = 256
     if box == "flux1_checkbox" and "t5xxl_max_token_length" not in config:
         # The GUI always writes it; sd-scripts' own default is 256 for schnell, else 512.
         f["t5xxl_max_token_length"] = 256 if schnell else 512

@@ -39,6 +39,8 @@ EQUIVALENT = {
                               "writes the number",
     "text_encoder_batch_size": "unset, the text encoders' outputs are cached in batches of train_batch_size "
                                "(train_util.py: caching batch size or the dataset's); the GUI always writes one",
+    "gemma2_max_token_length": "unset, Lumina's tokenizer strategy uses 256 (library/strategy_lumina.py); the GUI's "
+                               "field cannot be 0",
     "dynamo_backend": "read by sd-scripts only with --torch_compile (train_util.prepare_accelerator)",
     "wandb_run_name": "read only when log_with is wandb",
     "network_args": "LyCORIS' kohya wrapper reads the extra key=value pairs the GUI writes with their defaults "
@@ -174,6 +176,8 @@ def differences(ours: dict[str, Any], gui: dict[str, Any], script: str, *, ours_
             a, b = a or None, b or None
         if key == "text_encoder_batch_size":
             a, b = (a or eff(ours, "train_batch_size")), (b or eff(gui, "train_batch_size"))
+        if key == "gemma2_max_token_length" and script == "lumina_train_network.py":
+            a, b = (a or 256), (b or 256)
         if key == "t5xxl_dtype" and script == "sd3_train_network.py":
             continue
         if key == "t5xxl_max_token_length" and script == "flux_train_network.py":

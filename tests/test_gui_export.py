@@ -68,6 +68,10 @@ def test_the_family_checkbox_and_lora_type():
     assert (f["flux1_checkbox"], f["model_type"]) == (True, "chroma")
     _plan, _exp, f, _l, _d = round_trip("sd35m", "style", 12)
     assert f["sd3_checkbox"] and f["sd3_clip_l"] == "/models/clip_l.safetensors"
+    for model, box, lora_type in (("lumina2", "lumina_checkbox", "Lumina"), ("anima", "anima_checkbox", "Anima"),
+                                  ("hunyuan21", "hunyuan_image_checkbox", "HunyuanImage-2.1")):
+        _plan, _exp, f, loaded, _d = round_trip(model, "style", 12)
+        assert f[box] and f["LoRA_type"] == lora_type and not f["sdxl"], model
     _plan, _exp, f, _l, _d = round_trip("sd15", "style", 12, "lycoris:lokr")
     assert f["LoRA_type"] == "LyCORIS/LoKr" and f["factor"] == 8 and f["conv_dim"] == 4
 
@@ -79,12 +83,14 @@ def test_the_dataset_goes_through_dataset_config_and_prompts_as_text():
     assert loaded.config["sample_prompts"] == plan.config["output_dir"] + "/sample/prompt.txt"
 
 
-@pytest.mark.parametrize("model", NOT_EXPORTED)
-def test_families_the_reader_cannot_check_are_refused_by_name(model):
-    plan, ds_path, prompts, _toml = plan_case(model, "style", 12)
+def test_every_family_is_exported():
+    assert NOT_EXPORTED == []
+
+
+def test_a_script_the_lora_tab_does_not_launch_is_refused_by_name():
     with pytest.raises(UserError) as err:
-        gui_export.for_plan(plan, ds_path, prompts)
-    assert "does not write kohya_ss GUI files for" in err.value.message
+        gui_export.export({"learning_rate": 1e-4}, "sdxl_train.py", dataset_config=None, sample_prompts=None)
+    assert "sdxl_train.py is not launched by the kohya_ss GUI's LoRA tab" in err.value.message
 
 
 BASE = {"network_module": "networks.lora", "network_dim": 8, "network_alpha": 4.0, "learning_rate": 1e-4,

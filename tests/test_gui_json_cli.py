@@ -68,12 +68,11 @@ def test_a_gui_file_outside_out_or_on_a_plan_file_is_refused_before_anything_is_
         assert not out.exists() and not (tmp_path / "elsewhere.json").exists()
 
 
-def test_a_family_the_gui_export_cannot_check_is_refused_with_nothing_written(tmp_path):
+def test_a_setting_the_gui_cannot_carry_is_refused_with_nothing_written(tmp_path):
     out = tmp_path / "run"
-    res = invoke("config", "--model", "anima", "--job", "style", "--gpu", "12", "--out", str(out),
-                 "--gui-json", "k.json", "--json")
+    res = invoke(*ARGS, "--out", str(out), "--gui-json", "k.json", "--set", 'network_args=["unknown_opt=3"]', "--json")
     assert res.exit_code == 2
-    assert "does not write kohya_ss GUI files for Anima" in json.loads(res.stdout)["error"]["message"]
+    assert "unknown_opt=3 have no kohya_ss GUI field" in json.loads(res.stdout)["error"]["message"]
     assert not out.exists()
 
 
