@@ -12,7 +12,6 @@ trains. Prints figures; asserts nothing. Run: PYTHONPATH=. python benchmarks/gui
 """
 
 import argparse
-import json
 import re
 import subprocess
 import sys

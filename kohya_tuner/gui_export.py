@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kohya_tuner import schema
-from kohya_tuner.config_gui import _fields
+from kohya_tuner.config_gui_form import _fields
 from kohya_tuner.errors import UserError
 
 # Entry script -> the GUI's model checkbox (LoRA tab) that makes train_model launch it.
@@ -489,7 +489,7 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
     extra: list[str] = []
     passed: list[str] = []
     if rest_args:
-        words = [f"--network_args", *rest_args]
+        words = ["--network_args", *rest_args]
         raise UserError(f"network_args {' '.join(rest_args)} have no kohya_ss GUI field for LoRA_type "
                         f"{f['LoRA_type']!r}, and additional_parameters would replace the network_args the GUI "
                         f"writes ({' '.join(words[1:])}).", "Train with the config.toml and launch.sh kohya-tuner wrote.")
