@@ -121,3 +121,12 @@ def test_fit_of_a_gui_file_keeps_its_prompts(tmp_path):
     after = json.loads((out / "f.json").read_text(encoding="utf-8"))
     assert after["sample_prompts"] == before["sample_prompts"] and before["sample_prompts"]
     assert after["dataset_config"] == before["dataset_config"]
+
+
+def test_fit_writes_nothing_when_the_gui_file_is_the_users(tmp_path):
+    out = tmp_path / "run"
+    assert invoke(*ARGS, "--out", str(out)).exit_code == 0
+    (out / "g.json").write_text('{"mine": 1}\n', encoding="utf-8")
+    res = invoke("fit", str(out / "config.toml"), "--gpu", "8", "--out", str(out / "f.toml"), "--gui-json", "g.json")
+    assert res.exit_code == 2 and "g.json already exists" in res.output, res.output
+    assert not (out / "f.toml").exists() and (out / "g.json").read_text(encoding="utf-8") == '{"mine": 1}\n'

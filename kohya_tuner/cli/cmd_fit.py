@@ -42,6 +42,21 @@ def _gui_path(given: Path | None, out: Path, taken: list[Path | None]) -> Path |
     return path
 
 
+def _refuse_existing(files: list[tuple[Path, str, bool]]) -> None:
+    """Before anything is written: a file that exists with other content is the user's."""
+    from kohya_tuner.errors import UserError
+
+    for path, body, _secret in files:
+        if path.exists():
+            try:
+                same = path.read_bytes() == body.encode("utf-8", "surrogateescape")
+            except OSError:
+                same = False
+            if not same:
+                raise UserError(f"{path} already exists; kohya-tuner never overwrites your files.",
+                                "Choose another --out, or pass --force (the old file is kept as .bak).")
+
+
 def _prompts_text(path: str, gui_input: Path | None) -> str | None:
     """The prompts for the GUI's prompts field: from a GUI file given as input, its own prompts
     field (the GUI writes the file sample_prompts names from it at each start); else the text of
@@ -184,15 +199,14 @@ def run(args: argparse.Namespace) -> int:
 
         # What the input only assumed stays an assumption in the fitted file, not a setting.
         new_config = unmerge(dict(result.config), loaded.assumed)
+        pending: list[tuple[Path, str, bool]] = []  # written once every refusal has had its say
         dataset_changed = any(k.startswith("dataset:") for st in result.steps for k, _, _ in st.changes)
         if dataset_changed and result.dataset is not None:
             dpath = _dataset_out_path(out)
             if any(_same_file(dpath, p) for p in [config] + ([dataset] if dataset else [])):
                 raise UserError(f"{dpath} would overwrite an input file; choose another --out.")
-            kept = config_io.write_new(dpath, config_io.dumps_dataset(
-                result.dataset, header=f"Fitted by kohya-tuner for {choice.gb} GB"), force=force)
-            if kept is not None:
-                backups.append(kept)
+            pending.append((dpath, config_io.dumps_dataset(
+                result.dataset, header=f"Fitted by kohya-tuner for {choice.gb} GB"), False))
             dataset_written = dpath
             new_config["dataset_config"] = str(dpath.absolute())
         why = {}
@@ -221,15 +235,17 @@ def run(args: argparse.Namespace) -> int:
                 read_prompts=lambda path: _prompts_text(path, config if loaded.fmt == "kohya_gui_json" else None))
         # A config holding a wandb or Hugging Face token is readable by its owner only.
         private = bool(redact.split(new_config)[1])
-        kept = config_io.write_new(out, text, force=force, private=private)
-        if kept is not None:
-            backups.append(kept)
-        written = out
+        pending.append((out, text, private))
         if gui is not None:
-            kept = config_io.write_new(gui_path, gui.dumps(), force=force, private=private)
+            pending.append((gui_path, gui.dumps(), private))
+            gui_written = {"path": str(gui_path), "additional_parameters": gui.additional, "notes": gui.notes}
+        if not force:
+            _refuse_existing(pending)
+        for path, body, secret in pending:
+            kept = config_io.write_new(path, body, force=force, private=secret)
             if kept is not None:
                 backups.append(kept)
-            gui_written = {"path": str(gui_path), "additional_parameters": gui.additional, "notes": gui.notes}
+        written = out
 
     if as_json:
         print_json({
