@@ -16,9 +16,27 @@ from kohya_tuner.errors import UserError
 
 
 @lru_cache(maxsize=1)
-def _fields() -> dict[str, dict[str, list]]:
+def _table() -> dict[str, Any]:
     path = Path(__file__).resolve().parent / "data" / "kohya_gui_fields.json"
-    return json.loads(path.read_text(encoding="utf-8"))["tabs"]
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _fields() -> dict[str, dict[str, list]]:
+    return _table()["tabs"]
+
+
+def field_limits(tab: str) -> dict[str, dict[str, Any]]:
+    """What the tab's form refuses when the button is pressed: numbers outside min/max, dropdown
+    values outside choices (recorded from the GUI with the fields)."""
+    return _table().get("limits", {}).get(tab, {})
+
+
+def within(value: Any, limit: dict[str, Any]) -> bool:
+    if "choices" in limit:
+        return value in limit["choices"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    return limit.get("min", value) <= value <= limit.get("max", value)
 
 
 # ---- the form: fresh-tab values, the file's values, each component's round trip ----------

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kohya_tuner import schema
-from kohya_tuner.config_gui_form import _fields
+from kohya_tuner.config_gui_form import _fields, field_limits, within
 from kohya_tuner.errors import UserError
 
 # Entry script -> the GUI's model checkbox (LoRA tab) that makes train_model launch it.
@@ -352,7 +352,8 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
     todo.pop("network_module", None)
     rest_args = [f"{k}={v}" for k, v in _args_dict(todo.pop("network_args", None)).items() if k not in used_args]
 
-    # Settings whose field is named otherwise, or is one family's.
+    # Settings whose field is named otherwise, or is one family's; origin: field -> key.
+    origin: dict[str, str] = {}
     renamed = {**_RENAMED, **_FAMILY_RENAMED.get(box or "", {})}
     only = _FAMILY_ONLY.get(box or "", set())
     # Written even when 0: for Chroma the GUI puts guidance_scale back after its filter.
@@ -370,6 +371,7 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
             f[target] = value
             continue
         f[target] = todo.pop(key)
+        origin[target] = key
     # Fields the plan does not set: the value that leaves the key out of the GUI's TOML.
     for key in _SAME | set(renamed):
         name = renamed.get(key, key)
@@ -493,6 +495,17 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
         raise UserError(f"network_args {' '.join(rest_args)} have no kohya_ss GUI field for LoRA_type "
                         f"{f['LoRA_type']!r}, and additional_parameters would replace the network_args the GUI "
                         f"writes ({' '.join(words[1:])}).", "Train with the config.toml and launch.sh kohya-tuner wrote.")
+    # A value the GUI's form would refuse when the button is pressed (a rank above its slider, a
+    # caption extension outside its list): the field gets one it accepts and the value itself
+    # goes on the command line, where it wins.
+    for name, limit in field_limits("lora").items():
+        if name in f and not within(f[name], limit):
+            if name not in origin:
+                raise UserError(f"The kohya_ss GUI's {name} field cannot hold {f[name]!r} "
+                                f"({_limit_text(limit)}), and no other field or option carries it.",
+                                "Train with the config.toml and launch.sh kohya-tuner wrote.")
+            todo[origin[name]] = f[name]
+            f[name] = _nearest(f[name], limit, _fresh()[name])
     for key in sorted(todo):
         spec = specs.get(key)
         if spec is None:
@@ -517,6 +530,20 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
 _LAUNCH_VALUES = ("dynamo_backend", "dynamo_mode", "gpu_ids", "main_process_port", "mixed_precision",
                   "num_processes", "num_machines", "num_cpu_threads_per_process")
 _LAUNCH_FLAGS = ("dynamo_use_fullgraph", "dynamo_use_dynamic", "multi_gpu")
+
+
+def _limit_text(limit: dict[str, Any]) -> str:
+    if "choices" in limit:
+        return "it offers " + ", ".join(repr(c) for c in limit["choices"])
+    return f"its range is {limit.get('min', '-inf')} to {limit.get('max', 'inf')}"
+
+
+def _nearest(value: Any, limit: dict[str, Any], fresh: Any) -> Any:
+    if "choices" in limit:
+        return fresh if fresh in limit["choices"] else limit["choices"][0]
+    if isinstance(value, (int, float)):
+        return min(max(value, limit.get("min", value)), limit.get("max", value))
+    return fresh
 
 
 def _launch_fields(launch: list[str], f: dict[str, Any]) -> None:

@@ -72,6 +72,9 @@ EXTRA_SETS = {
         "text_encoder_lr=[5e-05, 2e-05]", "network_train_unet_only=false", "cache_text_encoder_outputs=false",
         "cache_text_encoder_outputs_to_disk=false", "min_snr_gamma=5.0", "xformers=true",
         "sdpa=false", 'lr_scheduler_args=["T_max=100"]')),
+    # values the GUI's form refuses (rank above its slider's 512): the field gets 512, the value goes
+    # through additional_parameters
+    "sd15-style-24-limits": ("sd15", "style", 24, "lora", ("network_dim=600", "network_alpha=300.0")),
     "flux-style-12-extra": ("flux", "style", 12, "lora", (
         'network_args=["img_attn_dim=8", "rank_dropout=0.1", "ggpo_beta=0.01", "ggpo_sigma=0.03"]',
         "guidance_scale=0.0", "loss_type=huber", "huber_c=0.2")),

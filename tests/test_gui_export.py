@@ -138,7 +138,9 @@ def test_optimizer_args_and_learning_rates_round_trip():
                   # 0 that the LoRA tab would leave out (then sd-scripts' 1.0 / a random seed)
                   {"max_grad_norm": 0.0, "seed": 0},
                   {"network_args": ["conv_dim=4", "conv_alpha=1", "rank_dropout=0.1", "module_dropout=0.1"]},
-                  {"network_args": ["loraplus_lr_ratio=16", "down_lr_weight=sine"]}):
+                  {"network_args": ["loraplus_lr_ratio=16", "down_lr_weight=sine"]},
+                  # values the GUI's form refuses (its slider's maximum, its list of extensions)
+                  {"network_dim": 1024}, {"caption_extension": ".txt2"}, {"bucket_reso_steps": 256}):
         cfg = {**BASE, **extra}
         diff, _loaded = _back(_export(cfg), cfg)
         assert not diff, (extra, diff)
@@ -166,3 +168,11 @@ def test_network_args_without_a_field_are_refused():
     with pytest.raises(UserError) as err:
         _export({**BASE, "network_args": ["unknown_opt=3"]})
     assert "unknown_opt=3" in err.value.message
+
+
+def test_a_value_the_gui_form_refuses_goes_on_the_command_line_or_is_refused():
+    exp = _export({**BASE, "network_dim": 1024})
+    assert exp.fields["network_dim"] == 512 and "--network_dim 1024" in exp.fields["additional_parameters"]
+    with pytest.raises(UserError) as err:
+        _export({**BASE, "network_args": ["conv_dim=1024", "conv_alpha=1"]})
+    assert "conv_dim field cannot hold 1024" in err.value.message

@@ -181,6 +181,31 @@ def field_table(built) -> dict:
     return tables
 
 
+def field_limits(built) -> dict:
+    """What each tab's form refuses when the button is pressed (gradio's preprocess): a number
+    below `min` or above `max`, a dropdown value outside `choices` (unless custom values are
+    allowed). Only fields with a limit are listed."""
+    import gradio as gr
+
+    tables = {}
+    for kind, (mod, registry, entries) in built.items():
+        fields = {}
+        for name, comp in registry:
+            lim = {}
+            if isinstance(comp, (gr.Number, gr.Slider)):
+                if getattr(comp, "minimum", None) is not None:
+                    lim["min"] = comp.minimum
+                if getattr(comp, "maximum", None) is not None:
+                    lim["max"] = comp.maximum
+            elif isinstance(comp, (gr.Dropdown, gr.Radio)) and not getattr(comp, "allow_custom_value", False) \
+                    and not getattr(comp, "multiselect", False):
+                lim["choices"] = [c[1] if isinstance(c, (tuple, list)) else c for c in comp.choices]
+            if lim:
+                fields[name] = lim
+        tables[kind] = fields
+    return tables
+
+
 def roundtrip(comp, value, errors=None, name=None):
     """What a value loaded into a component comes back as when the button is pressed: the
     browser shows a text box's None as empty and sends back "". A value the component's
@@ -289,7 +314,7 @@ def main() -> int:
     built, state = build_tabs(gui, scratch)
     if fields_out:
         table = {"source": f"bmaltais/kohya_ss {args.commit} (Apache-2.0), recorded by tools/gui_oracle.py",
-                 "tabs": field_table(built)}
+                 "tabs": field_table(built), "limits": field_limits(built)}
         fields_out.write_text(json.dumps(table, indent=0, sort_keys=True) + "\n", encoding="utf-8")
     records = []
     (out / "inputs").mkdir(parents=True, exist_ok=True)
