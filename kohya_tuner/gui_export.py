@@ -36,7 +36,6 @@ _SCRIPT_BOX = {
     "anima_train_network.py": "anima_checkbox",
     "lumina_train_network.py": "lumina_checkbox",
 }
-_NOT_YET: dict[str, str] = {}
 # The LoRA_type each newer model checkbox launches with, and its module.
 _DIT_TYPES = {"hunyuan_image_checkbox": ("HunyuanImage-2.1", "networks.lora_hunyuan_image"),
               "anima_checkbox": ("Anima", "networks.lora_anima"),
@@ -135,6 +134,7 @@ _LYCORIS_BOOL = {"use_tucker", "bypass_mode", "dora_wd", "use_scalar", "rank_dro
                  "use_cp", "decompose_both", "rescaled", "train_on_input"}
 
 _NO_SPACE = re.compile(r'^[^\s"]+$')
+_HINT = "Train with the sd-scripts TOML kohya-tuner wrote (config.toml with launch.sh, or fit's --out) instead."
 
 
 @dataclass
@@ -179,7 +179,7 @@ def _lycoris(config: dict[str, Any], f: dict[str, Any]) -> set[str]:
     algo = args.get("algo", "lora").lower()
     if algo not in _LYCORIS_TYPES:
         raise UserError(f"LyCORIS algo {algo!r} has no LoRA_type in the kohya_ss GUI (it has "
-                        f"{', '.join(sorted(_LYCORIS_TYPES))}).", "Write the config.toml and launch.sh instead.")
+                        f"{', '.join(sorted(_LYCORIS_TYPES))}).", _HINT)
     f["LoRA_type"] = _LYCORIS_TYPES[algo]
     # LyCORIS' wrapper takes conv_dim/conv_alpha as network_dim/network_alpha when unset (or 0); the
     # GUI always writes both, so they get the values the wrapper would use.
@@ -266,7 +266,7 @@ def _network_type(config: dict[str, Any], f: dict[str, Any], box: str | None) ->
     if box == "flux1_checkbox":
         if module != "networks.lora_flux":
             raise UserError(f"network_module {module!r} with FLUX.1: the kohya_ss GUI's FLUX.1 LoRA types launch "
-                            "networks.lora_flux or LyCORIS.", "Write the config.toml and launch.sh instead.")
+                            "networks.lora_flux or LyCORIS.", _HINT)
         f["LoRA_type"] = "Flux1"
         used = set()
         # A fresh tab says "all" here, which the GUI passes on; unset means the same to lora_flux.
@@ -291,14 +291,14 @@ def _network_type(config: dict[str, Any], f: dict[str, Any], box: str | None) ->
         lora_type, expected = _DIT_TYPES[box]
         if module != expected:
             raise UserError(f"network_module {module!r}: the kohya_ss GUI's {lora_type} LoRA type launches {expected}.",
-                            "Write the config.toml and launch.sh instead.")
+                            _HINT)
         f["LoRA_type"] = lora_type
         return _set_arg_fields(args, f, ["rank_dropout", "module_dropout"])
     expected = "networks.lora_sd3" if box == "sd3_checkbox" else "networks.lora"
     if module != expected:
         raise UserError(f"network_module {module!r}: the kohya_ss GUI's LoRA tab launches {expected} for this model "
                         "(or LyCORIS); it has no field for another module.",
-                        "Write the config.toml and launch.sh instead.")
+                        _HINT)
     if "conv_dim" in args and box != "sd3_checkbox":
         f["LoRA_type"] = "Kohya LoCon"
         # Number fields: the form refuses a string there.
@@ -331,13 +331,9 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
     sample_prompts names (the GUI holds the prompts themselves and writes its own file), or None
     when it could not be read. launch: the `accelerate launch` options the plan runs with.
     schnell: whether a FLUX.1 model is schnell (None: not known)."""
-    if script in _NOT_YET:
-        raise UserError(f"kohya-tuner does not write kohya_ss GUI files for {_NOT_YET[script]} yet ({script}): "
-                        "its reader does not read that GUI tab's settings, so the export could not be checked "
-                        "against what the GUI launches.", "Train with the config.toml and launch.sh kohya-tuner wrote.")
     if script not in _SCRIPT_BOX:
         raise UserError(f"{script} is not launched by the kohya_ss GUI's LoRA tab, the only tab kohya-tuner "
-                        "writes files for.", "Train with the config.toml and launch.sh kohya-tuner wrote.")
+                        "writes files for.", _HINT)
     box = _SCRIPT_BOX[script]
     specs = schema.script_args(script)
     f = _fresh()
@@ -444,7 +440,9 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
     warm = todo.pop("lr_warmup_steps", None)
     f["lr_warmup"] = 0
     f["lr_warmup_steps"] = 0
-    if isinstance(warm, int) and not isinstance(warm, bool):
+    ds_given = dataset_config if dataset_config is not None else config.get("dataset_config")
+    if isinstance(warm, int) and not isinstance(warm, bool) and (f.get("max_train_steps") or not ds_given):
+        # (With a dataset config and no max_train_steps the GUI sets the warmup to 0.)
         f["lr_warmup_steps"] = warm
     elif warm is not None:
         todo["lr_warmup_steps"] = warm
@@ -459,7 +457,7 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
         if not all(_NO_SPACE.match(w) and "=" in w for w in words):
             raise UserError(f"{key} = {items!r}: the kohya_ss GUI's {key} field holds key=value pairs without "
                             "spaces or double quotes, so it cannot carry this value.",
-                            "Train with the config.toml and launch.sh kohya-tuner wrote.")
+                            _HINT)
         f[key] = " ".join(words)
 
     # The dataset and the sample prompts.
@@ -494,7 +492,7 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
         words = ["--network_args", *rest_args]
         raise UserError(f"network_args {' '.join(rest_args)} have no kohya_ss GUI field for LoRA_type "
                         f"{f['LoRA_type']!r}, and additional_parameters would replace the network_args the GUI "
-                        f"writes ({' '.join(words[1:])}).", "Train with the config.toml and launch.sh kohya-tuner wrote.")
+                        f"writes ({' '.join(words[1:])}).", _HINT)
     # A value the GUI's form would refuse when the button is pressed (a rank above its slider, a
     # caption extension outside its list): the field gets one it accepts and the value itself
     # goes on the command line, where it wins.
@@ -503,7 +501,7 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
             if name not in origin:
                 raise UserError(f"The kohya_ss GUI's {name} field cannot hold {f[name]!r} "
                                 f"({_limit_text(limit)}), and no other field or option carries it.",
-                                "Train with the config.toml and launch.sh kohya-tuner wrote.")
+                                _HINT)
             todo[origin[name]] = f[name]
             f[name] = _nearest(f[name], limit, _fresh()[name])
     for key in sorted(todo):
@@ -511,12 +509,12 @@ def export(config: dict[str, Any], script: str, *, dataset_config: str | None, s
         if spec is None:
             raise UserError(f"{key} is not an argument of {script}, so it cannot go into the kohya_ss GUI's "
                             "additional_parameters (argparse refuses unknown flags on the command line).",
-                            f"Remove {key} from the config, or train with config.toml and launch.sh.")
+                            f"Remove {key} from the config, or train with the sd-scripts TOML kohya-tuner wrote.")
         words = _cli_words(key, todo[key], spec)
         if words is None:
             raise UserError(f"{key} = {todo[key]!r} has no kohya_ss GUI field, and the GUI's additional_parameters "
                             "split values at spaces and drop double quotes, so it cannot carry this value.",
-                            "Train with the config.toml and launch.sh kohya-tuner wrote.")
+                            _HINT)
         if words:
             extra += words
             passed.append(key)
