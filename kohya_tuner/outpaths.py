@@ -103,3 +103,18 @@ def config_file_name(path: Path, flag: str = "--out") -> None:
         raise UserError(f"{flag} {path} does not end in .toml; sd-scripts would look for {path}.toml instead "
                         f"and stop with 'config file not found'.",
                         f"Name it {Path(str(path)).with_suffix('.toml').name if Path(str(path)).suffix else str(path) + '.toml'}.")
+
+
+def extra_file(path: Path, root: Path, flag: str) -> Path:
+    """A further file the user names for a command to write (`--gui-json`): a bare file name is
+    put in `root` (the folder the command writes to); a path must lie inside `root`, as every
+    file kohya-tuner writes does."""
+    p = Path(path)
+    if p.name in ("", ".", ".."):
+        raise UserError(f"{flag} {path} names a folder, not a file.", f"Give a file name, e.g. {flag} kohya_gui.json.")
+    if p.parent == Path(".") and not p.is_absolute():
+        return Path(root) / p
+    if not _inside(p, Path(root)) or _inside(Path(root), p):
+        raise UserError(f"{flag} {path} is outside {root}; kohya-tuner writes its files only there.",
+                        f"Give a file name (it is written into {root}) or a path inside it.")
+    return p

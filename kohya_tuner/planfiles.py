@@ -157,3 +157,31 @@ def _undo(done: list[tuple[Path, Path | None, bool]]) -> str:
         except OSError:
             pass
     return ", ".join(reversed(names))
+
+
+@dataclass
+class GuiFile:
+    name: str  # the file's path under --out, as PlanFiles names its files
+    export: Any  # gui_export.GuiExport
+
+
+def add_gui_json(files: PlanFiles, plan: Plan, out_dir: Path, path: Path) -> GuiFile:
+    """Add the plan as a kohya_ss GUI file (`config --gui-json`) to the files written together:
+    it points the GUI at the plan's dataset.toml and holds the prompt file's text."""
+    from kohya_tuner import gui_export, outpaths, redact
+    from kohya_tuner.errors import UserError
+
+    root = Path(out_dir).absolute()
+    target = outpaths.extra_file(path, root, "--gui-json").absolute()
+    name = Path(os.path.relpath(os.path.normpath(target), os.path.normpath(root))).as_posix()
+    if name in files.texts:
+        raise UserError(f"--gui-json {path} is the plan's own {name}; choose another name.",
+                        "e.g. --gui-json kohya_gui.json")
+    if not name.endswith(".json"):
+        raise UserError(f"--gui-json {path} does not end in .json; the kohya_ss GUI opens .json files only.",
+                        f"Name it {Path(name).stem or 'kohya_gui'}.json.")
+    export = gui_export.for_plan(plan, str(root / DATASET_NAME), files.texts.get(SAMPLE_PROMPTS_NAME))
+    files.texts[name] = export.dumps()
+    if redact.split(plan.config)[1]:
+        files.private = files.private | {name}
+    return GuiFile(name, export)

@@ -9,6 +9,15 @@ Never imported by kohya_tuner. Run it with its own venv, from an exported GUI tr
     /work/gui-venv/bin/python tools/gui_oracle.py --gui /tmp/kohya_ss --commit <commit> \
         --out tests/data/kohya_gui
 
+With --exports DIR it loads kohya-tuner's own `--gui-json` files instead (written by
+tools/gui_export_inputs.py into tests/data/kohya_gui/exports) through the same path in the LoRA
+tab, fills no folder, and writes --out/export_records.json (the TOML, the argv and the prompt
+file the GUI wrote):
+
+    PYTHONPATH=.:tests python tools/gui_export_inputs.py --out tests/data/kohya_gui/exports
+    /work/gui-venv/bin/python tools/gui_oracle.py --gui /tmp/kohya_ss --commit <commit> \
+        --out tests/data/kohya_gui --exports tests/data/kohya_gui/exports
+
 What runs is the GUI's own code, the way its "Print training command" button runs it:
 the tab is built inside a gradio Blocks (lora_tab / dreambooth_tab / finetune_tab / ti_tab),
 its `last_built_gui_entries["load_configuration"]` callable loads the JSON (open_configuration,
@@ -172,6 +181,31 @@ def field_table(built) -> dict:
     return tables
 
 
+def field_limits(built) -> dict:
+    """What each tab's form refuses when the button is pressed (gradio's preprocess): a number
+    below `min` or above `max`, a dropdown value outside `choices` (unless custom values are
+    allowed). Only fields with a limit are listed."""
+    import gradio as gr
+
+    tables = {}
+    for kind, (mod, registry, entries) in built.items():
+        fields = {}
+        for name, comp in registry:
+            lim = {}
+            if isinstance(comp, (gr.Number, gr.Slider)):
+                if getattr(comp, "minimum", None) is not None:
+                    lim["min"] = comp.minimum
+                if getattr(comp, "maximum", None) is not None:
+                    lim["max"] = comp.maximum
+            elif isinstance(comp, (gr.Dropdown, gr.Radio)) and not getattr(comp, "allow_custom_value", False) \
+                    and not getattr(comp, "multiselect", False):
+                lim["choices"] = [c[1] if isinstance(c, (tuple, list)) else c for c in comp.choices]
+            if lim:
+                fields[name] = lim
+        tables[kind] = fields
+    return tables
+
+
 def roundtrip(comp, value, errors=None, name=None):
     """What a value loaded into a component comes back as when the button is pressed: the
     browser shows a text box's None as empty and sends back "". A value the component's
@@ -207,7 +241,7 @@ PROMPT_FILE = "<OUTPUT_DIR>/sample/prompt.txt"
 FILLED = {"output_dir": "/oracle/output", "train_data_dir": "/oracle/img", "image_folder": "/oracle/img"}
 
 
-def run_one(built, state, kind, path: Path, scratch: Path):
+def run_one(built, state, kind, path: Path, scratch: Path, fill: bool = True):
     mod, registry, entries = built[kind]
     comps = entries["components"]
     data = component_data(registry, entries, {comps["config_file_name"]: str(path)})
@@ -219,7 +253,7 @@ def run_one(built, state, kind, path: Path, scratch: Path):
             data[comp] = roundtrip(comp, value, component_errors, names[comp])
     filled = {}
     for name, comp in registry:
-        if name in FILLED and data.get(comp) in ("", None):
+        if fill and name in FILLED and data.get(comp) in ("", None):
             data[comp] = filled[name] = FILLED[name]
     for f in scratch.iterdir():
         if f.is_file():
@@ -247,6 +281,9 @@ def run_one(built, state, kind, path: Path, scratch: Path):
     import toml
 
     rec = {"refused": False, "filled_by_oracle": filled, "component_errors": component_errors, "argv": argv, "toml_text": toml_text}
+    prompt_file = scratch / "sample" / "prompt.txt"
+    if prompt_file.is_file():
+        rec["prompt_text"] = prompt_file.read_text(encoding="utf-8")
     try:
         rec["toml"] = toml.loads(toml_text)
     except toml.TomlDecodeError as exc:
@@ -262,7 +299,12 @@ def main() -> int:
     ap.add_argument("--commit", required=True)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--fields-out", type=Path, help="write the tabs' field table (kohya_tuner/data/kohya_gui_fields.json)")
+    ap.add_argument("--exports", type=Path, metavar="DIR",
+                    help="instead of the GUI's own files: load each JSON in DIR (kohya-tuner's --gui-json files, "
+                         "tools/gui_export_inputs.py) in the LoRA tab and record into --out/export_records.json")
     args = ap.parse_args()
+    if args.exports:
+        return record_exports(args)
     gui = args.gui.resolve()
     fields_out = args.fields_out.resolve() if args.fields_out else None
     out = args.out.resolve()
@@ -272,7 +314,7 @@ def main() -> int:
     built, state = build_tabs(gui, scratch)
     if fields_out:
         table = {"source": f"bmaltais/kohya_ss {args.commit} (Apache-2.0), recorded by tools/gui_oracle.py",
-                 "tabs": field_table(built)}
+                 "tabs": field_table(built), "limits": field_limits(built)}
         fields_out.write_text(json.dumps(table, indent=0, sort_keys=True) + "\n", encoding="utf-8")
     records = []
     (out / "inputs").mkdir(parents=True, exist_ok=True)
@@ -302,6 +344,38 @@ def main() -> int:
         records.append(rec)
         print(f"{rel}: {kind} {'REFUSED' if rec.get('refused') else rec.get('script', '')}", file=sys.stderr)
     (out / "records.json").write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def record_exports(args) -> int:
+    """Our exported files through the same load + print-command path as the GUI's own files, in
+    the LoRA tab, with no folder filled in by the oracle (the files name their own)."""
+    gui = args.gui.resolve()
+    exports = args.exports.resolve()
+    out = args.out.resolve()
+    scratch = Path(tempfile.mkdtemp(prefix="gui-oracle-"))
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    built, state = build_tabs(gui, scratch)
+    records = []
+    for path in sorted(exports.glob("*.json")):
+        rec = {"source": path.name, "gui_commit": args.commit, "kind": "lora"}
+        try:
+            result = run_one(built, state, "lora", path, scratch, fill=False)
+        except Exception as exc:
+            result = {"refused": True, "gui_error": f"{type(exc).__name__}: {exc}",
+                      "gui_traceback_tail": traceback.format_exc().splitlines()[-12:]}
+        if not result["refused"]:
+            argv = result["argv"]
+            script = next((a for a in argv if a.endswith(".py")), None)
+            result["script"] = Path(script).name if script else None
+            result["argv"] = [a.replace(str(gui) + "/", "") for a in argv]
+            result.pop("toml_text", None)  # the parsed TOML is kept; its text adds nothing to compare
+        rec.update(result)
+        records.append(rec)
+        print(f"{path.name}: {'REFUSED' if rec.get('refused') else rec.get('script', '')}", file=sys.stderr)
+    (out / "export_records.json").write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n",
+                                             encoding="utf-8")
     shutil.rmtree(scratch, ignore_errors=True)
     return 0
 

@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sd-scripts", type=Path, metavar="DIR", help="sd-scripts checkout written into launch.sh/.bat.")
     p.add_argument("--no-fit", action="store_true",
                    help="Write the composed presets as they are, without the memory fit.")
+    p.add_argument("--gui-json", type=out_path, metavar="FILE",
+                   help="Also write the plan as a kohya_ss GUI file (LoRA tab: Configuration > Open) that launches "
+                        "the same training; a bare name goes into --out. docs/kohya-gui.md.")
     p.add_argument("--force", action="store_true", help="Replace existing files (the old ones are kept as .bak).")
     p.add_argument("--verbose", "-v", action="store_true",
                    help="Print every setting with the layer that set it and why.")
@@ -60,6 +63,14 @@ def plan_to_json(plan: presets.Plan, dataset: dict, files: dict[str, Path] | Non
         "provenance": {k: {"layer": s.layer, "why": s.why} for k, s in plan.provenance.items()},
         **extra,
     }
+
+
+def gui_json(gui, written) -> dict | None:
+    """The `gui_json` object of --json (docs/json.md): where the GUI file went and what it says."""
+    if gui is None:
+        return None
+    return {"path": str(written[gui.name]), "additional_parameters": gui.export.additional,
+            "notes": gui.export.notes}
 
 
 def render_plan_table(plan: presets.Plan, title: str) -> Table:
@@ -170,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
 
     outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
     files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute(), assumed=fitted.assumed)
+    gui = planfiles.add_gui_json(files, plan, out, args.gui_json) if args.gui_json else None
     written = planfiles.write(files, out, force=args.force)
     warnings = []
     if missing:
@@ -202,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
             "estimate": est.to_json(), "fits": fitted.fits,
             "steps": [step_json(s) for s in fitted.fit.steps] if fitted.fit else [],
             "message": fitted.fit.message if fitted.fit else None, "assumptions": assumptions,
-            "notes": list(plan.notes)}))
+            "notes": list(plan.notes),
+            "gui_json": gui_json(gui, written)}))
         return 0
     console.print(f"[bold]{escape(family.label)}[/bold] LoRA, job [bold]{escape(args.job)}[/bold], GPU "
                   f"{escape(choice.describe())} → preset class {plan.gpu_class} GB")
@@ -234,6 +247,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(Text.assemble(("caution: ", "bold yellow"), str(c)), soft_wrap=False)
     for w in warnings:
         warn(w)
+    for note in gui.export.notes if gui else []:
+        say(f"  kohya_ss GUI file: {note}")
     say("Wrote:")
     for p in written.values():
         say(f"  {p}", wrap=False)

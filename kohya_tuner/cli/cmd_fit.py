@@ -26,6 +26,56 @@ def _dataset_out_path(out: Path) -> Path:
     return out.with_name(out.stem + ".dataset.toml")
 
 
+def _gui_path(given: Path | None, out: Path, taken: list[Path | None]) -> Path | None:
+    """Where `--gui-json` goes: beside --out, never onto an input or another output."""
+    if given is None:
+        return None
+    from kohya_tuner import outpaths
+    from kohya_tuner.errors import UserError
+
+    path = outpaths.extra_file(given, out.absolute().parent, "--gui-json")
+    if not path.name.endswith(".json"):
+        raise UserError(f"--gui-json {given} does not end in .json; the kohya_ss GUI opens .json files only.")
+    if any(p is not None and (_same_file(path, p) or path.absolute() == p.absolute()) for p in taken):
+        raise UserError(f"--gui-json {given} is the input, the dataset or another output of this fit; choose "
+                        "another name.")
+    return path
+
+
+def _refuse_existing(files: list[tuple[Path, str, bool]]) -> None:
+    """Before anything is written: a file that exists with other content is the user's."""
+    from kohya_tuner.errors import UserError
+
+    for path, body, _secret in files:
+        if path.exists():
+            try:
+                same = path.read_bytes() == body.encode("utf-8", "surrogateescape")
+            except OSError:
+                same = False
+            if not same:
+                raise UserError(f"{path} already exists; kohya-tuner never overwrites your files.",
+                                "Choose another --out, or pass --force (the old file is kept as .bak).")
+
+
+def _prompts_text(path: str, gui_input: Path | None) -> str | None:
+    """The prompts for the GUI's prompts field: from a GUI file given as input, its own prompts
+    field (the GUI writes the file sample_prompts names from it at each start); else the text of
+    the prompt file; None when neither can be read."""
+    import json
+
+    from kohya_tuner import safeio
+    from kohya_tuner.errors import UserError
+
+    try:
+        if gui_input is not None:
+            text = json.loads(safeio.read_text(gui_input, "The kohya_ss file")).get("sample_prompts")
+            if isinstance(text, str) and text:
+                return text
+        return safeio.read_text(path, "The sample prompt file")
+    except (UserError, OSError, ValueError, AttributeError):
+        return None
+
+
 def step_json(st: ladder.Step) -> dict[str, Any]:
     return {
         "move": st.move,
@@ -100,6 +150,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", choices=POLICIES, default="default",
                    help="default: most GiB per cost, quality-keeping moves first; roadmap: the guides' fixed "
                         "order.")
+    p.add_argument("--gui-json", type=out_path, metavar="FILE",
+                   help="Also write the fitted config as a kohya_ss GUI file (LoRA tab) that launches the same "
+                        "training; a bare name goes beside --out. docs/kohya-gui.md.")
     p.add_argument("--force", action="store_true", help="Replace an existing --out (the old file is kept as .bak).")
     p.add_argument("--no-history", action="store_true", help="Ignore measured peaks of earlier runs.")
     p.add_argument("--json", action="store_true", help="Print one JSON object.")
@@ -124,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     from kohya_tuner import outpaths
 
     outpaths.config_file_name(out)
+    gui_path = _gui_path(args.gui_json, out, [config, dataset, out, _dataset_out_path(out)])
     outpaths.confine(loaded.config, None, what=f"{config}")
     choice, gpu_name = resolve_gpu(gpu)
     assert choice is not None
@@ -139,20 +193,20 @@ def run(args: argparse.Namespace) -> int:
     written: Path | None = None
     dataset_written: Path | None = None
     backups: list[Path] = []  # where --force kept the files it replaced
+    gui_written: dict | None = None
     if result.fits:
         from kohya_tuner.assumed import unmerge
 
         # What the input only assumed stays an assumption in the fitted file, not a setting.
         new_config = unmerge(dict(result.config), loaded.assumed)
+        pending: list[tuple[Path, str, bool]] = []  # written once every refusal has had its say
         dataset_changed = any(k.startswith("dataset:") for st in result.steps for k, _, _ in st.changes)
         if dataset_changed and result.dataset is not None:
             dpath = _dataset_out_path(out)
             if any(_same_file(dpath, p) for p in [config] + ([dataset] if dataset else [])):
                 raise UserError(f"{dpath} would overwrite an input file; choose another --out.")
-            kept = config_io.write_new(dpath, config_io.dumps_dataset(
-                result.dataset, header=f"Fitted by kohya-tuner for {choice.gb} GB"), force=force)
-            if kept is not None:
-                backups.append(kept)
+            pending.append((dpath, config_io.dumps_dataset(
+                result.dataset, header=f"Fitted by kohya-tuner for {choice.gb} GB"), False))
             dataset_written = dpath
             new_config["dataset_config"] = str(dpath.absolute())
         why = {}
@@ -172,10 +226,25 @@ def run(args: argparse.Namespace) -> int:
                                       assumed=loaded.assumed, family=family)
         from kohya_tuner import redact
 
+        gui = None
+        if gui_path is not None:  # made before anything is written, so a refusal leaves no file behind
+            from kohya_tuner import gui_export
+
+            gui = gui_export.for_config(new_config, family.script, dataset_config=new_config.get("dataset_config") or (
+                str(dataset.absolute()) if dataset else None), launch=loaded.launch,
+                read_prompts=lambda path: _prompts_text(path, config if loaded.fmt == "kohya_gui_json" else None))
         # A config holding a wandb or Hugging Face token is readable by its owner only.
-        kept = config_io.write_new(out, text, force=force, private=bool(redact.split(new_config)[1]))
-        if kept is not None:
-            backups.append(kept)
+        private = bool(redact.split(new_config)[1])
+        pending.append((out, text, private))
+        if gui is not None:
+            pending.append((gui_path, gui.dumps(), private))
+            gui_written = {"path": str(gui_path), "additional_parameters": gui.additional, "notes": gui.notes}
+        if not force:
+            _refuse_existing(pending)
+        for path, body, secret in pending:
+            kept = config_io.write_new(path, body, force=force, private=secret)
+            if kept is not None:
+                backups.append(kept)
         written = out
 
     if as_json:
@@ -201,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
             "input": {"path": str(config), "format": loaded.fmt, "script": loaded.script, "notes": notes},
             "assumptions": list(getattr(loaded, "assumptions", []) or []) + list(result.after.assumptions),
             "cautions": list(result.cautions),
+            "gui_json": gui_written,
         })
     else:
         for n in notes:
@@ -224,6 +294,10 @@ def run(args: argparse.Namespace) -> int:
             say(f"assumed: {a}")
         if written:
             say(f"Wrote {written}" + (f" and {dataset_written}" if dataset_written else "") + ".", wrap=False)
+        if gui_written:
+            say(f"Wrote the kohya_ss GUI file {gui_written['path']}.", wrap=False)
+            for note in gui_written["notes"]:
+                say(f"  kohya_ss GUI file: {note}")
         for b in backups:
             say(f"The old file is kept as {b}.", wrap=False)
     if not result.fits:
