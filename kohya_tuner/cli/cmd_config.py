@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
     files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute(), assumed=fitted.assumed)
     written = planfiles.write(files, out, force=args.force)
-    warnings = []
+    warnings = list(files.left_out.values())
     if missing:
         warnings.append(f"Model files not given: {', '.join(missing)}. Add them before training "
                         f"(config.toml has no path for them yet).")
@@ -240,5 +240,6 @@ def run(args: argparse.Namespace) -> int:
 
     # One unbroken line: it is a command to copy.
     console.print(Text.assemble("Train with: ", (f"sh {sh_quote(str(written['launch.sh']))}", "bold"),
-                                " (or launch.bat on Windows)"), soft_wrap=True)
+                                "" if "launch.bat" in files.left_out else " (or launch.bat on Windows)"),
+                   soft_wrap=True)
     return 0

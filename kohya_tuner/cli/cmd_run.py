@@ -500,7 +500,8 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         "predicted_peak_gib": round(est.peak_gib, 3), "predicted_phase": est.peak_phase,
         "history_correction": est.correction, "fit": fit_lines, "files": {k: str(v) for k, v in written.items()},
         "checks": [c.__dict__ for c in checks.checks], "command": argv, "environment": env_added,
-        "attempt_config": str(cfg_path), "data": str(checked), "notes": list(plan.notes),
+        "attempt_config": str(cfg_path), "data": str(checked),
+        "notes": list(plan.notes) + list(files.left_out.values()),
     }
     if not as_json:
         console.print(f"[bold]{family.label}[/bold] LoRA, job [bold]{job}[/bold], "
@@ -511,7 +512,7 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
         console.print("  plan (every setting and its reason: config.toml):", markup=False)
         for line in render_summary(plan, fitted):
             console.print(line, markup=False, soft_wrap=True)
-        for note in plan.notes:
+        for note in summary["notes"]:
             console.print(f"  {note}", markup=False, soft_wrap=True)
         for line in fit_lines:
             console.print(f"  fit: {line}")
