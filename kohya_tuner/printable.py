@@ -25,3 +25,12 @@ def printable(text: str, keep_lines: bool = False) -> str:
     a file name) become U+FFFD."""
     text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return (_CONTROL_KEEP_LINES if keep_lines else _CONTROL).sub(_esc, text)
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """A value's repr for a message, cut to about `limit` characters with its length said:
+    a 5,000-digit number or a megabyte string must not become the whole paragraph."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 20]}… ({len(text):,} characters)"

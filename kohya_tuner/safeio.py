@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
+import sys
 from typing import Any
 
 from kohya_tuner.errors import UserError
@@ -139,13 +141,36 @@ def check_number(key: str, value: Any, what: str) -> None:
 
 def parse_guard(fn, text: str, what: str):
     """Run a parser on untrusted text, turning the errors of extreme input into UserError:
-    RecursionError (deep nesting) and ValueError (an integer over Python's digit limit)."""
+    RecursionError (deep nesting), OverflowError, and the ValueError of an integer past
+    Python's digit limit, which names the key it belongs to like any other number too large."""
     try:
         return fn(text)
     except RecursionError:
         raise UserError(f"{what} is nested too deeply to read; no sd-scripts file is.") from None
     except OverflowError as exc:
         raise UserError(f"{what} holds a number too large to read: {exc}.") from None
+    except ValueError:
+        long_integer(text, what)
+        raise
+
+
+def long_integer(text: str, what: str) -> None:
+    """Refuse, naming its key and line, an integer too long for int() (Python's digit
+    limit, 4,300 by default): every parser fails on one with a message about Python."""
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+    if not limit:
+        return
+    found = re.search(r"\d{%d,}" % (limit + 1), text)
+    if found is None:
+        return
+    start = text.rfind("\n", 0, found.start()) + 1
+    before = text[start:found.start()]
+    key = re.search(r'([A-Za-z0-9_.\-]+)"?\s*[=:]\s*[-+\[\s]*$', before)
+    name = key.group(1) if key else "a value"
+    digits = len(found.group())
+    line = f" (line {text.count(chr(10), 0, start) + 1})" if "\n" in text.rstrip("\n") else ""
+    raise UserError(f"{what}: {name}{line}: an integer of {digits:,} digits, "
+                    "beyond the 64-bit range sd-scripts and torch use.", f"Give {name} an ordinary number.")
 
 
 def check_dataset_shape(data: dict[str, Any], where: str) -> None:

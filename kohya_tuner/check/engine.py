@@ -13,6 +13,7 @@ from typing import Any
 from kohya_tuner.check import argschema, conditions
 from kohya_tuner.check.facts import Context, parse_resolution
 from kohya_tuner.check.result import CheckResult, Problem
+from kohya_tuner.printable import short_repr
 
 _HERE = Path(__file__).resolve().parent
 LORA_SCRIPTS = ("train_network.py", "sdxl_train_network.py", "flux_train_network.py", "sd3_train_network.py",
@@ -286,7 +287,7 @@ def key_problems(config: dict[str, Any], script: str, *, unknown_severity: str =
             problems.append(Problem(key, why, "warning", where=_CONFIG_PATH, rule=f"config_{kind}"))
         else:
             problems.append(Problem(key, f"{why}: argparse never converts a --config_file value, so the code that "
-                                         f"uses {key} gets {value!r} as written", "error",
+                                         f"uses {key} gets {short_repr(value)} as written", "error",
                                     where=f"{spec.source or script} ({_CONFIG_PATH})", rule="type"))
     return problems
 
