@@ -49,7 +49,9 @@ def _load(name: str) -> dict[str, Any]:
         from kohya_tuner.resources import user_data_dir
 
         cache = user_data_dir() / "cache" / f"{name}.{hashlib.sha256(raw).hexdigest()[:16]}.json"
-        return json.loads(cache.read_text(encoding="utf-8"))
+        from kohya_tuner import safeio
+
+        return json.loads(safeio.read_regular(cache, 64 << 20).decode("utf-8"))
     except (OSError, ValueError, ImportError):
         pass
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
     family = get_family(args.model)
     choice = choose(args.gpu, arch=args.gpu_arch)
     data, out = args.data, args.out
+    if os.path.lexists(out) and not Path(out).is_dir():
+        from kohya_tuner.safeio import describe
+
+        raise UserError(f"--out {out} is {describe(out)}, not a folder.", "Give a folder for the plan's files.")
     if data is not None and not data.is_dir():
         raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
                         "Point --data at the folder that holds your training images.")

@@ -380,8 +380,10 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
     out = Path(out).absolute()
     if emulate_vram is not None and emulate_vram < gpu_mod.MIN_GPU_GB:
         raise UserError(f"--emulate-vram {emulate_vram:g} is below {gpu_mod.MIN_GPU_GB} GB.")
-    if accelerate_config is not None and not accelerate_config.is_file():
-        raise UserError(f"--accelerate-config {accelerate_config} does not exist.")
+    if accelerate_config is not None:
+        from kohya_tuner import safeio
+
+        safeio.require_regular(accelerate_config, "--accelerate-config")
     if not data.is_dir():
         raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
                         "Point --data at the folder that holds your training images.")

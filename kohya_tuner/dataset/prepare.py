@@ -102,9 +102,12 @@ def _check_out(root: Path, out: str | os.PathLike) -> Path:
     if _within(root, out_abs):
         raise UserError(f"--out {display(str(out_abs))} contains the source folder.",
                         f"Give a new folder beside it, e.g. {display(str(root))}.prepared")
+    if os.path.lexists(out_path) and not out_path.is_dir():
+        # A link to nothing too: prep never creates a folder where a link points.
+        from kohya_tuner.safeio import describe
+
+        raise UserError(f"--out {display(str(out_path))} is {describe(out_path)}, not a folder.")
     if out_abs.exists():
-        if not out_abs.is_dir():
-            raise UserError(f"--out {display(str(out_abs))} exists and is a file.")
         manifest = _read_json(out_abs / MANIFEST_NAME)
         if manifest is None:
             try:
