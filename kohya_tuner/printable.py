@@ -12,6 +12,7 @@ import re
 # C0 controls, DEL, C1 controls (0x9b alone is a CSI on many terminals), and the bidi
 # overrides that make a name read differently from what it is.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+CONTROL = _CONTROL  # what a printed value must never carry raw
 _CONTROL_KEEP_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 

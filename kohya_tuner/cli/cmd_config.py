@@ -241,10 +241,10 @@ def run(args: argparse.Namespace) -> int:
         say(f"  {p}", wrap=False)
     for p, b in getattr(written, "backups", {}).items():
         say(f"  (the old {p.name} is kept as {b})", wrap=False)
-    from kohya_tuner.shellquote import sh_quote
+    from kohya_tuner.shellquote import display_word
 
     # One unbroken line: it is a command to copy.
-    console.print(Text.assemble("Train with: ", (f"sh {sh_quote(str(written['launch.sh']))}", "bold"),
+    console.print(Text.assemble("Train with: ", (f"sh {display_word(str(written['launch.sh']))}", "bold"),
                                 "" if "launch.bat" in files.left_out else " (or launch.bat on Windows)"),
                    soft_wrap=True)
     return 0

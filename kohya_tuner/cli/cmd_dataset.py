@@ -134,9 +134,9 @@ def _render_check(report, all_files: bool) -> None:
     fam = get_family(report.family).label if report.family else "no model given"
     out(f"[bold]{escape(report.root)}[/bold]")
     out(f"  {counts['images']} picture files, {counts['trainable']} trainable ({counts['unique_trainable']} distinct), "
-        f"{counts['captioned']} captioned ({report.caption_extension})")
+        f"{counts['captioned']} captioned ({escape(str(report.caption_extension))})")
     upscale = ", no upscale" if report.bucket_no_upscale else ""
-    out(f"  judged for {report.job or 'any job'} on {fam} at {report.resolution} px "
+    out(f"  judged for {escape(str(report.job or 'any job'))} on {escape(fam)} at {report.resolution} px "
         f"(buckets {report.min_bucket_reso}-{report.max_bucket_reso}{upscale})"
         + (f", trigger \"{escape(report.trigger)}\"" if report.trigger else ""))
     table = Table(show_header=True, header_style="bold", expand=False, show_lines=True)

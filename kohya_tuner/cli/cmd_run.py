@@ -537,7 +537,8 @@ def _new_run(*, model, job, gpu, out, data, base, clip_l, t5xxl, ae, trigger, na
             # The command alone on its own line, exactly as a shell needs it.
             sys.stdout.write(launcher.format_command(argv) + "\n")
             sys.stdout.flush()
-            console.print(f"Start it supervised with: kohya-tuner run --continue {launcher.format_command([str(out)])}")
+            console.print(f"Start it supervised with: kohya-tuner run --continue {launcher.format_command([str(out)])}",
+                          markup=False)
         return 0
     return _run_supervisor(settings, first, first_attempt=1, probe=bool(probe_steps), json_events=json_events,
                            as_json=as_json)
