@@ -86,6 +86,15 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
     return data
 
 
+def load_toml_file(path: str | os.PathLike, limit: int = JOURNAL_BYTES) -> dict[str, Any]:
+    """A TOML file kohya-tuner wrote (an attempt's config), parsed by the pinned parser, read
+    like any other: a FIFO or device in its place raises OSError (NotRegular) instead of
+    blocking or reading without end. Damage raises ValueError and the like, as toml does."""
+    import toml
+
+    return toml.loads(read_regular(path, limit).decode("utf-8"))
+
+
 def special_kind(path: str | os.PathLike) -> str | None:
     """What `path` is when it exists but is neither a regular file nor a folder (a FIFO, a
     device, a socket), in words; None otherwise (a missing path included)."""

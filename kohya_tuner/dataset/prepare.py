@@ -65,11 +65,12 @@ def _within(child: Path, parent: Path) -> bool:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    from kohya_tuner import safeio
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(safeio.read_regular(path, safeio.JOURNAL_BYTES).decode("utf-8"))
         return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a FIFO or device named like the manifest included
         return None
 
 
@@ -281,10 +282,11 @@ def _save_quietly(run: _Run) -> None:
 
 
 def _caption_text(path: Path) -> str | None:
-    try:
-        if not path.is_file():  # a pipe or device named like a caption would block the read
-            return None
-        raw = path.read_bytes()
+    from kohya_tuner import safeio
+    from kohya_tuner.dataset.captions import _CAPTION_LIMIT
+
+    try:  # a pipe or device named like a caption would block the read or never end
+        raw = safeio.read_regular(path, _CAPTION_LIMIT)
     except OSError:
         return None
     text = decode_caption_bytes(raw)

@@ -137,6 +137,10 @@ def make_run(world: dict[str, Path], env: dict[str, str]) -> None:
                          env={**os.environ, **env, "PYTHONPATH": str(REPO), "STANDIN_ERROR_AT_STEP": "6"})
     assert res.returncode == 1 and (world["run"] / "attempts.jsonl").is_file(), res.stdout + res.stderr
     assert len(list((world["run"] / "output").glob("*-state"))) == 2, res.stdout
+    # An attempt that was launched but whose journal line was lost (its log and config on
+    # disk): `--continue` reads its config to place it, so that reader is reached too.
+    shutil.copy(world["run"] / "attempt-1.config.toml", world["run"] / "attempt-2.config.toml")
+    (world["run"] / "attempt-2.log").write_text("steps:   0%|          | 0/8\n", encoding="utf-8")
     (world["run"] / ".kohya-tuner.lock").write_text(json.dumps({"pid": 2**22 + 7, "start_time": 1, "host": socket.gethostname(),
                                                                  "since": "then", "command": "run"}))
 
