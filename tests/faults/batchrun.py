@@ -14,7 +14,8 @@ result lists under "outside" every path under a watched folder that the command 
 changed or removed outside the allowed ones.
 
 Usage: python batchrun.py CASES.json
-  (a list of {"argv": [...], "cwd": "...", "env": {...}, "watch": [...], "allow": [...]})
+  (a list of {"argv": [...], "cwd": "...", "env": {...}, "watch": [...], "allow": [...],
+   "limit": seconds, LIMIT when not given})
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def main(cases_file: str) -> None:
         started = time.monotonic()
         result = {"i": i}
         watched = snapshot(case["watch"]) if case.get("watch") else None
-        signal.alarm(LIMIT)
+        signal.alarm(case.get("limit", LIMIT))
         try:
             with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
                 try:

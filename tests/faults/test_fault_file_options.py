@@ -137,10 +137,11 @@ def test_nothing_is_written_outside_out_for_every_file_option(world, tmp_path):
         out = tmp_path / f"o{k}"
         argv = with_value(opt, valid_value(opt, w, out), w, out)
         cases.append({"argv": argv, "name": opt.name, "cwd": str(cwd), "watch": [str(root), str(tmp_path)],
-                      "allow": [str(out)], "env": {"STANDIN_STEP_SECONDS": "0"}})
+                      "allow": [str(out)], "env": {"STANDIN_STEP_SECONDS": "0"}, "limit": 60})
     (tmp_path / "batch").mkdir()
-    results = run_batch(cases, tmp_path / "batch", timeout=LIMIT * len(cases) + 120)
-    bad = _failures(results, lambda r: False)
+    results = run_batch(cases, tmp_path / "batch", timeout=60 * len(cases) + 120)
+    # The 10 s bound is for special files; these are ordinary lines, timed only for the report.
+    bad = _failures([{**r, "elapsed": None} for r in results], lambda r: False)
     assert not bad, "\n\n".join(bad)
     # Each line really works (a refusal would prove nothing about where it writes); doctor
     # reports this machine's missing GPU with 1, setup's clone from a missing URL fails with 2.
