@@ -85,8 +85,10 @@ def load(path: str | os.PathLike | None = None) -> list[HistoryEntry]:
     """Every readable entry; damaged lines are skipped, a missing file is an empty history."""
     p = Path(path) if path else history_path()
     try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        from kohya_tuner import safeio
+
+        text = safeio.read_regular(p, 64 << 20).decode("utf-8", "replace")
+    except OSError:  # absent, unreadable, not a regular file, or beyond any real history
         return []
     out: list[HistoryEntry] = []
     for line in text.splitlines():

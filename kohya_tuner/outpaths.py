@@ -90,9 +90,16 @@ def confine(config: Mapping[str, Any], root: Path | None = None, *, what: str = 
     """Raise a UserError naming every output setting that escapes `root` or breaks a name."""
     found = problems(config, root)
     if found:
+        keys = [k for k, _ in found]
+        hint = []
+        if names := [k for k in keys if k in NAME_KEYS]:
+            hint.append(f"Give {' and '.join(names)} a plain file name")
+        if folders := [k for k in keys if k in PATH_KEYS]:
+            hint.append(f"keep {' and '.join(folders)} inside --out, or leave {'them' if len(folders) > 1 else 'it'} "
+                        "unset (kohya-tuner sets output_dir for you)")
+        text = "; ".join(hint) + "."
         raise UserError(f"{what} writes where it must not: " + "; ".join(why for _, why in found) + ".",
-                        "Give output_name a plain file name and keep output folders inside --out "
-                        "(kohya-tuner sets output_dir for you).")
+                        text[0].upper() + text[1:])
 
 
 def config_file_name(path: Path, flag: str = "--out") -> None:

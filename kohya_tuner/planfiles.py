@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kohya_tuner import config_io, fileio
 from kohya_tuner.presets import SAMPLE_PROMPTS_NAME, Plan, sample_prompts_text
-from kohya_tuner.shellquote import cmd_percent, cmd_quote, cmd_set, comment_text, sh_quote
+from kohya_tuner.shellquote import cmd_percent, cmd_quote, cmd_set, cmd_uncarriable, comment_text, sh_quote
 
 CONFIG_NAME = "config.toml"
 DATASET_NAME = "dataset.toml"
@@ -19,6 +19,7 @@ DATASET_NAME = "dataset.toml"
 class PlanFiles:
     texts: dict[str, str]  # file name -> content
     private: frozenset[str] = frozenset()  # written 0600: they hold a secret (redact.secret_keys)
+    left_out: dict[str, str] = field(default_factory=dict)  # file name -> why it is not written
 
     def paths(self, out_dir: Path) -> dict[str, Path]:
         return {name: out_dir / name for name in self.texts}
@@ -93,14 +94,30 @@ def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str |
                                             assumed=assumed, family=plan.family),
         DATASET_NAME: config_io.dumps_dataset(dataset, header="sd-scripts --dataset_config, written by kohya-tuner."),
         "launch.sh": _sh_script(plan, sd, config_path, dataset_path),
-        "launch.bat": _bat_script(plan, sd, config_path, dataset_path),
     }
+    left_out: dict[str, str] = {}
+    if bad := _bat_uncarriable(sd, config_path, dataset_path):
+        # A path holding `"`, CR or LF cannot exist on Windows, so this plan can only run from a
+        # POSIX shell: launch.sh carries it, and the plan is not refused for the other script's sake.
+        left_out["launch.bat"] = (f"launch.bat not written: {bad}, which cmd.exe cannot quote and Windows does "
+                                  "not allow in a file name; train with launch.sh")
+    else:
+        texts["launch.bat"] = _bat_script(plan, sd, config_path, dataset_path)
     prompts = sample_prompts_text(plan, dataset)
     if prompts is not None:
         texts[SAMPLE_PROMPTS_NAME] = prompts
     from kohya_tuner import redact
 
-    return PlanFiles(texts, frozenset({CONFIG_NAME}) if redact.split(plan.config)[1] else frozenset())
+    return PlanFiles(texts, frozenset({CONFIG_NAME}) if redact.split(plan.config)[1] else frozenset(), left_out)
+
+
+def _bat_uncarriable(sd: str, config_path: Path, dataset_path: Path) -> str | None:
+    """Why launch.bat cannot hold one of its paths, in words, or None."""
+    for what, value in (("the sd-scripts path", sd), ("the config path", config_path),
+                        ("the dataset config path", dataset_path)):
+        if bad := cmd_uncarriable(str(value)):
+            return f"{what} {str(value)!r} contains {bad}"
+    return None
 
 
 class Written(dict):

@@ -161,8 +161,14 @@ def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps,
     given = {"pretrained_model_name_or_path": base, "clip_l": clip_l, "t5xxl": t5xxl, "ae": ae, **(files or {})}
     inputs: dict[str, Any] = {}
     missing = []
+    from kohya_tuner import safeio
+
     for key, flag in family.required_files.items():
         value = given.get(key)
+        if value and (kind := safeio.special_kind(str(value))):
+            # The trainer would open it and wait on a pipe, or read a device without end.
+            raise UserError(f"{flag} {value} is {kind}, not a model file or folder.",
+                            f"Give {flag} the model file itself.")
         if value:
             inputs[key] = str(Path(value).expanduser().absolute()) if not _looks_like_hub_id(value) else value
         else:

@@ -193,6 +193,7 @@ def parse_set(item: str) -> tuple[str, Any]:
         raise UserError(f"--set {item!r} has no key.")
     from kohya_tuner import safeio
 
+    safeio.long_integer(f"{key} = {raw}", "--set")
     try:
         value = safeio.parse_guard(tomllib.loads, f"v = {raw}", f"--set {key}")["v"]
     except (tomllib.TOMLDecodeError, ValueError):  # ValueError: past Python's integer digit limit

@@ -12,6 +12,7 @@ import re
 # C0 controls, DEL, C1 controls (0x9b alone is a CSI on many terminals), and the bidi
 # overrides that make a name read differently from what it is.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+CONTROL = _CONTROL  # what a printed value must never carry raw
 _CONTROL_KEEP_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
@@ -25,3 +26,12 @@ def printable(text: str, keep_lines: bool = False) -> str:
     a file name) become U+FFFD."""
     text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return (_CONTROL_KEEP_LINES if keep_lines else _CONTROL).sub(_esc, text)
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """A value's repr for a message, cut to about `limit` characters with its length said:
+    a 5,000-digit number or a megabyte string must not become the whole paragraph."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 20]}… ({len(text):,} characters)"

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
-from typing import Any
+import sys
+from typing import Any, BinaryIO
 
 from kohya_tuner.errors import UserError
 
@@ -25,6 +27,9 @@ BOM = b"\xef\xbb\xbf"
 # toml 0.10.2 can take seconds on one very long line (its string building turns quadratic);
 # no real config has a line of even a kilobyte.
 MAX_LINE = 1 << 16
+# Files kohya-tuner writes into a run folder (run.json, attempts.jsonl, summary.json, the lock,
+# train_state.json): kilobytes, a journal of a hundred attempts well under a megabyte.
+JOURNAL_BYTES = 16 << 20
 
 
 def _kind(mode: int) -> str:
@@ -39,46 +44,110 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_bytes(path: str | os.PathLike, what: str = "file", limit: int = MAX_BYTES) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; UserError otherwise."""
-    shown = os.fsdecode(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise UserError(f"{what} {shown} does not exist.") from None
-    except OSError as exc:
-        raise UserError(f"Cannot read {what} {shown}: {exc.strerror or exc}.") from None
+class NotRegular(OSError):
+    """The path is a FIFO, a device, a folder or a socket: never opened for reading."""
+
+
+class TooLarge(OSError):
+    """The file is larger than the reader's limit."""
+
+
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+    """A regular file opened for reading in binary; never blocks on a FIFO or a device.
+
+    stat first, then an O_NONBLOCK open re-checked with fstat (the path may have been
+    swapped for a FIFO since the stat). Raises FileNotFoundError, NotRegular (strerror says
+    what the path is) or another OSError; the journal's readers treat all of them as a file
+    they cannot use, the readers of user files turn them into a UserError."""
+    st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{what} {shown} is {_kind(st.st_mode)}, not a file: kohya-tuner reads only regular files "
-                        "(reading a pipe or a device would wait or never end).",
-                        "Pass the file itself (a saved copy, not a pipe, device or folder).")
-    try:
-        # O_NONBLOCK: should the path have been swapped for a FIFO since the stat, open does not wait.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        raise UserError(f"Cannot read {what} {shown}: {exc.strerror or exc}.") from None
+        raise NotRegular(0, f"{_kind(st.st_mode)}, not a file", os.fsdecode(path))
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{what} {shown} is {_kind(st.st_mode)}, not a file.")
-        if st.st_size > limit:
-            raise UserError(f"{what} {shown} is {st.st_size:,} bytes; kohya-tuner reads files of up to {limit:,} "
-                            "bytes (a config or dataset file is a few kilobytes).",
-                            "Check that this is the file you meant.")
-        chunks, total = [], 0
-        while total <= limit:
-            block = os.read(fd, min(1 << 16, limit + 1 - total))
-            if not block:
-                break
-            chunks.append(block)
-            total += len(block)
-        if total > limit:
-            raise UserError(f"{what} {shown} is larger than {limit:,} bytes; kohya-tuner reads files up to that size.")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise UserError(f"Cannot read {what} {shown}: {exc.strerror or exc}.") from None
-    finally:
+            raise NotRegular(0, f"{_kind(st.st_mode)}, not a file", os.fsdecode(path))
+        return os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
+        raise
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; OSError (NotRegular, TooLarge,
+    FileNotFoundError, ...) otherwise."""
+    with open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > limit:
+            raise TooLarge(0, f"{size:,} bytes", os.fsdecode(path))
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(0, f"larger than {limit:,} bytes", os.fsdecode(path))  # it grew while read
+    return data
+
+
+def load_toml_file(path: str | os.PathLike, limit: int = JOURNAL_BYTES) -> dict[str, Any]:
+    """A TOML file kohya-tuner wrote (an attempt's config), parsed by the pinned parser, read
+    like any other: a FIFO or device in its place raises OSError (NotRegular) instead of
+    blocking or reading without end. Damage raises ValueError and the like, as toml does."""
+    import toml
+
+    return toml.loads(read_regular(path, limit).decode("utf-8"))
+
+
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What `path` is when it exists but is neither a regular file nor a folder (a FIFO, a
+    device, a socket), in words; None otherwise (a missing path included)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind(mode)
+
+
+def describe(path: str | os.PathLike) -> str:
+    """What is at `path`, in words, for a message: "a folder", "a file", "a named pipe",
+    "a device", "a link to nothing", "nothing"."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a link to nothing" if os.path.islink(path) else "nothing"
+    except (OSError, ValueError):
+        return "unreadable"
+    return "a file" if stat.S_ISREG(mode) else _kind(mode)
+
+
+def require_regular(path: str | os.PathLike, what: str = "file") -> None:
+    """UserError, in read_bytes' words, unless `path` is a regular file: for a file another
+    program reads (accelerate's config), which must not block that program either."""
+    try:
+        with open_regular(path):
+            pass
+    except OSError as exc:
+        _refuse(exc, path, what, MAX_BYTES)
+
+
+def read_bytes(path: str | os.PathLike, what: str = "file", limit: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; UserError otherwise."""
+    try:
+        return read_regular(path, limit)
+    except OSError as exc:
+        _refuse(exc, path, what, limit)
+
+
+def _refuse(exc: OSError, path: str | os.PathLike, what: str, limit: int):
+    shown = os.fsdecode(path)
+    if isinstance(exc, FileNotFoundError):
+        raise UserError(f"{what} {shown} does not exist.") from None
+    if isinstance(exc, NotRegular):
+        raise UserError(f"{what} {shown} is {exc.strerror}: kohya-tuner reads only regular files "
+                        "(reading a pipe or a device would wait or never end).",
+                        "Pass the file itself (a saved copy, not a pipe, device or folder).") from None
+    if isinstance(exc, TooLarge):
+        raise UserError(f"{what} {shown} is {exc.strerror}; kohya-tuner reads files of up to "
+                        f"{limit:,} bytes (a config or dataset file is a few kilobytes).",
+                        "Check that this is the file you meant.") from None
+    raise UserError(f"Cannot read {what} {shown}: {exc.strerror or exc}.") from None
 
 
 def read_text(path: str | os.PathLike, what: str = "file", limit: int = MAX_BYTES) -> str:
@@ -139,13 +208,36 @@ def check_number(key: str, value: Any, what: str) -> None:
 
 def parse_guard(fn, text: str, what: str):
     """Run a parser on untrusted text, turning the errors of extreme input into UserError:
-    RecursionError (deep nesting) and ValueError (an integer over Python's digit limit)."""
+    RecursionError (deep nesting), OverflowError, and the ValueError of an integer past
+    Python's digit limit, which names the key it belongs to like any other number too large."""
     try:
         return fn(text)
     except RecursionError:
         raise UserError(f"{what} is nested too deeply to read; no sd-scripts file is.") from None
     except OverflowError as exc:
         raise UserError(f"{what} holds a number too large to read: {exc}.") from None
+    except ValueError:
+        long_integer(text, what)
+        raise
+
+
+def long_integer(text: str, what: str) -> None:
+    """Refuse, naming its key and line, an integer too long for int() (Python's digit
+    limit, 4,300 by default): every parser fails on one with a message about Python."""
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+    if not limit:
+        return
+    found = re.search(r"\d{%d,}" % (limit + 1), text)
+    if found is None:
+        return
+    start = text.rfind("\n", 0, found.start()) + 1
+    before = text[start:found.start()]
+    key = re.search(r'([A-Za-z0-9_.\-]+)"?\s*[=:]\s*[-+\[\s]*$', before)
+    name = key.group(1) if key else "a value"
+    digits = len(found.group())
+    line = f" (line {text.count(chr(10), 0, start) + 1})" if "\n" in text.rstrip("\n") else ""
+    raise UserError(f"{what}: {name}{line}: an integer of {digits:,} digits, "
+                    "beyond the 64-bit range sd-scripts and torch use.", f"Give {name} an ordinary number.")
 
 
 def check_dataset_shape(data: dict[str, Any], where: str) -> None:

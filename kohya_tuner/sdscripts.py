@@ -141,14 +141,28 @@ def _git_exe() -> str:
     return exe
 
 
-def _git(args: list[str], cwd: Path | None = None, *, capture: bool = True) -> subprocess.CompletedProcess:
+# A query of a local checkout takes milliseconds; git blocks for good on a FIFO where it
+# expects a file (.git/HEAD, a ref), so such a query is given up after this many seconds.
+LOCAL_QUERY_S = 3
+_STUCK: set[str] = set()  # checkouts where a query timed out: the next one would too
+
+
+def _git(args: list[str], cwd: Path | None = None, *, capture: bool = True,
+         timeout: float | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C")
     # Keep inherited repository variables from redirecting every command to another repo.
     for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
         env.pop(var, None)
     cmd = [_git_exe()] + (["-C", str(cwd)] if cwd is not None else []) + args
     if capture:
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if timeout is not None and str(cwd) in _STUCK:
+            return subprocess.CompletedProcess(cmd, 124, "", "git did not answer in this checkout before")
+        try:
+            return subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _STUCK.add(str(cwd))
+            return subprocess.CompletedProcess(cmd, 124, "", f"git did not answer within {timeout} s")
     # Progress goes to the user's terminal on stderr; stdout stays clean for --json.
     return subprocess.run(cmd, env=env, stdout=2, stderr=None, text=True, stdin=subprocess.DEVNULL)
 
@@ -156,19 +170,30 @@ def _git(args: list[str], cwd: Path | None = None, *, capture: bool = True) -> s
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
+def _small_text(path: Path, limit: int = 1 << 20) -> str:
+    """A checkout file's text; a FIFO or device there raises OSError instead of blocking."""
+    from kohya_tuner import safeio
+
+    return safeio.read_regular(path, limit).decode("utf-8", "replace")
+
+
 def _read_head_files(path: Path) -> str | None:
     """HEAD straight from the .git files, for when git is absent or refuses the
     repository (another owner's folder triggers git's safe.directory check)."""
+    try:
+        return _head_from_files(path)
+    except OSError:
+        return None
+
+
+def _head_from_files(path: Path) -> str | None:
     gitdir = path / ".git"
     if gitdir.is_file():
-        text = gitdir.read_text(encoding="utf-8", errors="replace").strip()
+        text = _small_text(gitdir).strip()
         if not text.startswith("gitdir:"):
             return None
         gitdir = (path / text[len("gitdir:"):].strip()).resolve()
-    try:
-        head = (gitdir / "HEAD").read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
+    head = _small_text(gitdir / "HEAD").strip()
     if _SHA.match(head):
         return head
     if not head.startswith("ref:"):
@@ -177,24 +202,31 @@ def _read_head_files(path: Path) -> str | None:
     roots = [gitdir]
     common = gitdir / "commondir"
     if common.is_file():
-        roots.append((gitdir / common.read_text(encoding="utf-8").strip()).resolve())
+        roots.append((gitdir / _small_text(common).strip()).resolve())
     for root in roots:
         ref_file = root / ref
         if ref_file.is_file():
-            value = ref_file.read_text(encoding="utf-8").strip()
+            value = _small_text(ref_file).strip()
             return value if _SHA.match(value) else None
         packed = root / "packed-refs"
         if packed.is_file():
-            for line in packed.read_text(encoding="utf-8").splitlines():
+            for line in _small_text(packed).splitlines():
                 parts = line.split()
                 if len(parts) == 2 and parts[1] == ref and _SHA.match(parts[0]):
                     return parts[0]
     return None
 
 
+def _git_can_read(path: Path) -> bool:
+    """False when .git or its HEAD is a FIFO or a device, on which git would block."""
+    from kohya_tuner.safeio import special_kind
+
+    return not special_kind(path / ".git") and not special_kind(path / ".git" / "HEAD")
+
+
 def head_commit(path: Path) -> str | None:
-    if shutil.which("git"):
-        out = _git(["rev-parse", "--verify", "HEAD"], cwd=path)
+    if shutil.which("git") and _git_can_read(path):
+        out = _git(["rev-parse", "--verify", "HEAD"], cwd=path, timeout=LOCAL_QUERY_S)
         if out.returncode == 0 and _SHA.match(out.stdout.strip()):
             return out.stdout.strip()
     return _read_head_files(path)
@@ -202,9 +234,9 @@ def head_commit(path: Path) -> str | None:
 
 def _local_changes(path: Path) -> list[str] | None:
     """Tracked files edited in the working tree (None when git cannot tell)."""
-    if not shutil.which("git"):
+    if not shutil.which("git") or not _git_can_read(path):
         return None
-    out = _git(["status", "--porcelain", "--untracked-files=no"], cwd=path)
+    out = _git(["status", "--porcelain", "--untracked-files=no"], cwd=path, timeout=LOCAL_QUERY_S)
     if out.returncode != 0:
         return None
     return [line[3:].strip() for line in out.stdout.splitlines() if line.strip()]
@@ -225,7 +257,7 @@ class _Source:
         if rel not in self._trees:
             file = self.root / rel
             try:
-                self._trees[rel] = ast.parse(file.read_text(encoding="utf-8", errors="replace"), filename=str(file))
+                self._trees[rel] = ast.parse(_small_text(file, 16 << 20), filename=str(file))
             except (OSError, SyntaxError, ValueError):
                 self._trees[rel] = None
         return self._trees[rel]
@@ -484,7 +516,7 @@ def _same_repo(a: str, b: str) -> bool:
 
 
 def _has_commit(path: Path, commit: str) -> bool:
-    return _git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=path).returncode == 0
+    return _git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=path, timeout=LOCAL_QUERY_S).returncode == 0
 
 
 def _is_remote(url: str) -> bool:
@@ -508,7 +540,7 @@ def _update_existing(dest: Path, url: str, commit: str, progress: bool) -> Setup
     head = head_commit(dest)
     if head == commit:
         return SetupResult(inspect(dest), "already at the pin")
-    origin = _git(["remote", "get-url", "origin"], cwd=dest)
+    origin = _git(["remote", "get-url", "origin"], cwd=dest, timeout=LOCAL_QUERY_S)
     is_ours = (origin.returncode == 0 and _same_repo(origin.stdout.strip(), url)) or _has_commit(dest, commit)
     if not is_ours:
         raise UserError(

@@ -14,7 +14,7 @@ expansion runs before quotes are looked at, so `%` is written `%%`; inside doubl
 quotes `& | < > ^ ( )` are literal; `!` is literal while delayed expansion is off. A
 `"`, CR, LF or NUL cannot be carried through cmd.exe's parser at all (no escape works
 inside a quoted argument, and a line break ends the command), so such a value is
-refused. The program receiving the line splits it by the Microsoft C runtime rules,
+refused (a plan whose paths hold one is written without launch.bat). The program receiving the line splits it by the Microsoft C runtime rules,
 under which backslashes are literal except before a `"`: trailing backslashes are
 doubled so the closing quote stays a quote.
 """
@@ -39,6 +39,30 @@ def sh_quote(value: str) -> str:
     if _SH_SAFE.fullmatch(value):
         return value
     return "'" + value.replace("'", "'\\''") + "'"
+
+
+def display_word(value: str) -> str:
+    """`value` as one word of a command shown to be copied: shlex's quoting, except that a
+    value holding control characters (ESC, BEL, CR, C1, bidi overrides) is written in the
+    $'...' form with \\xNN / \\uNNNN escapes, so showing the command never sends those
+    characters to the terminal. bash and zsh read $'...'; a plain POSIX sh does not, but no
+    form it reads could be printed safely."""
+    import shlex
+
+    from kohya_tuner.printable import CONTROL
+
+    value = str(value)
+    if not CONTROL.search(value):
+        return shlex.quote(value)
+    out = []
+    for ch in value:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif CONTROL.fullmatch(ch):
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x80 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
 
 
 def cmd_uncarriable(value: str) -> str | None:

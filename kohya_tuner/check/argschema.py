@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from kohya_tuner.errors import UserError
+from kohya_tuner.printable import short_repr
 from kohya_tuner.resources import vendor_file
 
 INT64_MAX = 2**63 - 1
@@ -111,35 +112,35 @@ def classify_value(spec: ArgSpec, value: Any) -> tuple[str, str] | None:
     if t == "bool-store_true":
         if not isinstance(value, bool):
             on = "on" if value else "off"
-            return "truthy", (f"must be true or false, not {value!r}; sd-scripts tests it for truth, so this turns "
+            return "truthy", (f"must be true or false, not {short_repr(value)}; sd-scripts tests it for truth, so this turns "
                               f"{spec.name} {on}")
     elif t == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            return "type", f"must be an integer, not {value!r}"
+            return "type", f"must be an integer, not {short_repr(value)}"
     elif t == "float":
         if not is_number(value):
-            return "type", f"must be a number, not {value!r}"
+            return "type", f"must be a number, not {short_repr(value)}"
     elif t == "int_or_float":
         if not is_number(value):
-            return "type", f"must be an integer step count or a fraction below 1, not {value!r}"
+            return "type", f"must be an integer step count or a fraction below 1, not {short_repr(value)}"
         if not_finite(value):
             return None  # the range check names it
         if isinstance(value, float) and value >= 1:
-            return "fraction", (f"{value!r} is a float, which sd-scripts reads as a fraction of all steps "
+            return "fraction", (f"{short_repr(value)} is a float, which sd-scripts reads as a fraction of all steps "
                                 f"({value:g} x the total); write an integer ({int(value)}) for a step count")
     elif t == "str":
         if not isinstance(value, str):
             if spec.name in ("resolution", "face_crop_aug_range"):
                 return "type", (f"must be written as a string in --config_file (e.g. \"1024\" or \"1024,768\"), "
-                                f"not {value!r}; sd-scripts crashes on a number or array here")
-            return "type", f"must be a string, not {value!r}"
+                                f"not {short_repr(value)}; sd-scripts crashes on a number or array here")
+            return "type", f"must be a string, not {short_repr(value)}"
         if spec.name == "resolution" and not _RES_RE.match(value):
-            return "type", f"must look like \"1024\" or \"1024,768\", not {value!r}"
+            return "type", f"must look like \"1024\" or \"1024,768\", not {short_repr(value)}"
     elif t == "list":
         if spec.name == "text_encoder_lr" and is_number(value):
             return None
         if not isinstance(value, list):
-            return "type", f"must be an array, not {value!r}"
+            return "type", f"must be an array, not {short_repr(value)}"
         kinds = {type(v) for v in value}
         if len(kinds) > 1 and kinds != {int, float}:
             return "type", "must hold values of one type (the toml 0.10.2 parser sd-scripts uses rejects mixed arrays)"
@@ -148,10 +149,10 @@ def classify_value(spec: ArgSpec, value: Any) -> tuple[str, str] | None:
         item = spec.item_type or "str"
         for v in value:
             if item == "str" and not isinstance(v, str):
-                return "type", f"items must be strings like \"key=value\", not {v!r}"
+                return "type", f"items must be strings like \"key=value\", not {short_repr(v)}"
             if item == "float" and not is_number(v):
-                return "type", f"items must be numbers, not {v!r}"
+                return "type", f"items must be numbers, not {short_repr(v)}"
     if spec.choices and value not in spec.choices:
         allowed = ", ".join(repr(c) for c in spec.choices if c is not None)
-        return "choices", f"{value!r} is not one of {allowed}"
+        return "choices", f"{short_repr(value)} is not one of {allowed}"
     return None

@@ -13,6 +13,7 @@ from typing import Any
 from kohya_tuner.check import argschema, conditions
 from kohya_tuner.check.facts import Context, parse_resolution
 from kohya_tuner.check.result import CheckResult, Problem
+from kohya_tuner.printable import short_repr
 
 _HERE = Path(__file__).resolve().parent
 LORA_SCRIPTS = ("train_network.py", "sdxl_train_network.py", "flux_train_network.py", "sd3_train_network.py",
@@ -48,7 +49,9 @@ def _load(name: str) -> dict[str, Any]:
         from kohya_tuner.resources import user_data_dir
 
         cache = user_data_dir() / "cache" / f"{name}.{hashlib.sha256(raw).hexdigest()[:16]}.json"
-        return json.loads(cache.read_text(encoding="utf-8"))
+        from kohya_tuner import safeio
+
+        return json.loads(safeio.read_regular(cache, 64 << 20).decode("utf-8"))
     except (OSError, ValueError, ImportError):
         pass
     try:
@@ -286,7 +289,7 @@ def key_problems(config: dict[str, Any], script: str, *, unknown_severity: str =
             problems.append(Problem(key, why, "warning", where=_CONFIG_PATH, rule=f"config_{kind}"))
         else:
             problems.append(Problem(key, f"{why}: argparse never converts a --config_file value, so the code that "
-                                         f"uses {key} gets {value!r} as written", "error",
+                                         f"uses {key} gets {short_repr(value)} as written", "error",
                                     where=f"{spec.source or script} ({_CONFIG_PATH})", rule="type"))
     return problems
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -151,6 +152,10 @@ def run(args: argparse.Namespace) -> int:
     family = get_family(args.model)
     choice = choose(args.gpu, arch=args.gpu_arch)
     data, out = args.data, args.out
+    if os.path.lexists(out) and not Path(out).is_dir():
+        from kohya_tuner.safeio import describe
+
+        raise UserError(f"--out {out} is {describe(out)}, not a folder.", "Give a folder for the plan's files.")
     if data is not None and not data.is_dir():
         raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
                         "Point --data at the folder that holds your training images.")
@@ -183,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute(), assumed=fitted.assumed)
     gui = planfiles.add_gui_json(files, plan, out, args.gui_json) if args.gui_json else None
     written = planfiles.write(files, out, force=args.force)
-    warnings = []
+    warnings = list(files.left_out.values())
     if missing:
         warnings.append(f"Model files not given: {', '.join(missing)}. Add them before training "
                         f"(config.toml has no path for them yet).")
@@ -254,9 +259,10 @@ def run(args: argparse.Namespace) -> int:
         say(f"  {p}", wrap=False)
     for p, b in getattr(written, "backups", {}).items():
         say(f"  (the old {p.name} is kept as {b})", wrap=False)
-    from kohya_tuner.shellquote import sh_quote
+    from kohya_tuner.shellquote import display_word
 
     # One unbroken line: it is a command to copy.
-    console.print(Text.assemble("Train with: ", (f"sh {sh_quote(str(written['launch.sh']))}", "bold"),
-                                " (or launch.bat on Windows)"), soft_wrap=True)
+    console.print(Text.assemble("Train with: ", (f"sh {display_word(str(written['launch.sh']))}", "bold"),
+                                "" if "launch.bat" in files.left_out else " (or launch.bat on Windows)"),
+                   soft_wrap=True)
     return 0

@@ -9,10 +9,47 @@ from rich.console import Console
 
 from kohya_tuner import jsontext
 
+
+class SafeConsole(Console):
+    """A Console that never lets text from the outside world act on the terminal or break
+    the output: every string it renders (a print's argument, a table cell) has its control
+    characters shown as escapes (printable), and a Text with one is rebuilt the same way, so
+    a path, trigger or caption extension holding ESC cannot retitle or clear the terminal;
+    a string whose markup does not parse (a user's `[/red]` inside our own `[bold]`) is
+    printed as plain text instead of raising. Rich's own styling is added later, at render,
+    and is untouched."""
+
+    def render_str(self, text: str, **kwargs: Any):
+        from rich.errors import MarkupError
+
+        from kohya_tuner.printable import printable
+
+        text = printable(text, keep_lines=True)
+        try:
+            return super().render_str(text, **kwargs)
+        except MarkupError:
+            return super().render_str(text, **{**kwargs, "markup": False})
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(_safe_text(o) for o in objects), **kwargs)
+
+
+def _safe_text(obj: Any) -> Any:
+    from rich.text import Text
+
+    from kohya_tuner.printable import printable
+
+    if isinstance(obj, Text) and printable(obj.plain, keep_lines=True) != obj.plain:
+        # Escapes are longer than what they replace, so the spans cannot be kept: the
+        # hostile text is shown plainly in the Text's base style.
+        return Text(printable(obj.plain, keep_lines=True), style=obj.style, justify=obj.justify)
+    return obj
+
+
 # Tables and progress go to stdout; warnings go to stderr. The consoles look up sys.stdout and
 # sys.stderr when they print, so a caller that redirects them (tests) sees the output.
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = SafeConsole(highlight=False)
+err_console = SafeConsole(stderr=True, highlight=False)
 
 
 def print_json(data: Any) -> None:

@@ -181,7 +181,7 @@ def print_plan(p: PreparedRun) -> None:
     console.print("  plan (every setting and its reason: config.toml):", markup=False)
     for line in render_summary(plan, p.fitted):
         console.print(line, markup=False, soft_wrap=True)
-    for note in plan.notes:
+    for note in p.summary["notes"]:
         paragraph(note, indent="  ")
     for line in p.fit_lines:
         console.print(f"  fit: {line}")
@@ -205,7 +205,8 @@ def print_dry_run(p: PreparedRun) -> None:
     # The command alone on its own line, exactly as a shell needs it.
     sys.stdout.write(format_command(p.argv) + "\n")
     sys.stdout.flush()
-    console.print(f"Start it supervised with: kohya-tuner run --continue {format_command([str(p.out)])}")
+    console.print(f"Start it supervised with: kohya-tuner run --continue {format_command([str(p.out)])}",
+                  markup=False)
 
 
 def print_preview(preview: dict[str, Any]) -> None:

@@ -65,11 +65,12 @@ def _within(child: Path, parent: Path) -> bool:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    from kohya_tuner import safeio
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(safeio.read_regular(path, safeio.JOURNAL_BYTES).decode("utf-8"))
         return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a FIFO or device named like the manifest included
         return None
 
 
@@ -102,9 +103,12 @@ def _check_out(root: Path, out: str | os.PathLike) -> Path:
     if _within(root, out_abs):
         raise UserError(f"--out {display(str(out_abs))} contains the source folder.",
                         f"Give a new folder beside it, e.g. {display(str(root))}.prepared")
+    if os.path.lexists(out_path) and not out_path.is_dir():
+        # A link to nothing too: prep never creates a folder where a link points.
+        from kohya_tuner.safeio import describe
+
+        raise UserError(f"--out {display(str(out_path))} is {describe(out_path)}, not a folder.")
     if out_abs.exists():
-        if not out_abs.is_dir():
-            raise UserError(f"--out {display(str(out_abs))} exists and is a file.")
         manifest = _read_json(out_abs / MANIFEST_NAME)
         if manifest is None:
             try:
@@ -278,10 +282,11 @@ def _save_quietly(run: _Run) -> None:
 
 
 def _caption_text(path: Path) -> str | None:
-    try:
-        if not path.is_file():  # a pipe or device named like a caption would block the read
-            return None
-        raw = path.read_bytes()
+    from kohya_tuner import safeio
+    from kohya_tuner.dataset.captions import _CAPTION_LIMIT
+
+    try:  # a pipe or device named like a caption would block the read or never end
+        raw = safeio.read_regular(path, _CAPTION_LIMIT)
     except OSError:
         return None
     text = decode_caption_bytes(raw)

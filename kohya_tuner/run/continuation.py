@@ -6,8 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import toml
-
+from kohya_tuner import safeio
 from kohya_tuner.config_io import flatten
 from kohya_tuner.run.journal import AttemptRecord
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, decide
@@ -87,7 +86,7 @@ def unjournaled_attempt(settings: RunSettings, attempts: list[AttemptRecord]) ->
         return None
     number, path = max(found)
     try:
-        cfg = flatten(toml.load(path))
+        cfg = flatten(safeio.load_toml_file(path))
     except (OSError, ValueError, TypeError, IndexError, RecursionError):  # damaged: as if absent
         return None
     if "probe" in str(cfg.get("output_name") or ""):
@@ -113,7 +112,7 @@ def recovered_records(settings: RunSettings, attempts: list[AttemptRecord]) -> l
     for n in sorted(j.numbers_on_disk() - known):
         path = j.config_path(n)
         try:
-            cfg = flatten(toml.load(path))
+            cfg = flatten(safeio.load_toml_file(path))
         except (OSError, ValueError, TypeError, IndexError, RecursionError):
             continue
         if "probe" in str(cfg.get("output_name") or ""):

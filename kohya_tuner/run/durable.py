@@ -16,7 +16,7 @@ attempt's log. Now the record is on disk before anything can be lost:
 
 from __future__ import annotations
 
-from kohya_tuner import jsontext
+from kohya_tuner import jsontext, safeio
 import errno
 import json
 import os
@@ -69,8 +69,9 @@ def pending_records(out: Path, journaled: set[int], from_json: Callable[[dict], 
         if not m or int(m.group(1)) in journaled:
             continue
         try:
-            found.append((int(m.group(1)), from_json(json.loads((Path(out) / name).read_text(encoding="utf-8")))))
-        except (OSError, ValueError, TypeError, KeyError):
+            raw = safeio.read_regular(Path(out) / name, safeio.JOURNAL_BYTES)
+            found.append((int(m.group(1)), from_json(json.loads(raw.decode("utf-8")))))
+        except (OSError, ValueError, TypeError, KeyError, RecursionError):
             continue
     return [r for _n, r in sorted(found, key=lambda x: x[0])]
 

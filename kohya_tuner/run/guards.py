@@ -71,9 +71,11 @@ def _probe_write(folder: Path, what: str) -> None:
 
 def writable_folder(path: Path, flag: str = "--out") -> None:
     """`path` (which may not exist yet) can be created and written to."""
+    from kohya_tuner.safeio import describe
+
     base = _nearest_existing(path)
     if not base.is_dir():
-        raise UserError(f"{flag} {path}: {base} is a file, not a folder.")
+        raise UserError(f"{flag} {path}: {base} is {describe(base)}, not a folder.")
     _probe_write(base, f"{flag} {path}" + ("" if base == path.absolute() else f" (in {base})"))
 
 
@@ -89,7 +91,9 @@ def events_file(path: Path) -> None:
         except OSError as exc:
             raise UserError(f"--json-events {path} cannot be used: {why(exc)}.") from None
         if not stat.S_ISREG(mode):
-            raise UserError(f"--json-events {path} is not a regular file (a pipe or a device).",
+            from kohya_tuner.safeio import describe
+
+            raise UserError(f"--json-events {path} is {describe(path)}, not a regular file.",
                             "Give a file name; events are appended to it.")
         if not os.access(path, os.W_OK):
             raise UserError(f"--json-events {path} cannot be written: permission denied or read-only.")

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kohya_tuner import jsontext
+from kohya_tuner import jsontext, safeio
 from kohya_tuner.config_io import atomic_write
 from kohya_tuner.run import durable
 
@@ -189,7 +189,7 @@ class Journal:
         from kohya_tuner.errors import UserError
 
         try:
-            data = json.loads(self.run_path.read_bytes().decode("utf-8"))
+            data = json.loads(safeio.read_regular(self.run_path, safeio.JOURNAL_BYTES).decode("utf-8"))
         except FileNotFoundError:
             raise UserError(f"{self.out} holds no kohya-tuner run ({RUN_FILE} is missing).",
                             "Give the --out folder of an earlier `kohya-tuner run`.") from None
@@ -219,7 +219,7 @@ class Journal:
 
     def _journaled(self) -> list[AttemptRecord]:
         try:
-            raw = self.attempts_path.read_bytes()
+            raw = safeio.read_regular(self.attempts_path, safeio.JOURNAL_BYTES)
         except OSError:
             return []
         out: list[AttemptRecord] = []
@@ -265,7 +265,7 @@ class Journal:
 
     def read_summary(self) -> dict[str, Any] | None:
         try:
-            data = json.loads(self.summary_path.read_bytes().decode("utf-8"))
+            data = json.loads(safeio.read_regular(self.summary_path, safeio.JOURNAL_BYTES).decode("utf-8"))
         except (OSError, ValueError, RecursionError):  # absent or damaged: the run is not done
             return None
         return data if isinstance(data, dict) else None
@@ -313,8 +313,8 @@ def newest_state(attempts: list[AttemptRecord]) -> StateRecord | None:
 def read_train_state(state_dir: str | os.PathLike) -> dict[str, Any] | None:
     """sd-scripts' `train_state.json` ({"current_epoch": e, "current_step": s}) or None."""
     try:
-        data = json.loads((Path(state_dir) / "train_state.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(safeio.read_regular(Path(state_dir) / "train_state.json", safeio.JOURNAL_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -15,7 +15,6 @@ import codecs
 import os
 import queue
 import re
-import shlex
 import signal
 import subprocess
 import sys
@@ -117,7 +116,9 @@ def format_command(argv: list[str]) -> str:
     """The command as the user's shell would need it typed."""
     if _IS_WINDOWS:
         return subprocess.list2cmdline(argv)
-    return shlex.join(argv)
+    from kohya_tuner.shellquote import display_word
+
+    return " ".join(display_word(a) for a in argv)
 
 
 def env_changes(env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kohya_tuner import safeio
 from kohya_tuner.errors import UserError
 
 LOCK_NAME = ".kohya-tuner.lock"
@@ -52,10 +53,10 @@ def _me(command: str) -> Holder:
 
 def read_holder(path: Path) -> Holder | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(safeio.read_regular(path, safeio.JOURNAL_BYTES).decode("utf-8"))
         return Holder(pid=int(data["pid"]), start_time=data.get("start_time"), host=str(data.get("host", "?")),
                       since=str(data.get("since", "?")), command=str(data.get("command", "")))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kohya_tuner import redact
+from kohya_tuner import redact, safeio
 from kohya_tuner.fileio import atomic_write
 
 SECRETS_FILE = "secrets.json"
@@ -32,8 +32,8 @@ def withhold(plan: Any, out_dir: Path) -> dict[str, str]:
 
 def load(out_dir: Path) -> dict[str, str]:
     try:
-        data = json.loads((Path(out_dir) / SECRETS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(safeio.read_regular(Path(out_dir) / SECRETS_FILE, safeio.JOURNAL_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return {}
     return {k: str(v) for k, v in data.items() if k in redact.secret_keys()} if isinstance(data, dict) else {}
 

@@ -160,12 +160,11 @@ def probe_config(config: Mapping[str, Any], steps: int, out_dir: Path) -> dict[s
 
 def read_config_file(path: str, plan_config: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The settings an attempt ran with (its resume and per-attempt keys taken out)."""
-    import toml
-
+    from kohya_tuner import safeio
     from kohya_tuner.config_io import flatten
 
     try:
-        cfg = flatten(toml.load(path))
+        cfg = flatten(safeio.load_toml_file(path))
     except (OSError, ValueError, TypeError, IndexError, RecursionError):  # damaged: as if absent
         return None
     if plan_config is not None:

@@ -97,8 +97,10 @@ def _target(req: RunRequest) -> _Target:
     emulate_vram, cpu = req.emulate_vram, req.cpu
     if emulate_vram is not None and emulate_vram < gpu_mod.MIN_GPU_GB:
         raise UserError(f"--emulate-vram {emulate_vram:g} is below {gpu_mod.MIN_GPU_GB} GB.")
-    if req.accelerate_config is not None and not req.accelerate_config.is_file():
-        raise UserError(f"--accelerate-config {req.accelerate_config} does not exist.")
+    if req.accelerate_config is not None:
+        from kohya_tuner import safeio
+
+        safeio.require_regular(req.accelerate_config, "--accelerate-config")
     data = req.data
     if not data.is_dir():
         raise UserError(f"--data {data} is not a folder." if data.exists() else f"--data {data} does not exist.",
@@ -187,7 +189,7 @@ def _preflight(req: RunRequest, t: _Target, p: _Planned) -> tuple[preflight.Fact
     return facts, checks
 
 
-def _write(req: RunRequest, t: _Target, p: _Planned, facts: preflight.Facts) -> tuple[Written, RunSettings]:
+def _write(req: RunRequest, t: _Target, p: _Planned, facts: preflight.Facts) -> tuple[Written, RunSettings, list[str]]:
     """The plan files and run.json, once the plan is valid and confined to --out."""
     plan, out = p.plan, t.out
     schema.raise_if_invalid(presets.validate_plan(plan, p.dataset), "The planned config")
@@ -195,8 +197,8 @@ def _write(req: RunRequest, t: _Target, p: _Planned, facts: preflight.Facts) -> 
     secretstore.withhold(plan, out)  # the trainer gets them through its environment
 
     checkout = Path(facts.checkout_path or preflight.PLACEHOLDER)
-    written = planfiles.write(planfiles.render(plan, p.dataset, out, sd_scripts=checkout, assumed=p.fitted.assumed),
-                              out, force=req.force)
+    files = planfiles.render(plan, p.dataset, out, sd_scripts=checkout, assumed=p.fitted.assumed)
+    written = planfiles.write(files, out, force=req.force)
     gpu_info = None
     info = t.choice.info or t.card
     if info is not None:
@@ -211,7 +213,7 @@ def _write(req: RunRequest, t: _Target, p: _Planned, facts: preflight.Facts) -> 
         gpu=gpu_info, predicted_gib=round(p.est.peak_gib, 3), dataset=p.dataset, model=req.model, job=req.job,
         user_keys=tuple(sorted(p.user_keys)))
     Journal(out).write_run(settings.to_json())
-    return written, settings
+    return written, settings, list(files.left_out.values())
 
 
 def prepare(req: RunRequest, *, warn: Callable[[str], None]) -> PreparedRun:
@@ -220,7 +222,7 @@ def prepare(req: RunRequest, *, warn: Callable[[str], None]) -> PreparedRun:
     t = _target(req)
     p = _plan(req, t, warn)
     _facts, checks = _preflight(req, t, p)
-    written, settings = _write(req, t, p, _facts)
+    written, settings, left_out = _write(req, t, p, _facts)
     plan, out, probe_steps, est = p.plan, t.out, req.probe_steps, p.est
     first = Retry(config=dict(plan.config), resume_from=None, changes=[],
                   reason=(f"a {probe_steps}-step probe before the full run" if probe_steps else "the fitted plan"),
@@ -241,7 +243,7 @@ def prepare(req: RunRequest, *, warn: Callable[[str], None]) -> PreparedRun:
         "predicted_peak_gib": round(est.peak_gib, 3), "predicted_phase": est.peak_phase,
         "history_correction": est.correction, "fit": p.fit_lines, "files": {k: str(v) for k, v in written.items()},
         "checks": [c.__dict__ for c in checks.checks], "command": argv, "environment": env_added,
-        "attempt_config": str(cfg_path), "data": str(p.checked), "notes": list(plan.notes),
+        "attempt_config": str(cfg_path), "data": str(p.checked), "notes": list(plan.notes) + left_out,
     }
     return PreparedRun(
         family_label=t.family.label, job=req.job, cpu=req.cpu, gpu_described=described, emulate_vram=req.emulate_vram,

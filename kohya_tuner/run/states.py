@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from kohya_tuner import safeio
 from kohya_tuner.run import journal as jr
 from kohya_tuner.run.journal import AttemptRecord, StateRecord
 from kohya_tuner.run.policy import BOOKKEEPING
@@ -158,8 +159,9 @@ def state_complete(state_dir: str | os.PathLike) -> bool:
 
 def _safetensors_whole(path: Path) -> bool:
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
+        # A run folder's files are read like a user's: a FIFO or a device link never blocks.
+        with safeio.open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
             n = int.from_bytes(f.read(8), "little")
             if n <= 0 or 8 + n > size:
                 return False
@@ -175,14 +177,14 @@ def _torch_file_whole(path: Path) -> bool:
     """torch.save writes a zip archive, whose central directory is at the end of the file:
     a file cut short starts like a zip but does not open as one."""
     try:
-        with open(path, "rb") as f:
+        with safeio.open_regular(path) as f:
             magic = f.read(4)
-        if not magic:
-            return False
-        if magic != b"PK\x03\x04":
-            return True  # the legacy format has no length to check; non-empty is the best there is
-        with zipfile.ZipFile(path) as z:
-            return bool(z.namelist())
+            if not magic:
+                return False
+            if magic != b"PK\x03\x04":
+                return True  # the legacy format has no length to check; non-empty is the best there is
+            with zipfile.ZipFile(f) as z:
+                return bool(z.namelist())
     except (OSError, zipfile.BadZipFile):
         return False
 
@@ -284,22 +286,33 @@ def publish_lora(path: str, base: str, metadata: Mapping[str, str] | None = None
 
 def _same_tensors(a: Path, b: Path) -> bool:
     """Same file, or the same tensor bytes (a restamped copy differs only in its header)."""
-    if a.read_bytes() == b.read_bytes():
-        return True
+    try:
+        if _whole(a) == _whole(b):
+            return True
+    except OSError:
+        return False
     ha, hb = _header(a), _header(b)
     if ha is None or hb is None:
         return False
     (na, ja), (nb, jb) = ha, hb
     ja.pop("__metadata__", None)
     jb.pop("__metadata__", None)
-    return ja == jb and a.read_bytes()[8 + na:] == b.read_bytes()[8 + nb:]
+    try:
+        return ja == jb and _whole(a)[8 + na:] == _whole(b)[8 + nb:]
+    except OSError:
+        return False
+
+
+def _whole(path: Path) -> bytes:
+    with safeio.open_regular(path) as f:
+        return f.read()
 
 
 def _header(path: Path) -> tuple[int, dict] | None:
     try:
-        with open(path, "rb") as f:
+        with safeio.open_regular(path) as f:
             n = int.from_bytes(f.read(8), "little")
-            if n <= 0 or 8 + n > path.stat().st_size:
+            if n <= 0 or 8 + n > os.fstat(f.fileno()).st_size:
                 return None
             header = json.loads(f.read(n))
     except (OSError, ValueError):
@@ -321,7 +334,7 @@ def restamp_safetensors(src: Path, dest: Path, metadata: Mapping[str, str]) -> b
     header["__metadata__"] = meta
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # the format allows space padding; 8-byte alignment for the data
-    with open(src, "rb") as f, open(dest, "wb") as out:
+    with safeio.open_regular(src) as f, open(dest, "wb") as out:
         f.seek(8 + n)
         out.write(len(raw).to_bytes(8, "little"))
         out.write(raw)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,16 @@ _SCALE = max(1, int(os.environ.get("KT_FUZZ_SCALE", "1") or 1))
 DAMAGE = settings(max_examples=60 * _SCALE, deadline=None, derandomize=not os.environ.get("KT_FUZZ_RANDOM"),
                   database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 STANDIN = REPO / "tests" / "standin"
+EXAMPLES: Counter = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _count_examples():
+    """Prints how many generated examples ran (pytest -s), for the hunting figures."""
+    yield
+    if EXAMPLES:
+        print(f"\ndamaged-run examples run: {sum(EXAMPLES.values())} — "
+              + ", ".join(f"{k} {v}" for k, v in sorted(EXAMPLES.items())))
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +63,21 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+class Hung(BaseException):
+    """Not TimeoutError: the CLI turns an OSError into an exit-2 paragraph."""
+
+
 def _continue(out: Path, *extra: str):
-    res = invoke("run", "--continue", out, "--dry-run", *extra)
+    def fire(signum, frame):
+        raise Hung("run --continue did not return within 10 s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(10)
+    try:
+        res = invoke("run", "--continue", out, "--dry-run", *extra)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
     assert "Traceback" not in res.output
     return res
 
@@ -85,6 +110,7 @@ def test_a_damaged_run_json_is_one_paragraph(planned, tmp_path_factory, whole, f
     else:
         (out / "run.json").write_text(text)
     res = _continue(out)
+    EXAMPLES["run.json"] += 1
     assert res.exit_code in (0, 2), res.output
     if res.exit_code == 2:
         assert "error:" in res.output
@@ -97,9 +123,63 @@ def test_a_damaged_attempts_journal_is_read_past(planned, tmp_path_factory, line
     out = _copy(planned, tmp_path_factory.mktemp("d") / "run")
     (out / "attempts.jsonl").write_bytes(b"\n".join(lines))
     res = _continue(out, "--json")
+    EXAMPLES["attempts.jsonl"] += 1
     assert res.exit_code in (0, 2), res.output
     if res.exit_code == 0:
         assert json.loads(res.stdout)["attempt"] >= 1
+
+
+@pytest.fixture(scope="module")
+def with_states(planned, tmp_path_factory):
+    """The planned run after an attempt that saved states at 10 and 20 (its journal line,
+    log and pending record on disk), so every reader of a run folder has a file to read."""
+    out = _copy(planned, tmp_path_factory.mktemp("states") / "run")
+    run = json.loads((out / "run.json").read_text())
+    run["plan_config"]["output_dir"] = str(out / "output")  # its own, so each example's copy has its states
+    (out / "run.json").write_text(json.dumps(run))
+    output, name = out / "output", run["plan_config"]["output_name"]
+    for step in (10, 20):
+        write_state(output / f"{name}-step{step:08d}-state", step)
+    Journal(out).append(_record(1, "oom", 0, 20, resume_from=None))
+    (out / "attempt-1.log").write_text("steps:  50%|#  | 20/40\n")
+    (out / "attempt-2.log").write_text("attempt 2, its line lost\n")
+    (out / "attempt-3.pending.json").write_text("{}")
+    (out / "summary.json").write_text("{}")
+    return out
+
+
+SPECIALS = ["fifo", "device link", "dangling link", "folder", "empty", "garbage"]
+
+
+@DAMAGE
+@given(data=st.data())
+def test_a_run_folder_with_special_files_is_read_past_or_refused(with_states, tmp_path_factory, data):
+    """Any of its files (the journal, run.json, a state's train_state.json or model, a
+    pending record, a log) a FIFO, a link to a device or to nothing, a folder, empty or
+    garbage, one or several at once: exit 0 or 2 within 10 s, never a traceback."""
+    out = tmp_path_factory.mktemp("s") / "run"
+    _copy(with_states, out)
+    run = json.loads((out / "run.json").read_text())
+    run["plan_config"]["output_dir"] = str(out / "output")
+    (out / "run.json").write_text(json.dumps(run))
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    for rel in data.draw(st.lists(st.sampled_from(files), min_size=1, max_size=3, unique=True)):
+        p = out / rel
+        kind = data.draw(st.sampled_from(SPECIALS))
+        p.unlink()
+        if kind == "fifo":
+            os.mkfifo(p)
+        elif kind == "device link":
+            p.symlink_to("/dev/zero")
+        elif kind == "dangling link":
+            p.symlink_to(p.parent / "nowhere")
+        elif kind == "folder":
+            p.mkdir()
+        else:
+            p.write_bytes(b"" if kind == "empty" else data.draw(st.binary(max_size=64)))
+    res = _continue(out)
+    EXAMPLES[f"special files, exit {res.exit_code}"] += 1
+    assert res.exit_code in (0, 2), res.output
 
 
 @pytest.mark.parametrize("text", ["[]", "null", '{"plan_config": null}', "{}", "\"x\"", "[" * 5000])

@@ -178,6 +178,35 @@ def test_set_values_at_the_edges(files, value):
     assert proc.returncode == 2 and "learning_rate" in proc.stderr.decode(), proc.stderr.decode()
 
 
+DIGITS = "9" * 5000  # past Python's int() digit limit (4,300): every parser fails with a message about Python
+
+
+@pytest.mark.parametrize("kind", ["toml config", "gui json", "command line", "dataset toml", "dataset json",
+                                  "preset", "--set"])
+def test_an_integer_past_the_digit_limit_names_its_key_in_every_file_kind(files, kind):
+    cfg = str(files / "cfg.toml")
+    plan = ["config", "-m", "sd15", "-j", "style", "-g", "8", "--out", str(files / "dl")]
+    key, name, text, argv = {
+        "toml config": ("learning_rate", "l.toml", f"# c\nnetwork_dim = 8\nlearning_rate = {DIGITS}\n", None),
+        "gui json": ("train_batch_size", "l.json", '{"LoRA_type": "Standard", "train_batch_size": %s}' % DIGITS, None),
+        "command line": ("network_dim", "l.sh", f"accelerate launch train_network.py --network_dim {DIGITS}\n", None),
+        "dataset toml": ("num_repeats", "ds.toml", f"[[datasets]]\n[[datasets.subsets]]\nnum_repeats = {DIGITS}\n",
+                         ["estimate", cfg, "--dataset"]),
+        "dataset json": ("num_repeats", "ds.json", '{"datasets": [{"subsets": [{"num_repeats": %s}]}]}' % DIGITS,
+                         ["estimate", cfg, "--dataset"]),
+        "preset": ("network_dim", "p.toml", f"[settings]\nnetwork_dim = {DIGITS}\n", [*plan, "--preset"]),
+        "--set": ("network_dim", None, None, [*plan, "--set", f"network_dim={DIGITS}"]),
+    }[kind]
+    if name is not None:
+        (files / name).write_text(text)
+        argv = (argv or ["estimate"]) + [str(files / name)]
+    proc = kt(*argv)
+    _no_traceback(proc)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and key in err, err
+    assert "set_int_max_str_digits" not in err and DIGITS[:200] not in err, err  # said for people, not Python
+
+
 # ---- output encodings -----------------------------------------------------------------
 
 ENCODINGS = [{"PYTHONIOENCODING": "cp1252"}, {"PYTHONIOENCODING": "ascii", "LANG": "C", "LC_ALL": "C"},
@@ -261,7 +290,12 @@ def test_hostile_file_names_are_never_printed_raw(tmp_path):
 
 
 def test_what_the_hunting_pass_found(files, tmp_path):
-    """A 400-digit exit status was accepted; a trigger holding non-UTF-8 bytes crashed prep."""
+    """A 400-digit exit status was accepted; a trigger holding non-UTF-8 bytes crashed prep;
+    a caption extension of `[/red]` crashed dataset check's listing (its class, markup and
+    escapes in every option: test_fault_text_options.py)."""
+    proc = kt("dataset", "check", str(files / "imgs"), "-m", "sd15", "--caption-ext", "[/red]")
+    _no_traceback(proc)
+    assert proc.returncode in (0, 1) and b"[/red]" in proc.stdout, proc.stdout + proc.stderr
     proc = kt("diagnose", str(files / "log.txt"), "--exit-code=-" + "9" * 400)
     _no_traceback(proc)
     assert proc.returncode == 2 and b"--exit-code" in proc.stderr

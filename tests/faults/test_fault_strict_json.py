@@ -80,3 +80,47 @@ def test_a_non_finite_loss_gives_a_report_and_strict_journal_files(tmp_path, val
     # Read back (nulls where the loss diverged), the report still renders.
     again = j.attempts()
     assert "<svg" in report.render({"status": "error", "reason": "r", "total_steps": 10}, again)
+
+
+def test_a_run_whose_loss_becomes_nan_has_its_report_and_strict_files(tmp_path):
+    """The case run exists to diagnose, end to end on the stand-in (through accelerate
+    launch): the loss is NaN from step 3 of 8. Every journal file and event is strict JSON,
+    report.html is written and marks where the loss stopped being a number, diagnose names
+    it, and --continue does not repeat a crash."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from PIL import Image
+
+    repo = Path(__file__).resolve().parents[2]
+    data = tmp_path / "imgs"
+    data.mkdir()
+    for i in range(4):
+        Image.new("RGB", (512, 512), (40 * i, 9, 9)).save(data / f"{i}.png")
+    base = tmp_path / "base.safetensors"
+    base.write_bytes(b"\0" * 64)
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STANDIN_", "ACCELERATE_"))}
+    env.update(KOHYA_TUNER_HOME=str(tmp_path / "home"), STANDIN_STEP_SECONDS="0.005", STANDIN_NAN_AT_STEP="3",
+               PYTHONPATH=str(repo))
+
+    def kt(*args):
+        return subprocess.run([sys.executable, "-m", "kohya_tuner", *map(str, args)], env=env, capture_output=True,
+                              text=True, timeout=240, cwd=tmp_path)
+
+    res = kt("run", "-m", "sd15", "-j", "style", "-g", "8", "--cpu", "--data", data, "--out", out, "--sd-scripts",
+             repo / "tests" / "standin", "--steps", "8", "--base", base, "--json-events", tmp_path / "ev.jsonl")
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    assert "avr_loss=nan" in (out / "attempt-1.log").read_text()
+    for name in ("run.json", "summary.json"):
+        _strict((out / name).read_text())
+    for line in [*(out / "attempts.jsonl").read_text().splitlines(), *(tmp_path / "ev.jsonl").read_text().splitlines()]:
+        _strict(line)
+    html = (out / "report.html").read_text()
+    assert "not a number" in html
+    diag = kt("diagnose", out / "attempt-1.log", "--json")
+    assert _strict(diag.stdout)["error"]["kind"] == "nan_loss", diag.stdout
+    again = kt("run", "--continue", out)
+    assert again.returncode in (0, 1) and "Traceback" not in again.stdout + again.stderr, again.stderr

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from pathlib import Path
+
 import pytest
 import toml
 from hypothesis import given, settings
@@ -76,20 +78,36 @@ def test_non_finite_float_refused_with_key():
         config_io.dumps_config({"learning_rate": float("inf")})
 
 
-@pytest.mark.parametrize("name", ["Bob's images", 'say "hi"', "back\\slash'\"", "日本 'é'"])
-def test_config_with_quoted_paths_writes_and_reads_back(tmp_path, name):
+NAMES = ["Bob's images", 'say "hi"', "back\\slash'\"", "日本 'é'"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("command", ["config", "run"])
+def test_quoted_data_out_and_trigger_write_and_read_back(tmp_path, name, command):
+    """The same quotes in --data, --out and --trigger at once, for config and for run
+    (--dry-run: it writes the plan and the attempt config). A `"` in --out leaves only
+    launch.bat out (no Windows path holds one), never the plan."""
     data = tmp_path / name
     data.mkdir()
     for i in range(2):
-        Image.new("RGB", (64, 64)).save(data / f"{i}.png")
-    # launch.bat refuses a `"` in the output folder by design (cmd.exe cannot quote it): docs/faults.md
-    out = tmp_path / ("out " + name.replace('"', ""))
-    r = invoke("config", "-m", "sdxl", "-j", "character", "-g", "12", "--data", str(data), "--out", str(out),
-                "--trigger", name)
+        Image.new("RGB", (512, 512), (i, 0, 0)).save(data / f"{i}.png")
+    out = tmp_path / ("out " + name)
+    argv = [command, "-m", "sd15" if command == "run" else "sdxl", "-j", "character", "-g", "12", "--data",
+            str(data), "--out", str(out), "--trigger", name]
+    if command == "run":
+        base = data / f"{name}.safetensors"
+        base.write_bytes(b"\0" * 64)
+        argv += ["--cpu", "--dry-run", "--steps", "4", "--base", str(base), "--sd-scripts",
+                 str(Path(__file__).resolve().parents[1] / "standin")]
+    r = invoke(*argv)
     assert r.exit_code == 0, r.output
+    assert (out / "launch.bat").exists() == ('"' not in name)
+    if '"' in name:
+        assert "launch.bat not written" in r.output
     ds = toml.load(out / "dataset.toml")
     subsets = [s for d in ds["datasets"] for s in d["subsets"]]
     assert any(s.get("image_dir") == str(data) for s in subsets)
     assert any(s.get("class_tokens") == name for s in subsets)
-    cfg = config_io.flatten(toml.load(out / "config.toml"))
-    assert cfg["output_dir"].startswith(str(out))
+    for cfg_path in [out / "config.toml", *out.glob("attempt-*.toml")]:
+        cfg = config_io.flatten(toml.load(cfg_path))
+        assert cfg["output_dir"].startswith(str(out)), cfg_path

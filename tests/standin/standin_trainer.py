@@ -19,6 +19,7 @@ Environment knobs:
                            training OOM strikes there, earlier steps fit
   STANDIN_ERROR_AT_STEP    raise a non-memory error at this step
   STANDIN_HANG_AT_STEP     stop printing and sleep forever at this step
+  STANDIN_NAN_AT_STEP      from this step the loss is NaN (a diverged run: `avr_loss=nan`)
   STANDIN_STEP_SECONDS     sleep per optimizer step (default 0.01)
   STANDIN_REPORT           print the memory model's figures as JSON and exit 0
 """
@@ -485,6 +486,7 @@ def main(script: str, family: str) -> None:
     peak_step = _env_int("STANDIN_PEAK_STEP") or 1
     error_at = _env_int("STANDIN_ERROR_AT_STEP")
     hang_at = _env_int("STANDIN_HANG_AT_STEP")
+    nan_at = _env_int("STANDIN_NAN_AT_STEP")
 
     def sample(step: int) -> None:
         log(f"generating sample images at step / サンプル画像生成 ステップ: {step}", where="train_util.py:6261")
@@ -533,7 +535,8 @@ def main(script: str, family: str) -> None:
             time.sleep(step_s)
             global_step = step
             trained += 1
-            losses.append(0.12 + 0.1 / math.sqrt(step) + 0.01 * ((step * 7919) % 13) / 13)
+            losses.append(math.nan if nan_at is not None and step >= nan_at
+                          else 0.12 + 0.1 / math.sqrt(step) + 0.01 * ((step * 7919) % 13) / 13)
             # sd-scripts' order: bar update, sample images, save, then the loss postfix
             # redraws the bar.
             bar.update(1)
