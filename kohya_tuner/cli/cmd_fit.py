@@ -46,10 +46,14 @@ def _refuse_existing(files: list[tuple[Path, str, bool]]) -> None:
     """Before anything is written: a file that exists with other content is the user's."""
     from kohya_tuner.errors import UserError
 
+    import stat
+
     for path, body, _secret in files:
-        if path.exists():
-            try:
-                same = path.read_bytes() == body.encode("utf-8", "surrogateescape")
+        if path.exists() or path.is_symlink():
+            data = body.encode("utf-8", "surrogateescape")
+            try:  # a FIFO or a device is never read: it is the user's, and reading it may never end
+                st = path.stat()
+                same = stat.S_ISREG(st.st_mode) and st.st_size == len(data) and path.read_bytes() == data
             except OSError:
                 same = False
             if not same:

@@ -159,6 +159,8 @@ def valid_value(opt: FileOption, world: dict[str, Path], out: Path) -> str:
         return str(copy)
     if opt.flag == "--out":
         return str(out / ("fitted.toml" if opt.command == ("fit",) else "out"))
+    if opt.flag == "--gui-json":  # an output: a bare name goes into --out (beside it for fit)
+        return "gui.json"
     if opt.flag == "--json-events":
         return str(out / "events.jsonl")
     if opt.flag == "--dir":
