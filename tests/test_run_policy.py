@@ -488,3 +488,18 @@ def test_without_a_state_of_its_own_a_continuation_from_weights_continues_from_t
     rank = FakeLadder([FakeStep("rank_half", [("network_dim", 16, 8)], resume_safe=False)])
     action = decide(oom(), LORA_PLAN, SD15, s, facts(end_step=40), next_step=rank)
     assert action.weights_from is None and action.start_step == 0
+
+
+def test_the_same_phase_again_asks_the_ladder_for_a_margin_over_the_shortfall():
+    from kohya_tuner.run.policy import REPEAT_MARGIN_GIB
+
+    ladder = FakeLadder([FakeStep("checkpointing", [("gradient_checkpointing", None, True)])])
+    s = state(newest_state=StateRecord("/o/s", 30, 1), last_move_phase="training")
+    action = decide(oom(tried=0.06, free=0.0), PLAN, SD15, s, facts(), next_step=ladder)
+    assert ladder.calls[0]["deficit"] == pytest.approx(0.06 + REPEAT_MARGIN_GIB)
+    assert "0.06 GiB short" in action.reason and f"{REPEAT_MARGIN_GIB:g} GiB more" in action.note
+    # a first OOM of a phase asks for the shortfall itself
+    ladder = FakeLadder([FakeStep("checkpointing", [("gradient_checkpointing", None, True)])])
+    decide(oom(tried=0.06, free=0.0), PLAN, SD15, state(newest_state=StateRecord("/o/s", 30, 1)), facts(),
+           next_step=ladder)
+    assert ladder.calls[0]["deficit"] == pytest.approx(0.06)
