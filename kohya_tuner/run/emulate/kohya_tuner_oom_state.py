@@ -199,6 +199,9 @@ def save_at_failure(tb) -> str | None:
     partial = target + ".saving"
     shutil.rmtree(partial, ignore_errors=True)
     _say(f"out of memory after step {done}: saving the state of step {done} to {target}")
+    import time
+
+    t0 = time.monotonic()
     try:
         acc.save_state(partial)
         with open(os.path.join(partial, "train_state.json"), encoding="utf-8") as f:
@@ -213,7 +216,9 @@ def save_at_failure(tb) -> str | None:
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    _say(f"state saved at the failure, step {done}: {target}")
+    size = sum(os.path.getsize(os.path.join(target, n)) for n in os.listdir(target))
+    _say(f"state saved at the failure, step {done}: {target} ({size / 2**20:.1f} MiB in "
+         f"{time.monotonic() - t0:.2f} s)")
     return target
 
 
