@@ -79,7 +79,7 @@ def _train(accelerator, args, current_step, fail_at_micro: int, accumulation: in
 def _fail(hook, tmp_path, **kw):
     counter = SimpleNamespace(value=0)
     acc = Accelerator(counter, kw.pop("save_error", None))
-    args = SimpleNamespace(output_dir=str(tmp_path), output_name="lora")
+    args = SimpleNamespace(output_dir=str(tmp_path), output_name="lora", save_state=kw.pop("save_state", True))
     accumulation = kw.get("accumulation", 1)
     # The hook learns the boundary from the wrapped accumulate; here: the last multiple.
     try:
@@ -131,6 +131,11 @@ def test_nothing_is_saved_before_the_first_step_or_inside_the_optimizer(hook, tm
     assert saved is None
     hook._watch.in_optimizer_step = True
     saved, _ = _fail(hook, tmp_path, fail_at_micro=3)
+    assert saved is None and not list(tmp_path.iterdir())
+
+
+def test_a_run_that_keeps_no_states_gets_none_at_the_failure(hook, tmp_path):
+    saved, _ = _fail(hook, tmp_path, fail_at_micro=4, save_state=False)
     assert saved is None and not list(tmp_path.iterdir())
 
 

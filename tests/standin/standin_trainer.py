@@ -515,7 +515,7 @@ def main(script: str, family: str) -> None:
                                                 encoding="utf-8")
 
     done = {"step": initial_step, "epoch": start_epoch + 1}
-    if os.environ.get("KOHYA_TUNER_SAVE_AT_OOM"):
+    if os.environ.get("KOHYA_TUNER_SAVE_AT_OOM") and config.get("save_state"):
         # What kohya-tuner's hook does in the real trainer: once the traceback is printed, an
         # out-of-memory error saves the state of the steps completed (run/emulate/).
         previous = sys.excepthook

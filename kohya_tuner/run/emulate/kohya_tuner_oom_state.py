@@ -2,7 +2,8 @@
 
 `kohya-tuner run` sets KOHYA_TUNER_SAVE_AT_OOM for every launch, and the `sitecustomize`
 of this folder (first on PYTHONPATH) calls `install()`. Without the variable, or in a
-launch of several processes (the other ranks would wait in a collective), nothing happens.
+launch of several processes (the other ranks would wait in a collective), or in a run that
+keeps no states (`save_state` off, as in a probe), nothing happens.
 
 What it does, measured on the pinned sd-scripts (docs/run.md, "Save at the failing step"):
 
@@ -162,6 +163,8 @@ def save_at_failure(tb) -> str | None:
     acc, args, done, counter = loc["accelerator"], loc["args"], loc["global_step"], loc["current_step"]
     train_fn = loc.get("optimizer_train_fn")
     del loc, frame
+    if not getattr(args, "save_state", False):
+        return None  # a run that keeps no states (a probe) gets none at the failure either
     if not isinstance(done, int) or done < 1:
         _say("out of memory before the first optimizer step: there is no progress to save")
         return None
