@@ -457,6 +457,10 @@ def test_a_rank_move_still_restarts_and_a_full_finetune_has_no_weights_to_carry(
     opt = FakeLadder([FakeStep("optimizer_8bit", [("optimizer_type", "AdamW", "AdamW8bit")], resume_safe=False)])
     action = decide(oom(), PLAN, SD15, state(newest_state=StateRecord("/o/s", 30, 1)), facts(), next_step=opt)
     assert action.weights_from is None and action.start_step == 0
+    # several processes save the weights under DDP's names, which network_weights does not load
+    s = state(plan_config=LORA_PLAN, newest_state=StateRecord("/o/s", 30, 1), processes=2)
+    action = decide(oom(), LORA_PLAN, SD15, s, facts(), next_step=opt)
+    assert action.weights_from is None and action.start_step == 0
 
 
 def test_steps_redone_count_a_continuation_from_weights_as_kept():

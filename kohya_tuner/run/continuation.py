@@ -50,7 +50,7 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
         state = RunState(attempt=last.attempt, attempts_left=settings.max_attempts, total_steps=settings.total_steps,
                          plan_config=settings.plan_config, tried=tried, newest_state=newest, policy=settings.policy,
                          cpu=settings.cpu, user_keys=frozenset(settings.user_keys),
-                         weights=None if newest else lineage_weights(attempts))
+                         weights=None if newest else lineage_weights(attempts), processes=settings.num_processes)
         facts = AttemptFacts(exit_status=last.exit_status, end_step=last.end_step, killed=last.outcome == "cpu_oom")
         action = decide(diag, config, settings.family, state, facts, dataset=settings.dataset, next_step=next_step)
         if isinstance(action, Retry):

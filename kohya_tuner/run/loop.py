@@ -128,7 +128,8 @@ class Supervisor:
                              plan_config=self.s.plan_config, tried=frozenset(tried), newest_state=newest,
                              probe=probing, policy=self.s.policy, cpu=self.s.cpu,
                              user_keys=frozenset(self.s.user_keys), last_move_phase=_answered_phase(history),
-                             weights=None if probing or newest else lineage_weights(history))
+                             weights=None if probing or newest else lineage_weights(history),
+                             processes=self.s.num_processes)
             action = decide(diagnosis, plan.config, self.s.family, state, facts, dataset=self.dataset,
                             next_step=self.next_step)
             if isinstance(action, Stop):

@@ -115,6 +115,9 @@ class RunState:
     # The LoRA weights the current lineage started from (a continuation with a fresh
     # optimizer), as path and absolute step: what is left when it has no state of its own.
     weights: StateRecord | None = None
+    # Several processes (DDP) save the network's weights under `module.` names, which
+    # `network_weights` would not load: no continuation from weights then.
+    processes: int = 1
 
 
 # ---- pure helpers ---------------------------------------------------------------------------
@@ -391,14 +394,15 @@ def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: Ru
     start = 0
     if state.probe:
         pass
-    elif state.newest_state is None and state.weights is not None and _keeps_shape(new, all_changes):
+    elif (state.newest_state is None and state.weights is not None and state.processes <= 1
+          and _keeps_shape(new, all_changes)):
         weights_from = state.weights.path
         start = state.weights.step
         note = _join(note, f"no state saved since it continued from the LoRA weights of step {start}, so it "
                            "continues from them again with a fresh optimizer" + _redone(start, end_step))
     elif state.newest_state is None:
         note = _join(note, "no saved state yet, so it starts from step 0" + _redone(0, end_step))
-    elif (not resume_ok or resume_unsafe(all_changes)) and weights_carry(new, all_changes):
+    elif (not resume_ok or resume_unsafe(all_changes)) and state.processes <= 1 and weights_carry(new, all_changes):
         keys = ", ".join(resume_unsafe(all_changes)) or "the optimizer"
         weights_from = str(Path(state.newest_state.path) / "model.safetensors")
         start = state.newest_state.step
