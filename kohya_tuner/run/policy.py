@@ -115,8 +115,8 @@ class RunState:
     # The LoRA weights the current lineage started from (a continuation with a fresh
     # optimizer), as path and absolute step: what is left when it has no state of its own.
     weights: StateRecord | None = None
-    # Several processes (DDP) save the network's weights under `module.` names, which
-    # `network_weights` would not load: no continuation from weights then.
+    # With several processes (DDP) a state holds the wrapper's weights; loading them as
+    # `network_weights` is unverified, so no continuation from weights then.
     processes: int = 1
 
 
