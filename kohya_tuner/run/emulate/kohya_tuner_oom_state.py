@@ -204,6 +204,13 @@ def save_at_failure(tb) -> str | None:
     _say(f"out of memory after step {done}: saving the state of step {done} to {target}")
     import time
 
+    import logging
+
+    # accelerate's "Saving current state to <folder>" would name the temporary folder as a
+    # state in the log; the two lines of this hook say what was saved and where.
+    quiet = logging.getLogger("accelerate.accelerator")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
     t0 = time.monotonic()
     try:
         acc.save_state(partial)
@@ -219,6 +226,8 @@ def save_at_failure(tb) -> str | None:
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    finally:
+        quiet.setLevel(level)
     size = sum(os.path.getsize(os.path.join(target, n)) for n in os.listdir(target))
     _say(f"state saved at the failure, step {done}: {target} ({size / 2**20:.1f} MiB in "
          f"{time.monotonic() - t0:.2f} s)")
