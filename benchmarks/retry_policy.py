@@ -16,10 +16,19 @@ Policies:
   (c) ours          `run`'s supervisor with the default policy (quality-keeping moves first,
                     the deficit measured from the OOM message, resume when the move allows).
 
-Counted per policy: runs finished (within 6 attempts), attempts per finished run,
-optimizer steps trained and then thrown away, and the quality cost of the final settings
-against the plan (the ladder's quality scale: 0 none, 1 small, 2 noticeable, 3 large,
-summed over what changed). Pure simulation: no process, no GPU. Prints; asserts nothing.
+The supervised policies model what `run` does now: the trainer saves its state at the step an
+OOM ends (training and sampling; an OOM while saving leaves the cadence state before it), a
+move the state can follow resumes from it, a move only the optimizer's state cannot follow
+(optimizer type, its precision) continues from the saved LoRA weights with a fresh optimizer,
+and a move that reshapes the network (rank, network arguments, text-encoder training)
+restarts from step 0. `ours-cadence` is the default policy as it was before the save at the
+failure and the continuation from weights: resuming only from cadence states.
+
+Counted per policy: runs finished (within 6 attempts), attempts per finished run (and the
+most), optimizer steps trained and then thrown away (those thrown away by a restart after a
+network-reshaping move apart), and the quality cost of the final settings against the plan
+(the ladder's quality scale: 0 none, 1 small, 2 noticeable, 3 large, summed over what
+changed). Pure simulation: no process, no GPU. Prints; asserts nothing.
 """
 
 from __future__ import annotations
@@ -58,6 +67,8 @@ class Result:
     quality: int
     why: str = ""
     moves: list[str] = field(default_factory=list)
+    # the part of steps_lost a restart after a network-reshaping move (rank, ...) threw away
+    reshape_lost: int = 0
 
 
 def _quality(plan: dict[str, Any], final: dict[str, Any], lad) -> int:
@@ -142,41 +153,58 @@ def run_halve(sim: Sim, plan: dict[str, Any], total: int, lad) -> Result:
     return Result(False, MAX_ATTEMPTS, lost, _quality(plan, config, lad), "attempts")
 
 
-def run_supervised(sim: Sim, plan: dict[str, Any], total: int, lad, policy: str) -> Result:
+def run_supervised(sim: Sim, plan: dict[str, Any], total: int, lad, policy: str,
+                   save_at_failure: bool = True) -> Result:
     every = int(plan.get("save_every_n_steps") or max(1, total // 10))
     action = Retry(config=dict(plan), resume_from=None, changes=[], reason="plan")
     tried: set[str] = set()
-    lost = 0
+    lost = reshape_lost = 0
     moves = []
+    last_phase = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
         start = action.start_step
         config = action.config
+        from_weights = action.weights_from is not None
         oom = sim.first_oom(config, start, total, every)
         if oom is None:
-            return Result(True, attempt, lost, _quality(plan, config, lad), moves=moves)
+            return Result(True, attempt, lost, _quality(plan, config, lad), moves=moves, reshape_lost=reshape_lost)
         phase, done, short = oom
-        # A save that ran out of memory left no state of its own.
-        saved = ((done - 1 if phase == "saving" else done) // every) * every
-        newest = None
-        if saved > start or (start > 0 and saved >= start):
-            newest = StateRecord(path=f"state-{max(saved, start)}", step=max(saved, start), attempt=attempt)
-        elif start > 0:
+        # The attempt's trainer counts from its start: its cadence states fall on start + k * every.
+        cadence = start + ((done - 1 if phase == "saving" else done) - start) // every * every
+        if save_at_failure and phase in ("training", "sampling") and done > start:
+            saved = done  # the state saved as the OOM ended the step
+        else:
+            saved = cadence  # a save that ran out of memory left no state of its own
+        newest = weights = None
+        if saved > start:
+            newest = StateRecord(path=f"state-{saved}", step=saved, attempt=attempt)
+        elif start > 0 and not from_weights:
             newest = StateRecord(path=f"state-{start}", step=start, attempt=attempt)
+        elif start > 0:
+            weights = StateRecord(path=f"weights-{start}", step=start, attempt=attempt)
         diag = SimpleNamespace(outcome="oom", phase=phase, oom={"tried_gib": short + 0.05, "free_gib": 0.05},
                                error=None, advice=[])
         state = RunState(attempt=attempt, attempts_left=MAX_ATTEMPTS - attempt, total_steps=total,
-                         plan_config=plan, tried=frozenset(tried), newest_state=newest, policy=policy)
+                         plan_config=plan, tried=frozenset(tried), newest_state=newest, policy=policy,
+                         weights=weights, last_move_phase=last_phase if action.move else None)
         facts = AttemptFacts(exit_status=1, end_step=done)
         nxt = decide(diag, config, sim.family, state, facts, dataset=sim.dataset)
         if isinstance(nxt, Stop):
             why = "floor" if "floor" in nxt.reason else "attempts"
-            return Result(False, attempt, lost, _quality(plan, config, lad), why, moves)
-        lost += max(0, done - nxt.start_step)
+            return Result(False, attempt, lost, _quality(plan, config, lad), why, moves, reshape_lost)
+        if not save_at_failure and nxt.weights_from is not None:
+            # before the continuation from weights, such a move restarted from step 0
+            nxt = Retry(config=nxt.config, resume_from=None, changes=nxt.changes, reason=nxt.reason, move=nxt.move)
+        thrown = max(0, done - nxt.start_step)
+        lost += thrown
+        if nxt.start_step == 0 and newest is not None:
+            reshape_lost += thrown
         if nxt.move:
             tried.add(nxt.move)
             moves.append(nxt.move)
         action = nxt
-    return Result(False, MAX_ATTEMPTS, lost, _quality(plan, action.config, lad), "attempts", moves)
+        last_phase = phase
+    return Result(False, MAX_ATTEMPTS, lost, _quality(plan, action.config, lad), "attempts", moves, reshape_lost)
 
 
 def scenarios(seed: int):
@@ -203,7 +231,7 @@ def main() -> None:
     ap.add_argument("--detail", action="store_true", help="one line per scenario and policy")
     args = ap.parse_args()
     lad = ladder.load_ladder()
-    names = ("halve-batch", "roadmap", "ours")
+    names = ("halve-batch", "roadmap", "ours", "ours-cadence")
     results: dict[str, list[tuple[tuple, Result]]] = {n: [] for n in names}
     for key, family, ds, config, total, capacity, offset, epoch in scenarios(args.seed):
         sim = Sim(family, ds, capacity, key[3], offset, epoch)
@@ -211,13 +239,15 @@ def main() -> None:
             if name == "halve-batch":
                 r = run_halve(sim, config, total, lad)
             else:
-                r = run_supervised(sim, config, total, lad, "roadmap" if name == "roadmap" else "default")
+                r = run_supervised(sim, config, total, lad, "roadmap" if name == "roadmap" else "default",
+                                   save_at_failure=name != "ours-cadence")
             results[name].append((key, r))
             if args.detail:
                 model, gb, job, err = key
                 print(f"{name:11s} {model:4s} {gb:2d}GB {job:9s} {err:+.0%}: "
                       f"{'finished' if r.finished else 'FAILED (' + r.why + ')'} in {r.attempts}, "
-                      f"lost {r.steps_lost} steps, quality {r.quality} {'+'.join(r.moves)}")
+                      f"lost {r.steps_lost} steps ({r.reshape_lost} by a restart after a reshaping move), "
+                      f"quality {r.quality} {'+'.join(r.moves)}")
 
     n = len(results["ours"])
     needing = sum(1 for _, r in results["ours"] if r.attempts > 1 or not r.finished)
@@ -233,11 +263,23 @@ def main() -> None:
             if not r.finished:
                 fails[r.why] = fails.get(r.why, 0) + 1
         mean_attempts = statistics.mean(r.attempts for r in hit_done) if hit_done else 0.0
-        print(f"policy={name:11s} finished {len(done)}/{n} ({len(hit_done)}/{len(hit)} of those with an OOM); "
-              f"attempts per finished OOM scenario {mean_attempts:.2f}; optimizer steps lost {sum(r.steps_lost for r in rs)} "
-              f"(mean {statistics.mean(r.steps_lost for r in hit) if hit else 0:.0f} per OOM scenario); "
+        reshape = sum(r.reshape_lost for r in rs)
+        print(f"policy={name:12s} finished {len(done)}/{n} ({len(hit_done)}/{len(hit)} of those with an OOM); "
+              f"attempts per finished OOM scenario {mean_attempts:.2f} (most {max((r.attempts for r in hit), default=0)}); "
+              f"optimizer steps lost {sum(r.steps_lost for r in rs)} "
+              f"(mean {statistics.mean(r.steps_lost for r in hit) if hit else 0:.0f} per OOM scenario; "
+              f"{sum(r.steps_lost for r in rs) - reshape} outside restarts after rank/network moves, {reshape} in them); "
               f"quality cost of final settings mean {statistics.mean(r.quality for r in done) if done else 0:.2f}; "
               f"unfinished: {', '.join(f'{k} {v}' for k, v in sorted(fails.items())) or 'none'}")
+    print("\nsteps discarded per OOM scenario, policy=ours (reshaping moves: rank, network arguments, "
+          "text-encoder training, restart from step 0):")
+    for key, r in results["ours"]:
+        if r.attempts == 1 and r.finished:
+            continue
+        model, gb, job, err = key
+        print(f"  {model:4s} {gb:2d}GB {job:9s} {err:+.0%}: {r.steps_lost - r.reshape_lost:4d} discarded, "
+              f"{r.reshape_lost:4d} by reshaping restarts; {r.attempts} attempts, "
+              f"{'finished' if r.finished else 'FAILED (' + r.why + ')'}; {'+'.join(r.moves) or '-'}")
 
 
 if __name__ == "__main__":

@@ -425,3 +425,85 @@ def test_a_restart_comes_before_a_change_to_a_key_the_user_set():
     mine = decide(oom(tried=0.04, free=0.02), cfg, SD15, replace(s, user_keys=frozenset()), facts(end_step=2),
                   next_step=real_ladder.next_step)
     assert "mixed_precision" in {c.key for c in mine.changes}
+
+
+# ---- continuing through moves the saved state cannot follow ----------------------------------
+
+
+LORA_PLAN = {**PLAN, "network_module": "networks.lora", "optimizer_type": "AdamW"}
+
+
+def test_an_optimizer_move_continues_from_the_saved_lora_weights():
+    ladder = FakeLadder([FakeStep("optimizer_adafactor", [("optimizer_type", "AdamW", "Adafactor"),
+                                                          ("optimizer_args", None, ["relative_step=False"])],
+                                  resume_safe=False)])
+    s = state(plan_config=LORA_PLAN, newest_state=StateRecord("/o/lora-step00000037-state", 37, 1))
+    action = decide(oom(), LORA_PLAN, SD15, s, facts(), next_step=ladder)
+    assert action.resume_from is None and action.weights_from == "/o/lora-step00000037-state/model.safetensors"
+    assert action.start_step == 37
+    assert "continues from the LoRA weights of the state at step 37 with a fresh optimizer" in action.note
+    assert "redone" not in action.note
+    run = attempt_config(action.config, resume_from=None, weights_from=action.weights_from, resume_step=37,
+                         total_steps=100, attempt=2)
+    assert run["network_weights"] == action.weights_from and run["max_train_steps"] == 63
+    assert "resume" not in run and "initial_step" not in run
+
+
+def test_a_rank_move_still_restarts_and_a_full_finetune_has_no_weights_to_carry():
+    rank = FakeLadder([FakeStep("rank_half", [("network_dim", 16, 8)], resume_safe=False)])
+    s = state(plan_config=LORA_PLAN, newest_state=StateRecord("/o/s", 30, 1))
+    action = decide(oom(), LORA_PLAN, SD15, s, facts(), next_step=rank)
+    assert action.weights_from is None and action.start_step == 0 and "restarts from step 0" in action.note
+    opt = FakeLadder([FakeStep("optimizer_8bit", [("optimizer_type", "AdamW", "AdamW8bit")], resume_safe=False)])
+    action = decide(oom(), PLAN, SD15, state(newest_state=StateRecord("/o/s", 30, 1)), facts(), next_step=opt)
+    assert action.weights_from is None and action.start_step == 0
+    # several processes save the weights under DDP's names, which network_weights does not load
+    s = state(plan_config=LORA_PLAN, newest_state=StateRecord("/o/s", 30, 1), processes=2)
+    action = decide(oom(), LORA_PLAN, SD15, s, facts(), next_step=opt)
+    assert action.weights_from is None and action.start_step == 0
+
+
+def test_steps_redone_count_a_continuation_from_weights_as_kept():
+    from kohya_tuner.run.journal import AttemptRecord, summarize
+
+    def rec(n, start, end, outcome, resume=None):
+        return AttemptRecord(attempt=n, started="", config_file="c", log_file="l", reason="r", start_step=start,
+                             end_step=end, outcome=outcome, resume_from=resume)
+
+    # attempt 2 resumed the OOM state at 5, attempt 3 continued from the weights at 7
+    attempts = [rec(1, 0, 5, "oom"), rec(2, 5, 7, "oom", "/o/s5"), rec(3, 7, 10, "success")]
+    summary = summarize(attempts, status="success", reason="", total_steps=10, final_config=None,
+                        plan_config=None, lora_path=None)
+    assert summary["steps_done"] == 10 and summary["steps_redone"] == 0
+    # a restart from step 0 still throws everything before it away
+    attempts = [rec(1, 0, 5, "oom"), rec(2, 0, 10, "success")]
+    assert summarize(attempts, status="success", reason="", total_steps=10, final_config=None, plan_config=None,
+                     lora_path=None)["steps_redone"] == 5
+
+
+def test_without_a_state_of_its_own_a_continuation_from_weights_continues_from_them_again():
+    ladder = FakeLadder([FakeStep("checkpointing", [("gradient_checkpointing", None, True)])])
+    weights = StateRecord("/o/lora-attempt2-step00000001-state/model.safetensors", 40, 2)
+    s = state(plan_config=LORA_PLAN, newest_state=None, weights=weights)
+    action = decide(oom(), LORA_PLAN, SD15, s, facts(end_step=40), next_step=ladder)
+    assert action.weights_from == weights.path and action.start_step == 40 and action.resume_from is None
+    assert "continues from them again" in action.note and "redone" not in action.note
+    # a rank move reshapes the network: those weights cannot be loaded
+    rank = FakeLadder([FakeStep("rank_half", [("network_dim", 16, 8)], resume_safe=False)])
+    action = decide(oom(), LORA_PLAN, SD15, s, facts(end_step=40), next_step=rank)
+    assert action.weights_from is None and action.start_step == 0
+
+
+def test_the_same_phase_again_asks_the_ladder_for_a_margin_over_the_shortfall():
+    from kohya_tuner.run.policy import REPEAT_MARGIN_GIB
+
+    ladder = FakeLadder([FakeStep("checkpointing", [("gradient_checkpointing", None, True)])])
+    s = state(newest_state=StateRecord("/o/s", 30, 1), last_move_phase="training")
+    action = decide(oom(tried=0.06, free=0.0), PLAN, SD15, s, facts(), next_step=ladder)
+    assert ladder.calls[0]["deficit"] == pytest.approx(0.06 + REPEAT_MARGIN_GIB)
+    assert "0.06 GiB short" in action.reason and f"{REPEAT_MARGIN_GIB:g} GiB more" in action.note
+    # a first OOM of a phase asks for the shortfall itself
+    ladder = FakeLadder([FakeStep("checkpointing", [("gradient_checkpointing", None, True)])])
+    decide(oom(tried=0.06, free=0.0), PLAN, SD15, state(newest_state=StateRecord("/o/s", 30, 1)), facts(),
+           next_step=ladder)
+    assert ladder.calls[0]["deficit"] == pytest.approx(0.06)

@@ -113,3 +113,38 @@ def test_a_resumed_runs_lora_is_published_with_the_runs_step_count(tmp_path):
     assert _safetensors_whole(dest)
     # Publishing again finds the same tensors there and leaves it.
     assert publish_lora(str(src), "lora", {"ss_steps": "8"}) == (str(dest), None)
+
+
+@pytest.mark.parametrize("total,done,warm", [(100, 40, 0), (100, 40, 10), (1000, 999, 100)])
+def test_a_fresh_cosine_starts_where_the_planned_curve_is_and_ends_at_zero(total, done, warm):
+    from kohya_tuner.run.states import fresh_schedule, fresh_schedule_note
+
+    cfg = {"lr_scheduler": "cosine", "lr_warmup_steps": warm, "learning_rate": 1e-4, "unet_lr": 2e-4}
+    out = fresh_schedule(cfg, total, done)
+    # the fresh scheduler's first value (no warmup left) times the scaled rate is the planned one at `done`
+    assert out["learning_rate"] == pytest.approx(1e-4 * _cosine(done, total, warm))
+    assert out["unet_lr"] == pytest.approx(2e-4 * _cosine(done, total, warm))
+    assert out.get("lr_warmup_steps", 0) == 0
+    assert fresh_schedule_note(cfg) is None
+    assert "starts over" in fresh_schedule_note({"lr_scheduler": "linear"})
+
+
+def test_a_fresh_schedule_keeps_what_is_left_of_the_warmup():
+    from kohya_tuner.run.states import fresh_schedule
+
+    assert fresh_schedule({"lr_scheduler": "constant_with_warmup", "lr_warmup_steps": 0.1}, 1000, 40) == {
+        "lr_warmup_steps": 60}
+    assert fresh_schedule({"lr_scheduler": "constant"}, 100, 40) == {}
+
+
+def test_states_before_a_continuation_from_weights_are_another_optimizers():
+    from kohya_tuner.run.journal import AttemptRecord
+    from kohya_tuner.run.states import lineage
+
+    def rec(n, start, resume=None):
+        return AttemptRecord(attempt=n, started="", config_file="c", log_file="l", reason="r", start_step=start,
+                             resume_from=resume)
+
+    runs = [rec(1, 0), rec(2, 5, "/o/s5"), rec(3, 7)]
+    assert [a.attempt for a in lineage(runs)] == [3]
+    assert [a.attempt for a in lineage(runs[:2])] == [1, 2]

@@ -12,7 +12,7 @@ from kohya_tuner.run.journal import AttemptRecord
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, decide
 from kohya_tuner.run.settings import RunSettings, read_config_file
 from kohya_tuner.run.states import (AttemptOutput, attempt_name, attempt_outputs, base_name, ensure_resumable,
-                                    lineage, newest_resumable, settle_unfinished)
+                                    lineage, lineage_weights, newest_resumable, settle_unfinished)
 
 
 def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
@@ -48,18 +48,25 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
                                advice=last.advice)
         state = RunState(attempt=last.attempt, attempts_left=settings.max_attempts, total_steps=settings.total_steps,
                          plan_config=settings.plan_config, tried=tried, newest_state=newest, policy=settings.policy,
-                         cpu=settings.cpu, user_keys=frozenset(settings.user_keys))
+                         cpu=settings.cpu, user_keys=frozenset(settings.user_keys),
+                         weights=None if newest else lineage_weights(attempts), processes=settings.num_processes)
         facts = AttemptFacts(exit_status=last.exit_status, end_step=last.end_step, killed=last.outcome == "cpu_oom")
         action = decide(diag, config, settings.family, state, facts, dataset=settings.dataset, next_step=next_step)
         if isinstance(action, Retry):
-            return Retry(config=action.config, resume_from=action.resume_from, changes=action.changes,
-                         reason=f"continued: {action.reason}", move=action.move, start_step=action.start_step,
-                         note=action.note, dataset=action.dataset)
+            from dataclasses import replace
+
+            return replace(action, reason=f"continued: {action.reason}")
         return action
     if orphan is not None:
         why = f"continued after attempt {orphan.output.attempt}, which kohya-tuner did not see end"
     else:
         why = f"continued after attempt {last.attempt} ({last.outcome})"
+    weights = lineage_weights(attempts) if newest is None and orphan is None else None
+    if weights is not None:
+        return Retry(config=config, resume_from=None, changes=[], reason=why, start_step=weights.step,
+                     weights_from=weights.path,
+                     note=f"no state saved since it continued from the LoRA weights of step {weights.step}; "
+                          "it continues from them again with a fresh optimizer")
     if newest is None:
         return Retry(config=config, resume_from=None, changes=[], reason=why,
                      note="no saved state to resume from, so it starts from step 0")
@@ -91,12 +98,19 @@ def unjournaled_attempt(settings: RunSettings, attempts: list[AttemptRecord]) ->
         return None
     if "probe" in str(cfg.get("output_name") or ""):
         return None
-    resumed = bool(cfg.get("resume"))
+    resumed = bool(cfg.get("resume")) or _weights_continued(cfg, settings)
     steps = cfg.get("max_train_steps")
     start = settings.total_steps - steps if resumed and isinstance(steps, int) and 0 < steps <= settings.total_steps \
         else 0
     name = str(cfg.get("output_name") or attempt_name(base_name(settings.plan_config), number))
     return _Orphan(AttemptOutput(number, name, start), resumed)
+
+
+def _weights_continued(cfg: dict, settings: RunSettings) -> bool:
+    """An attempt that started from saved LoRA weights (a fresh optimizer after a move):
+    its network_weights are not the plan's."""
+    return bool(cfg.get("network_weights")) and cfg.get("network_weights") != settings.plan_config.get(
+        "network_weights")
 
 
 def recovered_records(settings: RunSettings, attempts: list[AttemptRecord]) -> list[AttemptRecord]:
@@ -118,12 +132,12 @@ def recovered_records(settings: RunSettings, attempts: list[AttemptRecord]) -> l
         if "probe" in str(cfg.get("output_name") or ""):
             continue
         steps = cfg.get("max_train_steps")
-        resumed = bool(cfg.get("resume"))
+        resumed = bool(cfg.get("resume")) or _weights_continued(cfg, settings)
         start = (settings.total_steps - steps if resumed and isinstance(steps, int)
                  and 0 < steps <= settings.total_steps else 0)
         extra.append(AttemptRecord(attempt=n, started="", config_file=str(path), log_file=str(j.log_path(n)),
                                    reason="recovered from the files on disk (its journal line was lost)",
-                                   resume_from=str(cfg["resume"]) if resumed else None, start_step=start,
+                                   resume_from=str(cfg["resume"]) if cfg.get("resume") else None, start_step=start,
                                    end_step=start, total_steps=settings.total_steps, outcome="incomplete"))
     if not extra:
         return attempts

@@ -21,7 +21,8 @@ def continuation_preview(journal: Journal, settings: RunSettings, action: Retry,
     config = probe_config(action.config, total, settings.out_dir) if probe else action.config
     # As the loop builds it (run/loop.py, Supervisor._attempt), so the preview is the command.
     run_config = attempt_config(config, resume_from=action.resume_from, resume_step=action.start_step,
-                                total_steps=total, attempt=None if probe else attempt)
+                                total_steps=total, attempt=None if probe else attempt,
+                                weights_from=None if probe else action.weights_from)
     argv, env = command_for(settings, cfg_path, run_config)
     return {
         "dry_run": True, "continue": str(settings.out_dir), "attempt": attempt, "reason": action.reason,

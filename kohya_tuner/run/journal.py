@@ -342,10 +342,10 @@ def summarize(attempts: list[AttemptRecord], *, status: str, reason: str, total_
         if a.outcome == "interrupted" or nxt is None:
             kept_to = a.end_step  # nothing redone (yet)
         else:
-            kept_to = nxt.start_step if nxt.resume_from else 0
+            kept_to = nxt.start_step  # 0 for a restart; a state's or saved weights' step otherwise
         # A later restart from step 0 (or a resume from an earlier state) throws these away too.
         for b in attempts[i + 2:]:
-            kept_to = min(kept_to, b.start_step if b.resume_from else 0)
+            kept_to = min(kept_to, b.start_step)
         done = max(0, a.end_step - a.start_step)
         kept = max(0, min(kept_to, a.end_step) - a.start_step)
         lost_steps += done - kept

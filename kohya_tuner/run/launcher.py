@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 # COLUMNS keeps each record on one line for the parser.
 WIDE_COLUMNS = "250"
 EMULATE_ENV = "KOHYA_TUNER_EMULATE_VRAM_GB"
+SAVE_AT_OOM_ENV = "KOHYA_TUNER_SAVE_AT_OOM"
 _IS_WINDOWS = sys.platform == "win32"
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
@@ -77,16 +78,18 @@ def build_argv(spec: LaunchSpec) -> list[str]:
 
 
 def emulate_dir() -> Path:
-    """The folder holding the `sitecustomize` that caps CUDA memory inside the trainer."""
+    """The folder holding kohya-tuner's `sitecustomize` for the trainer: the CUDA memory cap
+    of --emulate-vram and the state saved at an out-of-memory failure."""
     return Path(__file__).resolve().parent / "emulate"
 
 
 def build_env(base: Mapping[str, str], *, gpu_ids: tuple[int, ...] = (), emulate_vram_gb: float | None = None,
-              extra: Mapping[str, str] | None = None) -> dict[str, str]:
+              extra: Mapping[str, str] | None = None, save_at_oom: bool = False) -> dict[str, str]:
     """The trainer's environment: the user's own, plus what supervision needs.
 
     Values the user set win (their allocator settings, their COLUMNS if already wide);
-    PYTHONPATH is extended, never replaced."""
+    PYTHONPATH is extended, never replaced. `save_at_oom`: the trainer saves its state at
+    the step an out-of-memory error ends (one process only)."""
     env = dict(base)
     if "PYTORCH_CUDA_ALLOC_CONF" not in env and "PYTORCH_ALLOC_CONF" not in env:
         # Fragmentation turns a fitting run into an OOM hours in; PyTorch's own message advises this.
@@ -105,7 +108,11 @@ def build_env(base: Mapping[str, str], *, gpu_ids: tuple[int, ...] = (), emulate
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
     if emulate_vram_gb is not None:
         env[EMULATE_ENV] = f"{float(emulate_vram_gb):g}"
-        parts = [str(emulate_dir())] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if save_at_oom:
+        env[SAVE_AT_OOM_ENV] = "1"
+    if emulate_vram_gb is not None or save_at_oom:
+        hook = str(emulate_dir())
+        parts = [hook] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hook]
         env["PYTHONPATH"] = os.pathsep.join(parts)
     if extra:
         env.update(extra)

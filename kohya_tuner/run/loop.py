@@ -20,9 +20,9 @@ from kohya_tuner.run.journal import AttemptRecord, Change, Journal, StateRecord
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, _get, decide
 from kohya_tuner.run.progress import Progress
 from kohya_tuner.run.settings import RunSettings, command_for, probe_config, read_config_file
-from kohya_tuner.run.states import (AttemptOutput, attempt_config, attempt_outputs, base_name, lineage,
-                                    newest_resumable, publish_lora, settle_unfinished,
-                                    states_on_disk)
+from kohya_tuner.run.states import (AttemptOutput, attempt_config, attempt_outputs, base_name,
+                                    fresh_schedule_note, lineage, lineage_weights, newest_resumable,
+                                    publish_lora, settle_unfinished, states_on_disk)
 
 _KILLED = re.compile(r"(died with <Signals\.SIGKILL: 9>|exit status -9\b|exit status 137\b|Killed\s*$)")
 
@@ -127,7 +127,9 @@ class Supervisor:
                              total_steps=self.s.probe_steps if probing else self.s.total_steps,
                              plan_config=self.s.plan_config, tried=frozenset(tried), newest_state=newest,
                              probe=probing, policy=self.s.policy, cpu=self.s.cpu,
-                             user_keys=frozenset(self.s.user_keys), last_move_phase=_answered_phase(history))
+                             user_keys=frozenset(self.s.user_keys), last_move_phase=_answered_phase(history),
+                             weights=None if probing or newest else lineage_weights(history),
+                             processes=self.s.num_processes)
             action = decide(diagnosis, plan.config, self.s.family, state, facts, dataset=self.dataset,
                             next_step=self.next_step)
             if isinstance(action, Stop):
@@ -220,7 +222,12 @@ class Supervisor:
         total = self.s.probe_steps if probing else self.s.total_steps
         config = probe_config(plan.config, total, out) if probing else plan.config
         run_config = attempt_config(config, resume_from=plan.resume_from, resume_step=plan.start_step,
-                                    total_steps=total, attempt=None if probing else attempt)
+                                    total_steps=total, attempt=None if probing else attempt,
+                                    weights_from=None if probing else plan.weights_from)
+        if plan.weights_from and not probing:
+            why = fresh_schedule_note(config)
+            if why:
+                plan = replace(plan, note=f"{plan.note}; {why}" if plan.note else why)
         # The one gate: never launch what sd-scripts would refuse at start-up (after a ladder move too).
         from kohya_tuner.check import run_gate
 
@@ -321,7 +328,7 @@ class Supervisor:
                              interrupted=result.interrupted, killed=killed["seen"] or exit_status in (137, -9),
                              final_model=final if final_exists and exit_status == 0 else None,
                              hang_minutes=self.s.hang_minutes, failure=result.failure)
-        if progress.reported_total and not probing and not plan.resume_from:
+        if progress.reported_total and not probing and not plan.resume_from and not plan.weights_from:
             record.total_steps = int(progress.reported_total)
         record.duration_s = round(result.duration_s, 2)
         record.exit_status = exit_status

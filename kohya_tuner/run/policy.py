@@ -24,12 +24,24 @@ RESUME_PINNED = frozenset({
     "network_train_text_encoder_only", "optimizer_type", "use_8bit_adam", "use_lion_optimizer", "dim_from_weights",
     "conv_dim", "conv_alpha", "loraplus_lr_ratio", "loraplus_unet_lr_ratio", "loraplus_text_encoder_lr_ratio",
 })
+# Pinned keys whose change keeps the LoRA's shape: the optimizer and the precision it steps in.
+# A state cannot follow them, but its LoRA weights can (`network_weights`, a fresh optimizer).
+WEIGHTS_CARRY = frozenset({
+    "optimizer_type", "optimizer_args", "use_8bit_adam", "use_lion_optimizer", "loraplus_lr_ratio",
+    "loraplus_unet_lr_ratio", "loraplus_text_encoder_lr_ratio", "mixed_precision", "full_bf16", "full_fp16",
+})
 # Keys that only decide when and how sample images are made.
 SAMPLING_KEYS = ("sample_every_n_steps", "sample_every_n_epochs", "sample_at_first")
 # Keys the supervisor owns on every attempt.
 BOOKKEEPING = ("resume", "skip_until_initial_step", "initial_step")
 
 DEFAULT_MAX_ATTEMPTS = 6
+# When a move's estimate said "fits" and the same phase runs out again, the shortfall the
+# message reports is one allocation at one moment of a run whose memory is still growing
+# (fragmentation, a larger bucket later): the next move is asked to cover this much more, so
+# a tiny shortfall hours in does not take one more attempt for the next tiny one
+# (benchmarks/retry_policy.py: the most attempts of a finished scenario 4 -> 3).
+REPEAT_MARGIN_GIB = 0.25
 DEFAULT_HANG_MINUTES = 30.0
 
 
@@ -49,6 +61,9 @@ class Retry:
     note: str | None = None
     # The dataset config when a move changed it (None: unchanged).
     dataset: dict[str, Any] | None = None
+    # The LoRA weights it continues from with a fresh optimizer (a move the state cannot
+    # follow, such as another optimizer); start_step is then the step of those weights.
+    weights_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,12 @@ class RunState:
     # The phase the move that started this attempt answered; the same phase failing again
     # means the estimate was wrong, so the next move comes alone.
     last_move_phase: str | None = None
+    # The LoRA weights the current lineage started from (a continuation with a fresh
+    # optimizer), as path and absolute step: what is left when it has no state of its own.
+    weights: StateRecord | None = None
+    # With several processes (DDP) a state holds the wrapper's weights; loading them as
+    # `network_weights` is unverified, so no continuation from weights then.
+    processes: int = 1
 
 
 # ---- pure helpers ---------------------------------------------------------------------------
@@ -313,6 +334,9 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     lphase = ladder_phase(phase)
     step = None
     again = state.last_move_phase is not None and ladder_phase(state.last_move_phase) == lphase
+    short = need
+    if again and need is not None:
+        need += REPEAT_MARGIN_GIB
     extra = dict(cpu=state.cpu, keep=state.user_keys, one_at_a_time=again)
     if resumable:
         step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
@@ -331,7 +355,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                     advice=("A smaller model family, a card with more memory, or --set with settings outside the "
                             "ladder (e.g. a lower resolution) are what is left.",), can_continue=False)
     changes = _step_changes(step)
-    figures = f", {need:.2f} GiB short" if need else ""
+    figures = f", {short:.2f} GiB short" if short else ""
     saved = _get(step, "saved_gib")
     what = str(_get(step, "move")).replace("+", " + ")
     gain = f", which saves about {saved:.2f} GiB by the estimate" if isinstance(saved, (int, float)) and saved > 0 else ""
@@ -341,6 +365,9 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     if again:
         why = why.replace("the estimate already said an earlier move would be enough",
                           f"the estimate said the last move would be enough, and it ran out of memory{where} again")
+        if short is not None:
+            why = _join(why or None, f"asked to cover {REPEAT_MARGIN_GIB:g} GiB more than the {short:.2f} GiB "
+                                     "shortfall, since the memory kept growing after the estimate")
     return _retry(config, changes, str(_get(step, "move")), reason, state, resume_ok=safe,
                   target_batch=target_batch, dataset=dataset, end_step=facts.end_step, step_note=why or None)
 
@@ -363,11 +390,25 @@ def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: Ru
     new = {k: v for k, v in new.items() if k not in BOOKKEEPING}
     all_changes = diff_configs(config, new)
     resume_from = None
+    weights_from = None
     start = 0
     if state.probe:
         pass
+    elif (state.newest_state is None and state.weights is not None and state.processes <= 1
+          and _keeps_shape(new, all_changes)):
+        weights_from = state.weights.path
+        start = state.weights.step
+        note = _join(note, f"no state saved since it continued from the LoRA weights of step {start}, so it "
+                           "continues from them again with a fresh optimizer" + _redone(start, end_step))
     elif state.newest_state is None:
         note = _join(note, "no saved state yet, so it starts from step 0" + _redone(0, end_step))
+    elif (not resume_ok or resume_unsafe(all_changes)) and state.processes <= 1 and weights_carry(new, all_changes):
+        keys = ", ".join(resume_unsafe(all_changes)) or "the optimizer"
+        weights_from = str(Path(state.newest_state.path) / "model.safetensors")
+        start = state.newest_state.step
+        note = _join(note, f"continues from the LoRA weights of the state at step {start} with a fresh optimizer "
+                           f"({keys} changed, which the optimizer's saved state cannot follow)"
+                           + _redone(start, end_step))
     elif not resume_ok or resume_unsafe(all_changes):
         keys = ", ".join(resume_unsafe(all_changes)) or "a setting the saved state depends on"
         note = _join(note, f"restarts from step 0: {keys} changed, which a saved state cannot follow "
@@ -379,7 +420,19 @@ def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: Ru
         note = _join(note, f"resumes from the state at step {start}" + _redone(start, end_step))
     all_changes += [Change(str(k), old, v) for k, old, v in ds_changes]
     return Retry(config=new, resume_from=resume_from, changes=all_changes, reason=reason, move=move,
-                 start_step=start, note=note, dataset=new_dataset)
+                 start_step=start, note=note, dataset=new_dataset, weights_from=weights_from)
+
+
+def _keeps_shape(config: Mapping[str, Any], changes) -> bool:
+    return bool(config.get("network_module")) and set(resume_unsafe(changes)) <= WEIGHTS_CARRY
+
+
+def weights_carry(config: Mapping[str, Any], changes) -> bool:
+    """A LoRA run whose pinned changes keep the network's shape: the relaunch can start from
+    the saved LoRA weights with a fresh optimizer instead of from step 0. Full fine-tunes
+    have no network to load; rank, alpha and module changes reshape it."""
+    unsafe = resume_unsafe(changes)
+    return bool(config.get("network_module")) and bool(unsafe) and set(unsafe) <= WEIGHTS_CARRY
 
 
 @dataclass(frozen=True)

@@ -258,7 +258,8 @@ def render(summary: dict[str, Any], attempts: Sequence[AttemptRecord], *, title:
     rows = []
     for a in attempts:
         outcome = a.outcome + (f" ({a.phase})" if a.phase and a.outcome in ("oom", "error") else "")
-        start = f"resumed {_e(a.resume_from)}" if a.resume_from else "from step 0"
+        start = (f"resumed {_e(a.resume_from)}" if a.resume_from
+                 else f"from the LoRA weights of step {_e(a.start_step)}" if a.start_step else "from step 0")
         rows.append(
             "<tr>"
             f"<td>{_e(a.attempt)}{' (probe)' if a.probe else ''}</td>"

@@ -49,7 +49,7 @@ def base_name(config: Mapping[str, Any]) -> str:
 
 def attempt_config(config: Mapping[str, Any], *, resume_from: str | None, resume_step: int,
                    total_steps: int | None = None, attempt: int | None = 1,
-                   stored_step: int | None = None) -> dict[str, Any]:
+                   stored_step: int | None = None, weights_from: str | None = None) -> dict[str, Any]:
     """The config an attempt runs with: the settings plus the supervisor's resume keys.
 
     A resumed attempt runs as a run of its own of the remaining steps: `resume` loads the
@@ -58,7 +58,11 @@ def attempt_config(config: Mapping[str, Any], *, resume_from: str | None, resume
     epoch boundary and mixes units with gradient accumulation, so it trains too many or
     too few steps); `max_train_steps` is what is left, so the trainer stops at the planned
     total. The scheduler's horizon is rescaled to keep the learning rate on the planned
-    curve (see `continue_schedule`). docs/run.md has the measurements behind this."""
+    curve (see `continue_schedule`). docs/run.md has the measurements behind this.
+
+    `weights_from` (a move the state cannot follow, such as another optimizer): the attempt
+    loads those LoRA weights (`network_weights`) with a fresh optimizer and scheduler and
+    trains the steps left after `resume_step`, on the schedule `fresh_schedule` gives."""
     del stored_step  # the state's own counter plays no part any more (kept for older callers)
     if total_steps is None:
         total_steps = int(config.get("max_train_steps") or 0)
@@ -74,7 +78,59 @@ def attempt_config(config: Mapping[str, Any], *, resume_from: str | None, resume
         out.pop("max_train_epochs", None)
         out["max_train_steps"] = left
         out.update(continue_schedule(config, total_steps, left))
+    elif weights_from:
+        left = total_steps - resume_step
+        if left < 1:
+            raise ValueError(f"nothing left to train after step {resume_step} of {total_steps}")
+        out["network_weights"] = weights_from
+        out.pop("max_train_epochs", None)
+        out["max_train_steps"] = left
+        out.update(fresh_schedule(config, total_steps, resume_step))
     return out
+
+
+_LR_KEYS = ("learning_rate", "unet_lr", "text_encoder_lr")
+
+
+def fresh_schedule(config: Mapping[str, Any], total_steps: int, done: int) -> dict[str, Any]:
+    """Scheduler settings for a fresh scheduler that trains steps done+1..total_steps: what is
+    left of the warmup, and for a half-cosine the learning rates scaled to where the planned
+    curve is at `done`, so the new curve runs from there down to 0 (same ends, a cosine
+    shape over the remaining steps). Constant schedules continue as planned."""
+    sched = str(config.get("lr_scheduler") or "constant")
+    out: dict[str, Any] = {}
+    warm = config.get("lr_warmup_steps")
+    warm = int(warm * total_steps) if isinstance(warm, float) else int(warm or 0)
+    if warm:
+        out["lr_warmup_steps"] = max(0, warm - done)
+    if sched == "cosine" and not config.get("lr_scheduler_type") and done >= warm:
+        cycles = 0.5
+        for a in config.get("lr_scheduler_args") or []:
+            if str(a).startswith("num_cycles="):
+                cycles = float(str(a).split("=", 1)[1])
+        if cycles == 0.5:
+            import math
+
+            factor = 0.5 * (1 + math.cos(math.pi * (done - warm) / max(1, total_steps - warm)))
+            for key in _LR_KEYS:
+                value = config.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[key] = value * factor
+                elif isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+                    out[key] = [v * factor for v in value]
+    return out
+
+
+def fresh_schedule_note(config: Mapping[str, Any]) -> str | None:
+    """Why the learning rate of an attempt continued from weights leaves the planned curve."""
+    sched = str(config.get("lr_scheduler") or "constant")
+    if sched in ("constant", "constant_with_warmup") and not config.get("lr_scheduler_type"):
+        return None
+    if sched == "cosine" and not config.get("lr_scheduler_type"):
+        args = [a for a in config.get("lr_scheduler_args") or [] if str(a).startswith("num_cycles=")]
+        if not args or args == ["num_cycles=0.5"]:
+            return None
+    return f"the {sched} schedule starts over for the remaining steps (a fresh scheduler)"
 
 
 def continue_schedule(config: Mapping[str, Any], total_steps: int, left: int) -> dict[str, Any]:
@@ -131,7 +187,8 @@ def settings_of(run_config: Mapping[str, Any], plan_config: Mapping[str, Any]) -
 
 
 # Keys attempt_config sets per attempt besides the resume keys.
-REWRITTEN = ("output_name", "max_train_steps", "max_train_epochs", "lr_scheduler_args", "lr_warmup_steps")
+REWRITTEN = ("output_name", "max_train_steps", "max_train_epochs", "lr_scheduler_args", "lr_warmup_steps",
+             "network_weights") + _LR_KEYS
 
 
 # ---- states on disk -------------------------------------------------------------------------
@@ -245,14 +302,34 @@ def attempt_outputs(attempts: list[AttemptRecord], base: str) -> list[AttemptOut
 
 
 def lineage(attempts: list[AttemptRecord]) -> list[AttemptRecord]:
-    """The attempts since the last one that started from step 0 (probes excluded):
-    states from before a restart belong to other settings."""
+    """The attempts since the last one that did not resume a state (probes excluded): it
+    started from step 0, or from saved LoRA weights with a fresh optimizer; states from
+    before it belong to other settings (another optimizer's state)."""
     runs = [a for a in attempts if not a.probe]
     start = 0
     for i, a in enumerate(runs):
-        if a.resume_from is None and a.start_step == 0:
+        if a.resume_from is None:
             start = i
     return runs[start:]
+
+
+def lineage_weights(attempts: list[AttemptRecord]) -> StateRecord | None:
+    """The LoRA weights the current lineage started from, when it continued from saved weights
+    with a fresh optimizer (no state resumed, a start past step 0): path and absolute step."""
+    runs = lineage(attempts)
+    if not runs or runs[0].resume_from is not None or runs[0].start_step <= 0:
+        return None
+    import toml
+
+    from kohya_tuner.config_io import flatten
+
+    try:
+        weights = flatten(toml.load(runs[0].config_file)).get("network_weights")
+    except (OSError, ValueError, TypeError, IndexError, RecursionError):
+        return None
+    if not isinstance(weights, str) or not Path(weights).is_file():
+        return None
+    return StateRecord(path=weights, step=runs[0].start_step, attempt=runs[0].attempt)
 
 
 def publish_lora(path: str, base: str, metadata: Mapping[str, str] | None = None) -> tuple[str, str | None]:

@@ -76,19 +76,24 @@ def _check_accounting(run, name: str, planned: int) -> dict:
 
 def test_users_run_oom_at_the_6th_backward_trains_exactly_8_steps(real, twelve, tmp_path):
     """The reported case: 12 images, batch 4 (3 batches an epoch), OOM at the 6th backward,
-    so the relaunch resumes from the step-5 state, past an epoch boundary."""
+    between two cadence saves (every 3 steps): the trainer saves the state of step 5 as the
+    error ends step 6, and the relaunch resumes from it, past an epoch boundary, 0 redone."""
     run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=6, SDS_INJECT_ONCE_MARKER=tmp_path / "once")
-    res = cli(run, run_args(run, real, twelve, steps=8))
+    res = cli(run, run_args(run, real, twelve, steps=8, extra=("--set", "save_every_n_steps=3")))
     assert res.returncode == 0, explain(res)
     attempts = run.attempts()
     assert [a["outcome"] for a in attempts] == ["oom", "success"]
     assert attempts[1]["start_step"] == 5 and attempts[1]["resume_from"].endswith("lora-step00000005-state")
-    summary = _check_accounting(run, "user: --steps 8, 12 images, OOM at backward 6", 8)
+    # The cadence saved at 3 only; the state at 5 is the one saved at the failure, and says 5.
+    assert (run.output / "lora-step00000003.safetensors").is_file()
+    assert not (run.output / "lora-step00000004-state").exists()
+    state = json.loads((run.output / "lora-step00000005-state" / "train_state.json").read_text(encoding="utf-8"))
+    assert state["current_step"] == 5
+    log1 = (run.out / "attempt-1.log").read_text(encoding="utf-8", errors="replace")
+    assert "state saved at the failure, step 5" in log1
+    summary = _check_accounting(run, "user: --steps 8, OOM at backward 6, saved at 5", 8)
     assert summary["steps_done"] == 8 and summary["steps_redone"] == 0
     assert "steps: 8 of 8" in res.stdout
-    # The live lines name the absolute step of each state the relaunch saved.
-    lines = [line for line in res.stdout.splitlines() if "state saved at step 6:" in line]
-    assert lines and lines[0].rstrip().endswith("lora-attempt2-step00000001-state"), res.stdout
 
 
 def test_oom_in_the_first_epoch_with_quiet_logs_resumes_from_the_state_on_disk(real, twelve, tmp_path):
@@ -105,27 +110,53 @@ def test_oom_in_the_first_epoch_with_quiet_logs_resumes_from_the_state_on_disk(r
     assert summary["steps_redone"] == 0
 
 
-def test_oom_at_load_then_before_any_state_restarts_from_step_0(real, tmp_path):
-    """Attempt 1 runs out of memory reading the checkpoint; attempt 2 after one step, before
-    the first state (every 2 steps): it restarts from step 0, says so, and the step it threw
-    away is counted as redone."""
+def test_oom_at_load_then_a_save_at_the_failure_that_fails_falls_back_to_the_cadence_state(real, tmp_path):
+    """Attempt 1 runs out of memory reading the checkpoint; attempt 2 at the 4th backward (step 3
+    of 4, states every 2), and the state it tries to save at the failure cannot be written (the
+    disk is full): the trainer says so, leaves no half-written folder, and the relaunch resumes
+    from the cadence state at step 2, as it would without the save at the failure."""
     data = image_folder(real, tmp_path / "img", 4)
     # A small shortfall each time, so the ladder's cheapest moves answer it (the scenario is
     # about where the run restarts, not about which move).
     run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_LOAD=1, SDS_INJECT_LOAD_ONCE_MARKER=tmp_path / "once-load",
-                  SDS_INJECT_OOM_AT_BACKWARD=2, SDS_INJECT_ONCE_MARKER=tmp_path / "once",
-                  SDS_INJECT_OOM_MESSAGE=SMALL_OOM)
+                  SDS_INJECT_OOM_AT_BACKWARD=4, SDS_INJECT_ONCE_MARKER=tmp_path / "once",
+                  SDS_INJECT_OOM_MESSAGE=SMALL_OOM, SDS_INJECT_SAVE_FAILS=1)
     res = cli(run, run_args(run, real, data, steps=4, extra=("--set", "train_batch_size=2",
                                                              "--set", "save_every_n_steps=2")))
     assert res.returncode == 0, explain(res)
     attempts = run.attempts()
     assert [a["outcome"] for a in attempts] == ["oom", "oom", "success"]
     assert attempts[0]["phase"] == "model_load" and attempts[0]["end_step"] == 0
-    assert attempts[1]["end_step"] == 1 and attempts[2]["resume_from"] is None and attempts[2]["start_step"] == 0
-    assert "no saved state yet, so it starts from step 0; step 1 is redone" in (attempts[2]["note"] or "")
-    assert "starts from step 0" in res.stdout
-    summary = _check_accounting(run, "OOM at load, then OOM before any state", 4)
+    assert attempts[1]["end_step"] == 3
+    assert attempts[2]["start_step"] == 2 and attempts[2]["resume_from"].endswith("lora-attempt2-step00000002-state")
+    log2 = (run.out / "attempt-2.log").read_text(encoding="utf-8", errors="replace")
+    assert "could not save the state at the failure" in log2 and "No space left on device" in log2
+    assert not [p for p in run.output.iterdir() if "step00000003" in p.name], sorted(run.output.iterdir())
+    assert "step 3 is redone" in (attempts[2]["note"] or "")
+    summary = _check_accounting(run, "OOM at load, then the save at the failure fails", 4)
     assert summary["steps_redone"] == 1
+
+
+def test_oom_while_sampling_continues_from_the_step_it_sampled_at(real, tmp_path):
+    """Sampling on (every 2 steps, 64 px, 2 sampler steps), states every 2: sd-scripts samples
+    before it saves, so the first sample image runs out of memory after step 2 with no state of
+    step 2 yet. The trainer saves it at the failure, and the relaunch turns sampling off and
+    trains the 1 step left from there: nothing redone."""
+    data = image_folder(real, tmp_path / "img", 4)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("mytoken, a picture --w 64 --h 64 --s 2 --d 1\n", encoding="utf-8")
+    run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_CALL="library.train_util:sample_image_inference:1",
+                  SDS_INJECT_ONCE_MARKER=tmp_path / "once", SDS_INJECT_OOM_MESSAGE=SMALL_OOM)
+    res = cli(run, run_args(run, real, data, steps=3, extra=(
+        "--set", "train_batch_size=2", "--set", "save_every_n_steps=2", "--set", "sample_every_n_steps=2",
+        "--set", "sample_at_first=false", "--set", f"sample_prompts={prompts}")))
+    assert res.returncode == 0, explain(res)
+    attempts = run.attempts()
+    assert [a["outcome"] for a in attempts] == ["oom", "success"]
+    assert attempts[0]["phase"] == "sampling" and attempts[1]["move"] == "sample_less"
+    assert attempts[1]["start_step"] == 2 and attempts[1]["resume_from"].endswith("lora-step00000002-state")
+    summary = _check_accounting(run, "OOM while sampling at step 2", 3)
+    assert summary["steps_redone"] == 0
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -202,15 +233,18 @@ def test_ctrl_c_then_continue_finishes_the_run(real, twelve, tmp_path):
 
 def test_cpu_run_with_accumulation_4_survives_two_ooms_in_a_row(real, tmp_path):
     """`run --cpu` at batch 1 x accumulation 4 runs out of memory in two launches in a row, at
-    the 6th backward each time (mid-accumulation). The ladder must offer only what a CPU runs
-    (no fp8_base), leave the mixed_precision the user set alone, and answer the second OOM of
-    the same phase with one move: the run finishes with the planned steps."""
+    the 6th backward each time (mid-accumulation, states every 2 steps). The ladder must offer
+    only what a CPU runs (no fp8_base), leave the mixed_precision the user set alone, and answer
+    the second OOM of the same phase with one move. Each failure saves the state of the step it
+    ended (1, then 2) with accelerate's micro-step counter at the step's start, and the move the
+    state cannot follow (another optimizer) continues from that state's LoRA weights: the run
+    finishes with the planned steps and nothing redone."""
     data = image_folder(real, tmp_path / "img", 4)
     run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=6, SDS_INJECT_ONCE_MARKER=tmp_path / "once",
                   SDS_INJECT_LAUNCHES=2, SDS_INJECT_OOM_MESSAGE=SMALL_OOM)
     res = cli(run, run_args(run, real, data, steps=3, extra=("--set", "train_batch_size=1",
                                                              "--set", "gradient_accumulation_steps=4",
-                                                             "--set", "save_every_n_steps=1")))
+                                                             "--set", "save_every_n_steps=2")))
     assert res.returncode == 0, explain(res)
     attempts = run.attempts()
     assert [a["outcome"] for a in attempts] == ["oom", "oom", "success"]
@@ -220,4 +254,19 @@ def test_cpu_run_with_accumulation_4_survives_two_ooms_in_a_row(real, tmp_path):
         assert "+" not in a["move"] or a is attempts[1], a
         assert "mixed_precision" not in {c["key"] for c in a["changes"]}, a
     assert "one move at a time" in (attempts[2]["note"] or "")
-    _check_accounting(run, "--cpu, accumulation 4, two OOMs in a row", 3)
+    first = run.output / "lora-step00000001-state"
+    assert attempts[1]["start_step"] == 1 and attempts[1]["resume_from"] == str(first)
+    assert json.loads((first / "train_state.json").read_text(encoding="utf-8"))["current_step"] == 1
+    # The 6th micro-batch failed 2 into step 2; the counter saved is the step's start (the epoch
+    # of 4 micro-batches reset it to 0), so the relaunch's first step sums all 4.
+    counter = subprocess.run([str(real.python), "-c", "import sys, torch; print(torch.load(sys.argv[1], "
+                              "weights_only=False)['step'])", str(first / "random_states_0.pkl")],
+                             capture_output=True, text=True, timeout=120)
+    assert counter.stdout.strip() == "0", counter.stderr
+    assert attempts[2]["start_step"] == 2
+    third = (run.out / "attempt-3.config.toml").read_text(encoding="utf-8")
+    if attempts[2]["resume_from"] is None:  # a move the state cannot follow
+        assert "lora-attempt2-step00000001-state/model.safetensors" in third and "network_weights" in third
+        assert "continues from the LoRA weights of the state at step 2" in attempts[2]["note"]
+    summary = _check_accounting(run, "--cpu, accumulation 4, two OOMs in a row", 3)
+    assert summary["steps_redone"] == 0

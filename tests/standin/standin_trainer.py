@@ -450,6 +450,10 @@ def main(script: str, family: str) -> None:
         initial_step = stored
     elif config.get("initial_step") is not None:
         initial_step = int(config["initial_step"])
+    if config.get("network_weights") and not config.get("resume"):
+        weights = Path(config["network_weights"])
+        log(f"load network weights from {weights}", where="train_network.py:680")
+        trained = int(read_safetensors_metadata(weights).get("standin_trained", "0"))
     if initial_step > 0:
         assert initial_step < max_steps, "initial_step must be less than max_train_steps"
     # The pinned trainer's arithmetic (train_network.py ~1257-1344, measured on the real one):
@@ -512,6 +516,26 @@ def main(script: str, family: str) -> None:
         (state / "train_state.json").write_text(json.dumps({"current_epoch": epoch, "current_step": step}),
                                                 encoding="utf-8")
 
+    done = {"step": initial_step, "epoch": start_epoch + 1}
+    if os.environ.get("KOHYA_TUNER_SAVE_AT_OOM") and config.get("save_state"):
+        # What kohya-tuner's hook does in the real trainer: once the traceback is printed, an
+        # out-of-memory error saves the state of the steps completed (run/emulate/).
+        previous = sys.excepthook
+
+        def save_at_failure(et, ev, tb):
+            previous(et, ev, tb)
+            if et.__name__ != "OutOfMemoryError" or done["step"] < 1:
+                return
+            state = out_dir / f"{name}-step{done['step']:08d}-state"
+            if (state / "train_state.json").is_file():
+                return
+            print(f"kohya-tuner: out of memory after step {done['step']}: saving the state of step "
+                  f"{done['step']} to {state}", file=sys.stderr, flush=True)
+            save_state(state, done["epoch"], done["step"])
+            print(f"kohya-tuner: state saved at the failure, step {done['step']}: {state}", file=sys.stderr,
+                  flush=True)
+
+        sys.excepthook = save_at_failure
     if config.get("sample_at_first") and sample_every:
         sample(0)
     bar = Bar("steps", max_steps - max(0, initial_step))
@@ -535,6 +559,7 @@ def main(script: str, family: str) -> None:
             time.sleep(step_s)
             global_step = step
             trained += 1
+            done["step"], done["epoch"] = global_step, epoch + 1
             losses.append(math.nan if nan_at is not None and step >= nan_at
                           else 0.12 + 0.1 / math.sqrt(step) + 0.01 * ((step * 7919) % 13) / 13)
             # sd-scripts' order: bar update, sample images, save, then the loss postfix

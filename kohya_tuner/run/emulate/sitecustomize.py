@@ -1,4 +1,6 @@
-"""Caps CUDA memory inside the training process for `kohya-tuner run --emulate-vram GB`.
+"""kohya-tuner's hooks inside the training process: the CUDA memory cap of
+`kohya-tuner run --emulate-vram GB`, and the state saved when an out-of-memory error ends a
+step (kohya_tuner_oom_state.py, on when KOHYA_TUNER_SAVE_AT_OOM is set).
 
 `kohya-tuner run` puts this folder first on PYTHONPATH for that launch only, so Python
 imports this module at start-up in every process of the launch. Only the training
@@ -79,4 +81,11 @@ try:
     _cap()
 except Exception as exc:  # a failed cap must not stop training; it is reported instead
     print(f"kohya-tuner: could not emulate the VRAM cap: {exc}", file=sys.stderr)
+try:
+    if os.environ.get("KOHYA_TUNER_SAVE_AT_OOM"):
+        import kohya_tuner_oom_state
+
+        kohya_tuner_oom_state.install()
+except Exception as exc:  # training goes on without it; the cadence states are still there
+    print(f"kohya-tuner: save-at-failure is off: {exc}", file=sys.stderr)
 _chain()

@@ -18,6 +18,11 @@ Added here:
   SDS_INJECT_LOAD_ONCE_MARKER=FILE  the once-marker of the load hook, apart from the other
   SDS_INJECT_ERROR_AT_BACKWARD=N the N-th backward raises a RuntimeError that is not about
                                  memory (a device mismatch), once per SDS_INJECT_ONCE_MARKER
+  SDS_INJECT_OOM_AT_CALL=MODULE:FUNCTION:N  the N-th call of that module-level function raises
+                                 torch.OutOfMemoryError (once per SDS_INJECT_ONCE_MARKER), e.g.
+                                 library.train_util:sample_image_inference:1 for sampling
+  SDS_INJECT_SAVE_FAILS=1        once this process injected an OOM, torch.save raises "No space
+                                 left on device" (the state saved at the failure cannot be written)
   SDS_STEP_LEDGER=FILE           one line "<pid> <config file>" per completed optimizer step
                                  (a global post-step hook: accelerate's optimizer wrapper calls
                                  the real step only when gradients sync, so this counts the
@@ -41,8 +46,11 @@ def _injected_before(path):
         return 0
 
 
+_CALL = os.environ.get("SDS_INJECT_OOM_AT_CALL")
+_SAVE_FAILS = os.environ.get("SDS_INJECT_SAVE_FAILS")
+_INJECTED = []  # an OOM was raised in this process
 if _ONCE and _injected_before(_ONCE) >= _LAUNCHES:
-    _AT = _ERR = None
+    _AT = _ERR = _CALL = None
 _LOAD = os.environ.get("SDS_INJECT_OOM_AT_LOAD")
 _LOAD_ONCE = os.environ.get("SDS_INJECT_LOAD_ONCE_MARKER")
 if _LOAD and _LOAD_ONCE and os.path.exists(_LOAD_ONCE):
@@ -89,6 +97,7 @@ def _patch_torch(torch):
             state["calls"] += 1
             if state["calls"] == oom_at:
                 _mark(_ONCE)
+                _INJECTED.append("backward")
                 raise torch.OutOfMemoryError(message)
             if state["calls"] == err_at:
                 _mark(_ONCE)
@@ -104,6 +113,15 @@ def _patch_torch(torch):
         return result
 
     torch.autograd.backward = backward
+    if _SAVE_FAILS:
+        real_save = torch.save
+
+        def save(*args, **kwargs):
+            if _INJECTED:
+                raise OSError(28, "No space left on device")
+            return real_save(*args, **kwargs)
+
+        torch.save = save
     if _STEPS:
         def after_step(_optimizer, _args, _kwargs):
             with open(_STEPS, "a") as f:
@@ -129,6 +147,23 @@ def _patch_safetensors(module):
         return real_load(*args, **kwargs)
 
     module.load_file = load_file
+
+
+def _patch_call(module, function, at):
+    real = getattr(module, function)
+    calls = [0]
+
+    def wrapped(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == at:
+            import torch
+
+            _mark(_ONCE)
+            _INJECTED.append(function)
+            raise torch.OutOfMemoryError(os.environ.get("SDS_INJECT_OOM_MESSAGE", DEFAULT_MESSAGE))
+        return real(*args, **kwargs)
+
+    setattr(module, function, wrapped)
 
 
 class _AfterImport:
@@ -157,7 +192,13 @@ class _AfterImport:
         return spec
 
 
-if _AT or _ERR or _LEDGER or _STEPS:
+if _CALL:
+    _mod, _fn, _n = _CALL.split(":")
+    if _mod in sys.modules:
+        _patch_call(sys.modules[_mod], _fn, int(_n))
+    else:
+        sys.meta_path.insert(0, _AfterImport(_mod, lambda m: _patch_call(m, _fn, int(_n))))
+if _AT or _ERR or _LEDGER or _STEPS or _SAVE_FAILS:
     if "torch" in sys.modules:
         _patch_torch(sys.modules["torch"])
     else:
