@@ -25,10 +25,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from kohya_tuner.families import Family
-from kohya_tuner.memory import data, finetune, lycoris
-from kohya_tuner.memory.lora import count as lora_count
+from kohya_tuner.memory import data, finetune
 from kohya_tuner.memory.lora import flux_block_weight_params, flux_grad_input_weight_params, swapped_block_weight_params
 from kohya_tuner.memory.setup import BYTES, Setup, resolve
+from kohya_tuner.memory.trainable import network
 from kohya_tuner.optimizers import state_bytes_per_param
 
 GIB = float(1024**3)
@@ -351,22 +351,14 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
         if s.optimizer.spec.factored and s.train_unet:
             opt_gib += finetune.conv3x3_params(fam.name) * s.optimizer.spec.factored * 4.0 * (2 / 3) / GIB
     else:
-        lc = lora_count(fam.name, rank=s.rank, conv_rank=s.conv_rank, net_args=s.network_args,
-                        train_unet=s.train_unet, te_trained=s.te_trained)
-        notes.extend(lc.notes)
-        n_lora = lc.total
-        if s.network_module == "lycoris.kohya":
-            lyc = lycoris.count(fam.name, s.rank, s.network_args, train_unet=s.train_unet, train_te=any(s.te_trained))
-            notes.extend(lyc.notes)
-            if lyc.known:
-                n_lora = lyc.total
-                cnotes["lora_weights"] = f"LyCORIS {lycoris.options(s.rank, s.network_args).algo}"
-            else:
-                notes.append(f"LyCORIS' layers in {fam.label} are not listed (data/lycoris_targets.json); its "
-                             f"parameters are counted as a LoRA of the same rank")
+        net = network(s)
+        notes.extend(net.notes)
+        n_lora = net.params
+        if net.label:
+            cnotes["lora_weights"] = net.label
         lora_gib = n_lora * lora_b / GIB
         grads_gib = n_lora * lora_b / GIB * (2 if s.gpus > 1 else 1)
-        opt_gib = n_lora * state_bytes_per_param(s.optimizer, lora_b, s.rank, lc.typical_width) / GIB
+        opt_gib = n_lora * state_bytes_per_param(s.optimizer, lora_b, s.rank, net.typical_width) / GIB
 
     swapped = _swapped_weight_params(s)
     diff_dt = s.lora_dtype if full and s.train_unet else s.unet_dtype

@@ -10,6 +10,7 @@ from typing import Any
 from kohya_tuner.families import Family
 from kohya_tuner.memory import finetune
 from kohya_tuner.memory.data import FamilyFacts, family_facts, lora_targets
+from kohya_tuner.memory.oft import MODULES as OFT_MODULES
 from kohya_tuner.optimizers import ResolvedOptimizer, lookup
 
 BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
@@ -301,6 +302,10 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
             not unet_only and (net_args.get("train_t5xxl") == "True" if n == "t5xxl"
                                else comps.get(n, {}).get("modules", 1) > 0)
             for n in te_names)
+    if not full and str(c.get("network_module") or "") in OFT_MODULES and any(te_trained):
+        # sd-scripts' OFT networks wrap only the denoiser's layers.
+        a.append(f"{c.get('network_module')} wraps only the denoiser: the text encoders are not trained")
+        te_trained = tuple(False for _ in te_trained)
     if fname == "sdxl" and cache_te and any(te_trained):
         a.append("SDXL refuses text-encoder output caching while the text encoders are trained "
                  "(set network_train_unet_only); counted as not cached")
@@ -323,7 +328,7 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
         a.append("network_dim unset: the LoRA module's default rank 4")
     conv_rank = max(0, _int(net_args.get("conv_dim"), 0)) or None
     nm = str(c.get("network_module") or family.network_module)
-    if not full and nm not in (family.network_module, "lycoris.kohya"):
+    if not full and nm not in (family.network_module, "lycoris.kohya", *OFT_MODULES):
         a.append(f"network_module {nm!r} is not {family.network_module}; trainable parameters counted as a LoRA "
                  f"of the same rank")
     script = family.script
