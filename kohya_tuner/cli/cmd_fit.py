@@ -213,6 +213,9 @@ def run(args: argparse.Namespace) -> int:
         if result.steps:
             render_steps(result.steps)
         say(result.message, "green" if result.fits else "red")
+        from kohya_tuner.cli.cmd_estimate import monitor_line
+
+        say(monitor_line(result.after))
         for h in result.hints:
             say(f"hint: {h}")
         if not result.resume_safe:

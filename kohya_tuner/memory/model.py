@@ -25,10 +25,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from kohya_tuner.families import Family
-from kohya_tuner.memory import data, finetune
+from kohya_tuner.memory import data, finetune, monitor
 from kohya_tuner.memory.lora import flux_block_weight_params, flux_grad_input_weight_params, swapped_block_weight_params
 from kohya_tuner.memory.setup import BYTES, Setup, resolve
-from kohya_tuner.memory.trainable import network
+from kohya_tuner.memory.trainable import activation_extra, network
 from kohya_tuner.optimizers import state_bytes_per_param
 
 GIB = float(1024**3)
@@ -37,10 +37,9 @@ MIB = float(1024**2)
 # The sizes people buy: the table `estimate` prints fits / does not fit for.
 GPU_SIZES = (6, 8, 10, 12, 16, 20, 24, 32, 48, 80)
 
-# Runtime overhead outside PyTorch's tensors. The CUDA context with cuBLAS/cuDNN kernels
-# loaded takes 0.3-0.5 GiB on current drivers (lazy module loading); cuBLAS keeps a small
-# workspace per stream.
-CUDA_CONTEXT_GIB = 0.40
+# Runtime overhead outside PyTorch's tensors: the CUDA context (data/cuda_runtime.toml, lazy
+# module loading); cuBLAS keeps a small workspace per stream.
+CUDA_CONTEXT_GIB = monitor.context_gib()
 CUBLAS_WORKSPACE_GIB = 0.03
 # cuDNN picks convolution algorithms with workspaces that grow with the feature maps; the
 # U-Nets are convolution-heavy, FLUX is not. Per megapixel of batch, capped.
@@ -94,6 +93,10 @@ class Estimate(BaseModel):
     lora_params: int = 0
     settings: dict[str, Any] = Field(default_factory=dict)
     correction: float = 1.0
+    # memory/monitor.py: what PyTorch allocates, what its allocator reserves, what a monitor shows.
+    allocated_gib: float = 0.0
+    reserved_gib: float = 0.0
+    monitor_gib: float = 0.0
 
     @property
     def uncorrected_peak_gib(self) -> float:
@@ -112,6 +115,9 @@ class Estimate(BaseModel):
             "model": self.model,
             "peak_gib": round(self.peak_gib, 3),
             "peak_phase": self.peak_phase,
+            "allocated_gib": round(self.allocated_gib, 3),
+            "reserved_gib": round(self.reserved_gib, 3),
+            "monitor_gib": round(self.monitor_gib, 3),
             "components_gib": {k: round(v, 3) for k, v in self.components_gib.items()},
             "phases_gib": {k: round(v, 3) for k, v in self.phases_gib.items()},
             "fits_cards": self.fits_table(),
@@ -316,7 +322,7 @@ def _workspaces(s: Setup, batch: int) -> float:
 
 def _finish(parts: dict[str, float], dynamic: float, s: Setup, batch: int, *, workspaces: bool = True) -> dict[str, float]:
     parts = {k: v for k, v in parts.items()}
-    parts["cuda_context"] = CUDA_CONTEXT_GIB
+    parts["cuda_context"] = monitor.context_gib()
     if workspaces:
         parts["workspaces"] = _workspaces(s, batch)
     parts["fragmentation"] = FRAGMENTATION * max(dynamic, 0.0)
@@ -397,6 +403,10 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
         cnotes[vae_key] = f"{vae.label}, {s.vae_dtype}, on the GPU (encodes every batch)"
 
     act = _training_activations(s, notes) + te_act
+    if not full:
+        extra, why = activation_extra(s, net, s.latent_tokens * s.batch)
+        act = max(act + extra, 0.0)
+        notes.extend([why] if why else [])
     if full and (s.fused_backward or s.fused_groups) and s.mixed_precision != "no" and s.lora_dtype == "fp32":
         # fp32 master weights under autocast: autocast keeps a 16-bit cast of every weight that
         # requires grad for the whole forward (its weight cache). The traced full fine-tunes show it
@@ -558,7 +568,9 @@ def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus:
         settings["fused_step"] = ("fused_backward_pass" if s.fused_backward else "blockwise_fused_optimizers"
                                   if s.fused_groups == -1 else f"fused_optimizer_groups {s.fused_groups}"
                                   if s.fused_groups else None)
+    shown = monitor.figures(phases[peak_phase], factor)
     return Estimate.model_construct(
+        **shown,
         model=family.name,
         peak_gib=totals[peak_phase],
         peak_phase=peak_phase,

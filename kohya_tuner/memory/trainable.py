@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kohya_tuner.memory import lycoris, oft
+from kohya_tuner.memory.data import coefficients
 from kohya_tuner.memory.lora import count as lora_count
 from kohya_tuner.memory.setup import Setup
 
@@ -21,6 +22,8 @@ class Network:
     label: str = ""
     # Weight elements of the layers an OFT network rotates (it rebuilds each rotated weight every step).
     rotated_weight_params: int = 0
+    # (network module, LyCORIS algo) its traced activation line is keyed by; None for the family's LoRA.
+    traced_as: tuple[str, str] | None = None
 
 
 def network(s: Setup) -> Network:
@@ -33,7 +36,9 @@ def network(s: Setup) -> Network:
         out.notes.extend(lyc.notes)
         if lyc.known:
             out.params = lyc.total
-            out.label = f"LyCORIS {lycoris.options(s.rank, s.network_args).algo}"
+            algo = lycoris.options(s.rank, s.network_args).algo
+            out.label = f"LyCORIS {algo}"
+            out.traced_as = ("lycoris.kohya", "locon" if algo == "lora" else algo)
         else:
             out.notes.append(f"LyCORIS' layers in {fam.label} are not listed (data/lycoris_targets.json); its "
                              f"parameters are counted as a LoRA of the same rank")
@@ -44,7 +49,27 @@ def network(s: Setup) -> Network:
             out.params = o.denoiser
             out.label = f"OFT, {s.rank} blocks per layer"
             out.rotated_weight_params = o.wrapped_weight_params
+            out.traced_as = (s.network_module, "")
         else:
             out.notes.append(f"{s.network_module} on {fam.label} is not listed (data/oft_targets.json); its "
                              f"parameters are counted as a LoRA of rank network_dim")
     return out
+
+
+def activation_extra(s: Setup, net: Network, tokens_x_batch: float) -> tuple[float, str | None]:
+    """What the network adds to the activations of the family's LoRA (memory_coefficients.json,
+    network_activations: each module traced beside the LoRA at the same size), and a note when the
+    module was not traced for this family."""
+    if net.traced_as is None:
+        return 0.0, None
+    module, algo = net.traced_as
+    lines = [ln for ln in coefficients().get("network_activations", {}).get("lines", [])
+             if ln["network"] == module and ln["algo"] == algo and ln["ckpt"] == s.checkpointing]
+    line = next((ln for ln in lines if ln["arch"] == s.family.name), None)
+    what = f"{net.label} ({module})" if module != "lycoris.kohya" else net.label
+    if line is None:
+        return 0.0, (f"{what}: its activations are not traced for {s.family.label} "
+                     f"{'with' if s.checkpointing else 'without'} gradient checkpointing; counted as the LoRA's")
+    extra = line["mib_per_token"] * tokens_x_batch / 1024.0 + line["intercept_gib"]
+    # Negative for a module that saves less than a LoRA for backward ((IA)^3 keeps almost nothing).
+    return extra, None
