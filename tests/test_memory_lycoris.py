@@ -99,3 +99,35 @@ def test_boft_refusal_is_said():
     assert any("18432" in a and "stops" in a for a in e.assumptions)
     ok = estimate(cfg | {"network_dim": 64}, FAMILIES["flux"])
     assert not any("stops" in a for a in ok.assumptions) and ok.lora_params > e.lora_params
+
+
+def _lines():
+    from kohya_tuner.memory.data import coefficients
+    return coefficients()["network_activations"]["lines"]
+
+
+def test_traced_network_activations_are_added_to_the_loras():
+    # Each traced module adds what it saved beyond the family's LoRA at the same size (network_traces.py).
+    fam = FAMILIES["sd15"]
+    base_cfg = _cfg("locon") | {"network_module": "networks.lora", "network_args": [], "cache_latents": True}
+    base = estimate(base_cfg, fam).components_gib["activations"]
+    lines = [ln for ln in _lines() if ln["arch"] == "sd15" and ln["ckpt"] and ln["network"] == "lycoris.kohya"]
+    assert lines
+    for ln in lines:
+        e = estimate(_cfg(ln["algo"]) | {"cache_latents": True}, fam)
+        x = e.settings["tokens"] * e.settings["batch"]
+        want = max(base + ln["mib_per_token"] * x / 1024 + ln["intercept_gib"], 0.0)
+        assert e.components_gib["activations"] == pytest.approx(want, abs=1e-3), ln["algo"]
+        assert not any("its activations are not traced" in a for a in e.assumptions)
+
+
+def test_loha_rebuilds_more_than_locon_keeps():
+    # LoHa rebuilds each wrapped weight's delta every step; LoCon keeps only low-rank activations.
+    by = {ln["algo"]: ln["intercept_gib"] for ln in _lines() if ln["arch"] == "sd15" and ln["ckpt"]
+          and ln["network"] == "lycoris.kohya"}
+    assert by["loha"] > by["locon"]
+
+
+def test_untraced_family_is_said():
+    e = estimate(_cfg("loha"), FAMILIES["flux"])
+    assert any("its activations are not traced" in a for a in e.assumptions)

@@ -160,7 +160,10 @@ def run(args: argparse.Namespace) -> int:
     loaded, family, ds, notes = load_inputs(args.config, args.model, args.dataset)
     choice, gpu_name = resolve_gpu(args.gpu)
     hist = [] if args.no_history or not gpu_name else history.load()
-    est = estimate(loaded.config, family, dataset=ds, gpus=args.gpus, history=hist, gpu_name=gpu_name)
+    from kohya_tuner.dataset.caches import done_phases
+
+    est = estimate(loaded.config, family, dataset=ds, gpus=args.gpus, history=hist, gpu_name=gpu_name,
+                   caches_done=done_phases(family.name, loaded.config, ds))
     others = choice.others_gib if choice else 0.0
     # What the reader guessed (a family read from a truncated GUI file) comes first: it
     # changes everything below it.

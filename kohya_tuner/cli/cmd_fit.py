@@ -132,8 +132,11 @@ def run(args: argparse.Namespace) -> int:
     if budget <= 0:
         raise UserError(f"Other processes hold {others:.2f} GiB of the {choice.gb} GB card; nothing is left.")
     hist = [] if no_history or not gpu_name else history.load()
+    from kohya_tuner.dataset.caches import done_phases
+
     result = ladder.fit(loaded.config, family, budget, policy=policy, dataset=ds, history=hist,
-                        gpu_name=gpu_name, gpu_gb=choice.gb, bf16=choice.bf16 is not False)
+                        gpu_name=gpu_name, gpu_gb=choice.gb, bf16=choice.bf16 is not False,
+                        caches_done=done_phases(family.name, loaded.config, ds))
     corrected = [a for a in result.after.assumptions if a.startswith("scaled by")]
 
     written: Path | None = None

@@ -456,7 +456,7 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
             lowram_resident[f"{te.name}_weights"] = te.params * BYTES[s.weight_dtype] / GIB
 
     if s.cache_latents:
-        enc = _vae_gib(VAE_ENCODE_ELEMS_PER_PIXEL, s, s.vae_batch)
+        enc = 0.0 if "cache_latents" in s.caches_done else _vae_gib(VAE_ENCODE_ELEMS_PER_PIXEL, s, s.vae_batch)
         parts = {**lowram_resident, vae_key: vae_w, "activations": enc}
         phase_notes["cache_latents"] = {
             vae_key: f"{vae.label}, {s.vae_dtype}, on the GPU while it encodes the images",
@@ -479,6 +479,8 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
             phase_notes["cache_text_encoder"][f"{te.name}_weights"] = (
                 f"{te.label}, {dt}, on the GPU while it encodes the captions")
             tokens, seqs = _te_tokens(s, te.name)
+            if "cache_text_encoder" in s.caches_done:
+                continue
             te_act_cache = max(te_act_cache, _te_activation_gib(te.name, tokens, s.te_batch * seqs, trained=False,
                                                                 ckpt=False))
         parts["activations"] = te_act_cache
@@ -527,10 +529,12 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
 
 
 def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus: int = 1,
-             history: list | None = None, gpu_name: str | None = None) -> Estimate:
+             history: list | None = None, gpu_name: str | None = None,
+             caches_done: frozenset[str] = frozenset()) -> Estimate:
     """Predict the peak VRAM of `config` (a flat sd-scripts dict) for `family`. Pure and
-    fast: no I/O beyond the packaged data, read once."""
-    s = resolve(config, family, dataset, gpus)
+    fast: no I/O beyond the packaged data, read once. `caches_done`: the caching phases whose
+    files are already on disk (kohya_tuner.dataset.caches reads the folders)."""
+    s = resolve(config, family, dataset, gpus, caches_done)
     phases, cnotes, n_lora, notes, phase_notes = _phases(s)
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     assumptions = list(s.assumptions) + [n for n in notes if n not in s.assumptions]

@@ -166,6 +166,8 @@ class Setup:
     fused_backward: bool = False
     fused_groups: int = 0  # fused_optimizer_groups N; -1 = blockwise_fused_optimizers (one per block)
     network_module: str = ""
+    # Caching phases whose files are all on disk already: they encode nothing.
+    caches_done: frozenset[str] = frozenset()
 
     @property
     def area(self) -> int:
@@ -185,7 +187,8 @@ class Setup:
         return tokens
 
 
-def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None = None, gpus: int = 1) -> Setup:
+def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None = None, gpus: int = 1,
+            caches_done: frozenset[str] = frozenset()) -> Setup:
     a: list[str] = []
     c = config
     fname = family.name
@@ -380,4 +383,17 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
         optimizer=opt, gpus=max(1, int(gpus or 1)), assumptions=a, te_on_cpu=te_on_cpu,
         te_cache_fp8=frozenset(te_fp8), facts=facts, mode="full" if full else "lora", te_chunks=te_chunks,
         fused_backward=fused_backward, fused_groups=fused_groups, network_module=nm,
+        caches_done=_caches_done(caches_done, cache_latents, cache_te, a),
     )
+
+
+def _caches_done(done: frozenset[str], cache_latents: bool, cache_te: bool, a: list[str]) -> frozenset[str]:
+    out = frozenset(p for p, on in (("cache_latents", cache_latents), ("cache_text_encoder", cache_te))
+                    if on and p in done)
+    if "cache_latents" in out:
+        a.append("every image already has its latent cache file on disk: caching latents encodes nothing "
+                 "(the VAE still moves to the GPU while the files are checked)")
+    if "cache_text_encoder" in out:
+        a.append("every image already has its text-encoder cache file on disk: caching encodes no captions "
+                 "(the text encoders still move to the GPU first, as the script does before it checks the files)")
+    return out
