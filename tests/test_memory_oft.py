@@ -66,3 +66,24 @@ def test_text_encoders_are_never_trained_by_oft():
 def test_flux_dim_that_does_not_divide_is_said():
     e = estimate(_cfg("networks.oft_flux", 5) | {"network_train_unet_only": True}, FAMILIES["flux"])
     assert any("stops when it builds" in a for a in e.assumptions)
+
+
+def test_traced_oft_activations_are_used_where_traced():
+    from kohya_tuner.memory.data import coefficients
+
+    lines = [ln for ln in coefficients()["network_activations"]["lines"] if ln["network"] == "networks.oft"]
+    assert lines, "networks.oft traced for at least one family"
+    for ln in lines:
+        fam = FAMILIES[ln["arch"]]
+        cfg = _cfg("networks.oft", 8) | {"gradient_checkpointing": ln["ckpt"], "network_train_unet_only": True}
+        e = estimate(cfg, fam)
+        lora = estimate(cfg | {"network_module": "networks.lora", "network_args": []}, fam)
+        x = e.settings["tokens"] * e.settings["batch"]
+        want = max(lora.components_gib["activations"] + ln["mib_per_token"] * x / 1024 + ln["intercept_gib"], 0)
+        assert e.components_gib["activations"] == pytest.approx(want, abs=1e-3)
+        assert not any("its activations are not traced" in a for a in e.assumptions)
+
+
+def test_flux_oft_activations_untraced_is_said():
+    e = estimate(_cfg("networks.oft_flux", 64) | {"network_train_unet_only": True}, FAMILIES["flux"])
+    assert any("its activations are not traced" in a for a in e.assumptions)

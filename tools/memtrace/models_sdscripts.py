@@ -187,7 +187,9 @@ def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str, full:
         netmod, net_kw = imp(network), dict(network_args or {})
         if network == "lycoris.kohya" and arch != "anima":
             _lycoris_preset_without_timestep_embedding()
-        # OFT keeps its identity blocks as plain tensors, which the tracer could not move off the meta device.
+        # OFT keeps its identity blocks as plain tensors, which the tracer could not move off the meta device;
+        # LyCORIS' modules read their initial values back. (Its "full" algorithm copies the wrapped weights,
+        # which meta tensors do not have, either way: it is not traced.)
         meta = False
         alpha = 1e-3 if network.startswith("networks.oft") else 1.0
     net = _net(netmod, rank, None, tes, den, alpha=alpha, meta=meta, **net_kw)

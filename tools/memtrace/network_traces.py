@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RANK = 8
 # (module, network_args); None: the family's own LoRA module, the baseline.
 NETWORKS = [(None, "")] + [("lycoris.kohya", f"algo={a}") for a in
-                           ("locon", "loha", "lokr", "ia3", "dylora", "glora", "diag-oft", "boft", "full")] + [
+                           ("locon", "loha", "lokr", "ia3", "dylora", "glora", "diag-oft", "boft")] + [
     ("networks.oft", "")]
 # BOFT needs an even block of 10 for the U-Nets' 320/640/1280 widths: rank 16 (see lycoris_targets.py).
 RANK_OF = {"algo=boft": 16}
