@@ -71,5 +71,7 @@ def activation_extra(s: Setup, net: Network, tokens_x_batch: float) -> tuple[flo
         return 0.0, (f"{what}: its activations are not traced for {s.family.label} "
                      f"{'with' if s.checkpointing else 'without'} gradient checkpointing; counted as the LoRA's")
     extra = line["mib_per_token"] * tokens_x_batch / 1024.0 + line["intercept_gib"]
-    # Negative for a module that saves less than a LoRA for backward ((IA)^3 keeps almost nothing).
-    return extra, None
+    # A line through two sizes is not carried below what was traced (with checkpointing the extra shrinks
+    # between 512 and 768 px, and would turn negative far beyond); negative only where a trace was.
+    floor = min([0.0] + [y for _x, y in line.get("points", [])])
+    return max(extra, floor), None

@@ -150,7 +150,7 @@ def fit_activations(rows: list[dict]) -> list[dict]:
 def fit_networks(rows: list[dict]) -> list[dict]:
     """Activations of the network modules other than the family's LoRA (network_traces.py), as what they
     add to the LoRA traced beside them at the same size: a line in tokens x batch when two sizes were
-    traced; from one size, a constant with checkpointing and a proportion without."""
+    traced, a constant from one size."""
     base: dict[tuple, float] = {}
     for row in rows:
         if row.get("network") == "lora":
@@ -171,10 +171,9 @@ def fit_networks(rows: list[dict]) -> list[dict]:
     for (arch, precision, ckpt, net, algo), pts in sorted(groups.items()):
         pts.sort()
         if len(pts) == 1:
-            # One size: without checkpointing the extra is what every wrapped layer saves of its input (grows
-            # with the tokens); with it, one block's worth plus the weight-sized tensors rebuilt (constant).
-            x, y, _s = pts[0]
-            slope, icpt = (0.0, y) if ckpt else (y / x, 0.0)
+            # One size: a constant. Where two sizes were traced (SD 1.5 without checkpointing) the extra hardly
+            # grows with the tokens: it is the modules' weight-sized tensors, not saved inputs.
+            slope, icpt = 0.0, pts[0][1]
         else:
             slope, icpt = linfit([(x, y) for x, y, _s in pts])
         out.append({"arch": arch, "precision": precision, "ckpt": ckpt, "network": net, "algo": algo,
@@ -399,8 +398,8 @@ def build(paths: list[str], assumed_versions: dict, generated_by: str) -> dict:
         "network_activations": {
             "note": ("What a network module adds to the activations of the family's LoRA traced at the same size "
                      "(network_traces.py): LyCORIS algorithms (network 'lycoris.kohya', by algo) and sd-scripts' "
-                     "networks.oft. extra_gib = mib_per_token * tokens * batch / 1024 + intercept_gib; from one traced "
-                     "size: a constant with gradient checkpointing, proportional to tokens x batch without."),
+                     "networks.oft. extra_gib = mib_per_token * tokens * batch / 1024 + intercept_gib; one traced size "
+                     "gives a constant (where two were traced the extra hardly grows with the tokens)."),
             "lines": fit_networks(rows),
         },
     }

@@ -28,13 +28,14 @@ RANK_OF = {"algo=boft": 16}
 SIZES = [("sd15", 512, 1), ("sdxl", 1024, 1), ("sd15", 768, 1)]
 
 
-def jobs(archs):
-    for arch, res, batch in SIZES:
+def jobs(archs, sizes=SIZES, ckpts=(True, False), nets=None):
+    for arch, res, batch in sizes:
         if arch not in archs:
             continue
-        for ckpt in (True, False):
+        for ckpt in ckpts:
             for module, nargs in NETWORKS:
-                yield arch, res, batch, ckpt, module, nargs
+                if nets is None or (nargs.split("=")[-1] if module else "lora") in nets or module in nets:
+                    yield arch, res, batch, ckpt, module, nargs
 
 
 def run(job, checkout):
@@ -61,6 +62,9 @@ def main(argv=None) -> int:
     ap.add_argument("--archs", default="sd15,sdxl")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "sdscripts_networks.jsonl"))
     ap.add_argument("-j", type=int, default=1)
+    ap.add_argument("--sizes", default=None, help="arch:res:batch,... instead of the built-in order")
+    ap.add_argument("--ckpt", choices=["both", "on", "off"], default="both")
+    ap.add_argument("--nets", default=None, help="only these: lora, an algo name, or a module (comma-separated)")
     args = ap.parse_args(argv)
     checkout = os.path.abspath(args.sdscripts)
     done = set()
@@ -71,7 +75,11 @@ def main(argv=None) -> int:
                 if "failed" not in r and "error" not in r:
                     done.add((r["arch"], r["res"], r["batch"], r["ckpt"], None if r["network"] == "lora"
                               else r["network"], r["network_args"]))
-    todo = [j for j in jobs(args.archs.split(",")) if j not in done]
+    sizes = SIZES if not args.sizes else [(a, int(r), int(b)) for a, r, b in
+                                          (x.split(":") for x in args.sizes.split(","))]
+    ckpts = {"both": (True, False), "on": (True,), "off": (False,)}[args.ckpt]
+    nets = set(args.nets.split(",")) if args.nets else None
+    todo = [j for j in jobs(args.archs.split(","), sizes, ckpts, nets) if j not in done]
     # Rows land as they come (appended), so a long run that is cut short keeps what it traced.
     with open(args.out, "a", encoding="utf-8") as fh, ThreadPoolExecutor(args.j) as pool:
         for row in pool.map(lambda j: run(j, checkout), todo):
