@@ -259,6 +259,33 @@ def _records(paths: list[Path]) -> list[dict[str, Any]]:
     return out
 
 
+def _mode(cfg: dict[str, Any], e) -> str:
+    """What trains: full, LoRA, a LyCORIS algorithm or OFT (the module the record's config names)."""
+    if e.settings.get("trained") == "full":
+        return "full"
+    module = str(cfg.get("network_module") or "")
+    if module == "lycoris.kohya":
+        args = cfg.get("network_args") or []
+        algo = next((str(a).split("=", 1)[1] for a in args if str(a).startswith("algo=")), "lora")
+        return f"lycoris:{algo}"
+    return "oft" if module.startswith("networks.oft") else "lora"
+
+
+def by_family_and_mode(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["kind"] != "explained":
+            groups.setdefault((r["family"], r["mode"]), []).append(r)
+    out = []
+    for (fam, mode), rs in sorted(groups.items()):
+        meas = [r for r in rs if r["kind"] == "measured"]
+        verd = [r for r in rs if r["kind"] in ("fits-within", "exceeds")]
+        out.append({"family": fam, "mode": mode, "measured": len(meas),
+                    "measured_within_10pct": sum(bool(r["holds"]) for r in meas),
+                    "verdicts": len(verd), "verdicts_right": sum(bool(r["holds"]) for r in verd)})
+    return out
+
+
 def run(path: Path | list[Path]) -> dict[str, Any]:
     records = _records(path if isinstance(path, list) else [path])
     rows = []
@@ -284,6 +311,7 @@ def run(path: Path | list[Path]) -> dict[str, Any]:
         figure = float(r["vram_gb"])
         model = fam if family.script == FAMILIES[fam].script else f"{fam}:{family.script.split('.')[0]}"
         row = {"id": r.get("id"), "source": r.get("source", {}).get("repo", ""), "model": model, "kind": kind,
+               "family": fam, "mode": _mode(cfg, e),
                "figure": figure, "predicted_gib": round(e.peak_gib, 2), "peak_phase": e.peak_phase,
                "assumed": assumed, "ms": round(ms, 2)}
         if kind == "explained":
@@ -306,7 +334,7 @@ def run(path: Path | list[Path]) -> dict[str, Any]:
            or ":" in r["model"]]
     docs = [r for r in constraints if r["source"] == "kohya-ss/sd-scripts"]
     med = statistics.median(abs(r["rel_error"]) for r in measured) if measured else None
-    return {"rows": rows, "skipped": skipped,
+    return {"rows": rows, "skipped": skipped, "by_family_and_mode": by_family_and_mode(rows),
             "summary": {"constraints": len(constraints), "constraints_ok": sum(r["holds"] for r in constraints),
                         "sd_scripts_docs": len(docs), "sd_scripts_docs_ok": sum(r["holds"] for r in docs),
                         "measured": len(measured), "measured_within_10pct": sum(r["holds"] for r in measured),
@@ -360,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
           f"({s['measured_within_10pct']}/{s['measured']} within ±10 %)")
     print(f"summary: new families and full fine-tunes {s['new_families_and_full_finetunes_ok']}/"
           f"{s['new_families_and_full_finetunes']} hold")
+    for g in res["by_family_and_mode"]:
+        share = (f"{g['measured_within_10pct']}/{g['measured']} measured within ±10 %" if g["measured"]
+                 else "no measured figure")
+        print(f"by family and mode: {g['family']:9} {g['mode']:14} {share}; "
+              f"{g['verdicts_right']}/{g['verdicts']} fits / OOM verdicts right")
     for x in s["explained"]:
         print(f"explained: {x['id']} figure {x['figure']:.2f} predicted {x['predicted_gib']:.2f} GiB: "
               f"{x['explanation']}")

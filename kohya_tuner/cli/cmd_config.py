@@ -241,6 +241,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(Text.assemble("Estimated peak: ", (f"{est.peak_gib:.2f} GiB", "bold"),
                                 f" ({est.peak_phase}), {share:.0%} of the {fitted.budget_gib:.2f} GiB a "
                                 f"{choice.gb} GB card leaves for training", (verdict, "red"), "."))
+    from kohya_tuner.cli.cmd_estimate import monitor_line
+
+    say(f"  {monitor_line(est)}")
     for note in fitted.notes:
         if note and (not steps or note != fitted.fit.message):
             say(f"  {note}")

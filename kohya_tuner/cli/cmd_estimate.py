@@ -74,6 +74,12 @@ def resolve_gpu(gpu: str | None) -> tuple[GpuChoice | None, str | None]:
     return choice, (choice.info.name if choice.info else None)
 
 
+def monitor_line(est: Estimate) -> str:
+    return (f"PyTorch allocates {est.allocated_gib:.2f} GiB at most and its allocator reserves "
+            f"{est.reserved_gib:.2f} GiB; a GPU monitor (nvidia-smi) shows about {est.monitor_gib:.2f} GiB for the "
+            f"process, the CUDA context included.")
+
+
 def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: float = 0.0,
                     assumptions: list[str] | None = None, cautions: list[str] = ()) -> None:
     from rich.padding import Padding
@@ -86,6 +92,7 @@ def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: flo
 
     console.print(f"[bold]{est.model}[/bold]: peak [bold]{est.peak_gib:.2f} GiB[/bold] while "
                   f"{PHASE_LABELS.get(est.peak_phase, est.peak_phase)}")
+    console.print(monitor_line(est))
     table = Table(title=f"Where the memory goes ({PHASE_LABELS.get(est.peak_phase, est.peak_phase)})")
     table.add_column("part", style="cyan", no_wrap=True)
     table.add_column("GiB", justify="right")
@@ -153,7 +160,10 @@ def run(args: argparse.Namespace) -> int:
     loaded, family, ds, notes = load_inputs(args.config, args.model, args.dataset)
     choice, gpu_name = resolve_gpu(args.gpu)
     hist = [] if args.no_history or not gpu_name else history.load()
-    est = estimate(loaded.config, family, dataset=ds, gpus=args.gpus, history=hist, gpu_name=gpu_name)
+    from kohya_tuner.dataset.caches import done_phases
+
+    est = estimate(loaded.config, family, dataset=ds, gpus=args.gpus, history=hist, gpu_name=gpu_name,
+                   caches_done=done_phases(family.name, loaded.config, ds))
     others = choice.others_gib if choice else 0.0
     # What the reader guessed (a family read from a truncated GUI file) comes first: it
     # changes everything below it.

@@ -190,8 +190,11 @@ def run(args: argparse.Namespace) -> int:
     if budget <= 0:
         raise UserError(f"Other processes hold {others:.2f} GiB of the {choice.gb} GB card; nothing is left.")
     hist = [] if no_history or not gpu_name else history.load()
+    from kohya_tuner.dataset.caches import done_phases
+
     result = ladder.fit(loaded.config, family, budget, policy=policy, dataset=ds, history=hist,
-                        gpu_name=gpu_name, gpu_gb=choice.gb, bf16=choice.bf16 is not False)
+                        gpu_name=gpu_name, gpu_gb=choice.gb, bf16=choice.bf16 is not False,
+                        caches_done=done_phases(family.name, loaded.config, ds))
     corrected = [a for a in result.after.assumptions if a.startswith("scaled by")]
 
     written: Path | None = None
@@ -287,6 +290,9 @@ def run(args: argparse.Namespace) -> int:
         if result.steps:
             render_steps(result.steps)
         say(result.message, "green" if result.fits else "red")
+        from kohya_tuner.cli.cmd_estimate import monitor_line
+
+        say(monitor_line(result.after))
         for h in result.hints:
             say(f"hint: {h}")
         if not result.resume_safe:

@@ -20,7 +20,7 @@ from kohya_tuner.ladder.moves import (
 def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: str = "default",
         dataset: dict[str, Any] | None = None, history: list | None = None, gpu_name: str | None = None,
         gpu_gb: float | None = None, bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
-        keep=frozenset()) -> FitResult:
+        keep=frozenset(), caches_done: frozenset[str] = frozenset()) -> FitResult:
     """Apply the fewest, cheapest moves until the estimate is within `budget_gib`.
     With `cpu`, moves a CPU cannot run are left out; a move that changes a key in `keep` (the
     user's own) is taken only when no other move is left."""
@@ -28,7 +28,7 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
     lad = ladder or load_ladder()
-    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad)
+    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad, frozenset(caches_done))
     cfg = dict(config)
     ds = copy.deepcopy(dataset) if dataset is not None else None
     before = ctx.est(cfg, ds)

@@ -329,15 +329,18 @@ def _move_cost(move: Move, changes: list) -> float:
 class _Ctx:
     """Shared state of one fit: the family, dataset, history and the estimator calls."""
 
-    def __init__(self, family: Family, history, gpu_name, bf16: bool, ladder: Ladder):
+    def __init__(self, family: Family, history, gpu_name, bf16: bool, ladder: Ladder,
+                 caches_done: frozenset[str] = frozenset()):
         self.family = family
         self.history = history
         self.gpu_name = gpu_name
         self.bf16 = bf16
         self.ladder = ladder
+        self.caches_done = caches_done
 
     def est(self, cfg, ds) -> Estimate:
-        return estimate(cfg, self.family, dataset=ds, history=self.history, gpu_name=self.gpu_name)
+        return estimate(cfg, self.family, dataset=ds, history=self.history, gpu_name=self.gpu_name,
+                        caches_done=self.caches_done)
 
 
 def _phase_value(e: Estimate, phase: str | None) -> float:

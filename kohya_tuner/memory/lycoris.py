@@ -14,6 +14,15 @@ larger kernels:
   and in = in_m*in_n are split by `factor` (default -1: the divisor pair with the smallest sum, the
   smaller one first). w2 is itself a rank-r pair (r*out_k + r*in_n*k^2) unless r >= max(out_k, in_n)/2
   or full_matrix; w1 is a pair only with decompose_both (and r < max(out_l, in_m)/2).
+* glora: W*A + B with A a rank-r pair in -> r -> in and B a pair in -> r -> out: r*(3*in + out) for a
+  Linear; a k x k conv has its kernel in B's first projection: r*(2*in + in*k^2 + out) (Tucker: B's
+  first projection 1x1 plus an r x r x k x k core).
+* diag-oft: a block-diagonal rotation of the output features, block_num blocks of block_size^2 where
+  (block_size, block_num) = factorization(out, r): out*block_size.
+* boft: log2(n)+1 butterfly stages of n blocks of b x b, with b the largest even block size <= r such
+  that n = out/b is a power of two: (log2(n)+1)*out*b; a width with no such b makes LyCORIS refuse the
+  layer (ValueError).
+* diag-oft / boft with `rescaled` add one scale per output feature.
 * ia3: one learned scale per output feature: out.
 * full: the wrapped weights themselves: in*out*k^2 (+ out for a bias).
 * dora_wd adds one magnitude per output feature.
@@ -29,7 +38,7 @@ from typing import Any
 
 _DATA = Path(__file__).resolve().parent.parent / "data" / "lycoris_targets.json"
 
-ALGOS = ("lora", "locon", "loha", "lokr", "ia3", "dylora", "full")
+ALGOS = ("lora", "locon", "loha", "lokr", "ia3", "dylora", "glora", "diag-oft", "boft", "full")
 
 
 @lru_cache(maxsize=None)
@@ -56,6 +65,23 @@ def factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
     return (n, m) if m > n else (m, n)
 
 
+def butterfly(dimension: int, factor: int) -> tuple[int, int]:
+    """BOFT's (block size b, block count n): b the largest even divisor <= factor (any, for -1)
+    whose cofactor n is a power of two; (0, 0) when there is none (LyCORIS refuses the layer)."""
+    limit = dimension if factor < 0 else factor
+    best = (0, 0)
+    for b in range(2, min(limit, dimension) + 1, 2):
+        if dimension % b == 0:
+            n = dimension // b
+            if n & (n - 1) == 0:
+                best = (b, n)
+    return best
+
+
+class Refused(ValueError):
+    """LyCORIS cannot build this algorithm on a wrapped width (the run stops at network creation)."""
+
+
 @dataclass(frozen=True)
 class Options:
     algo: str = "lora"
@@ -66,6 +92,7 @@ class Options:
     decompose_both: bool = False
     full_matrix: bool = False
     dora: bool = False
+    rescaled: bool = False
 
 
 def layer_params(n_in: int, n_out: int, k: int, o: Options) -> int:
@@ -92,13 +119,29 @@ def layer_params(n_in: int, n_out: int, k: int, o: Options) -> int:
         else:
             w2 = r * out_k + r * in_n * kk
         n = w1 + w2
+    elif o.algo == "glora":
+        if k == 1:
+            n = r * (3 * n_in + n_out)
+        elif tucker:
+            n = r * (3 * n_in + n_out) + r * r * kk
+        else:
+            n = r * (2 * n_in + n_in * kk + n_out)
+    elif o.algo == "diag-oft":
+        block_size, _num = factorization(n_out, r)
+        n = n_out * block_size + (n_out if o.rescaled else 0)
+    elif o.algo == "boft":
+        b, blocks = butterfly(n_out, r)
+        if not b:
+            raise Refused(f"BOFT cannot split a width of {n_out} into an even block size of at most {r} "
+                          f"times a power of two")
+        n = (blocks.bit_length()) * n_out * b + (n_out if o.rescaled else 0)
     elif o.algo == "ia3":
         n = n_out
     elif o.algo == "full":
         n = n_in * n_out * kk + n_out
     else:
         n = r * (n_in * kk + n_out)
-    return n + (n_out if o.dora and o.algo not in ("ia3", "full") else 0)
+    return n + (n_out if o.dora and o.algo not in ("ia3", "full", "diag-oft", "boft") else 0)
 
 
 def _bool(v: str | None) -> bool:
@@ -122,6 +165,7 @@ def options(rank: int, net_args: dict[str, str]) -> Options:
         decompose_both=_bool(net_args.get("decompose_both")),
         full_matrix=_bool(net_args.get("full_matrix")) or (algo == "lokr" and rank >= 10000),
         dora=_bool(net_args.get("dora_wd")),
+        rescaled=_bool(net_args.get("rescaled")),
     )
 
 
@@ -152,9 +196,24 @@ def count(family_name: str, rank: int, net_args: dict[str, str], *, train_unet: 
     if net_args.get("preset") not in (None, "full"):
         out.notes.append(f"LyCORIS preset {net_args.get('preset')!r} is not modelled; counted with the default "
                          f"preset's layers (full)")
+    refused: set[int] = set()
+
+    def rows(part: str) -> int:
+        total = 0
+        for a, b, k, n, _kind in arch[part]:
+            try:
+                total += layer_params(a, b, k, o) * n
+            except Refused:
+                refused.add(b)
+        return total
+
     if train_unet:
-        out.by_component["denoiser"] = sum(layer_params(a, b, k, o) * n for a, b, k, n, _kind in arch["unet"])
+        out.by_component["denoiser"] = rows("unet")
     if train_te and arch.get("text_encoder"):
-        out.by_component["text_encoders"] = sum(
-            layer_params(a, b, k, o) * n for a, b, k, n, _kind in arch["text_encoder"])
+        out.by_component["text_encoders"] = rows("text_encoder")
+    if refused:
+        out.notes.append(f"LyCORIS {o.algo} at rank {o.rank} cannot split the width(s) "
+                         f"{', '.join(map(str, sorted(refused)))} into an even block size of at most the rank times a "
+                         f"power of two: the trainer stops when it builds the network (a larger network_dim may work); "
+                         f"those layers are not counted")
     return out

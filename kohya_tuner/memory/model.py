@@ -26,10 +26,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from kohya_tuner.families import Family
-from kohya_tuner.memory import data, finetune, lycoris
-from kohya_tuner.memory.lora import count as lora_count
+from kohya_tuner.memory import data, finetune, monitor
 from kohya_tuner.memory.lora import flux_block_weight_params, flux_grad_input_weight_params, swapped_block_weight_params
 from kohya_tuner.memory.setup import BYTES, Setup, resolve
+from kohya_tuner.memory.trainable import activation_extra, network
 from kohya_tuner.optimizers import state_bytes_per_param
 
 GIB = float(1024**3)
@@ -38,10 +38,9 @@ MIB = float(1024**2)
 # The sizes people buy: the table `estimate` prints fits / does not fit for.
 GPU_SIZES = (6, 8, 10, 12, 16, 20, 24, 32, 48, 80)
 
-# Runtime overhead outside PyTorch's tensors. The CUDA context with cuBLAS/cuDNN kernels
-# loaded takes 0.3-0.5 GiB on current drivers (lazy module loading); cuBLAS keeps a small
-# workspace per stream.
-CUDA_CONTEXT_GIB = 0.40
+# Runtime overhead outside PyTorch's tensors: the CUDA context (data/cuda_runtime.toml, lazy
+# module loading); cuBLAS keeps a small workspace per stream.
+CUDA_CONTEXT_GIB = monitor.context_gib()
 CUBLAS_WORKSPACE_GIB = 0.03
 # cuDNN picks convolution algorithms with workspaces that grow with the feature maps; the
 # U-Nets are convolution-heavy, FLUX is not. Per megapixel of batch, capped.
@@ -95,6 +94,10 @@ class Estimate(BaseModel):
     lora_params: int = 0
     settings: dict[str, Any] = Field(default_factory=dict)
     correction: float = 1.0
+    # memory/monitor.py: what PyTorch allocates, what its allocator reserves, what a monitor shows.
+    allocated_gib: float = 0.0
+    reserved_gib: float = 0.0
+    monitor_gib: float = 0.0
 
     @property
     def uncorrected_peak_gib(self) -> float:
@@ -113,6 +116,9 @@ class Estimate(BaseModel):
             "model": self.model,
             "peak_gib": round(self.peak_gib, 3),
             "peak_phase": self.peak_phase,
+            "allocated_gib": round(self.allocated_gib, 3),
+            "reserved_gib": round(self.reserved_gib, 3),
+            "monitor_gib": round(self.monitor_gib, 3),
             "components_gib": {k: round(v, 3) for k, v in self.components_gib.items()},
             "phases_gib": {k: round(v, 3) for k, v in self.phases_gib.items()},
             "fits_cards": self.fits_table(),
@@ -317,7 +323,7 @@ def _workspaces(s: Setup, batch: int) -> float:
 
 def _finish(parts: dict[str, float], dynamic: float, s: Setup, batch: int, *, workspaces: bool = True) -> dict[str, float]:
     parts = {k: v for k, v in parts.items()}
-    parts["cuda_context"] = CUDA_CONTEXT_GIB
+    parts["cuda_context"] = monitor.context_gib()
     if workspaces:
         parts["workspaces"] = _workspaces(s, batch)
     parts["fragmentation"] = FRAGMENTATION * max(dynamic, 0.0)
@@ -352,22 +358,14 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
         if s.optimizer.spec.factored and s.train_unet:
             opt_gib += finetune.conv3x3_params(fam.name) * s.optimizer.spec.factored * 4.0 * (2 / 3) / GIB
     else:
-        lc = lora_count(fam.name, rank=s.rank, conv_rank=s.conv_rank, net_args=s.network_args,
-                        train_unet=s.train_unet, te_trained=s.te_trained)
-        notes.extend(lc.notes)
-        n_lora = lc.total
-        if s.network_module == "lycoris.kohya":
-            lyc = lycoris.count(fam.name, s.rank, s.network_args, train_unet=s.train_unet, train_te=any(s.te_trained))
-            notes.extend(lyc.notes)
-            if lyc.known:
-                n_lora = lyc.total
-                cnotes["lora_weights"] = f"LyCORIS {lycoris.options(s.rank, s.network_args).algo}"
-            else:
-                notes.append(f"LyCORIS' layers in {fam.label} are not listed (data/lycoris_targets.json); its "
-                             f"parameters are counted as a LoRA of the same rank")
+        net = network(s)
+        notes.extend(net.notes)
+        n_lora = net.params
+        if net.label:
+            cnotes["lora_weights"] = net.label
         lora_gib = n_lora * lora_b / GIB
         grads_gib = n_lora * lora_b / GIB * (2 if s.gpus > 1 else 1)
-        opt_gib = n_lora * state_bytes_per_param(s.optimizer, lora_b, s.rank, lc.typical_width) / GIB
+        opt_gib = n_lora * state_bytes_per_param(s.optimizer, lora_b, s.rank, net.typical_width) / GIB
 
     swapped = _swapped_weight_params(s)
     diff_dt = s.lora_dtype if full and s.train_unet else s.unet_dtype
@@ -406,6 +404,10 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
         cnotes[vae_key] = f"{vae.label}, {s.vae_dtype}, on the GPU (encodes every batch)"
 
     act = _training_activations(s, notes) + te_act
+    if not full:
+        extra, why = activation_extra(s, net, s.latent_tokens * s.batch)
+        act = max(act + extra, 0.0)
+        notes.extend([why] if why else [])
     if full and (s.fused_backward or s.fused_groups) and s.mixed_precision != "no" and s.lora_dtype == "fp32":
         # fp32 master weights under autocast: autocast keeps a 16-bit cast of every weight that
         # requires grad for the whole forward (its weight cache). The traced full fine-tunes show it
@@ -455,7 +457,7 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
             lowram_resident[f"{te.name}_weights"] = te.params * BYTES[s.weight_dtype] / GIB
 
     if s.cache_latents:
-        enc = _vae_gib(VAE_ENCODE_ELEMS_PER_PIXEL, s, s.vae_batch)
+        enc = 0.0 if "cache_latents" in s.caches_done else _vae_gib(VAE_ENCODE_ELEMS_PER_PIXEL, s, s.vae_batch)
         parts = {**lowram_resident, vae_key: vae_w, "activations": enc}
         phase_notes["cache_latents"] = {
             vae_key: f"{vae.label}, {s.vae_dtype}, on the GPU while it encodes the images",
@@ -478,6 +480,8 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
             phase_notes["cache_text_encoder"][f"{te.name}_weights"] = (
                 f"{te.label}, {dt}, on the GPU while it encodes the captions")
             tokens, seqs = _te_tokens(s, te.name)
+            if "cache_text_encoder" in s.caches_done:
+                continue
             te_act_cache = max(te_act_cache, _te_activation_gib(te.name, tokens, s.te_batch * seqs, trained=False,
                                                                 ckpt=False))
         parts["activations"] = te_act_cache
@@ -528,10 +532,12 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
 
 
 def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus: int = 1,
-             history: list | None = None, gpu_name: str | None = None) -> Estimate:
+             history: list | None = None, gpu_name: str | None = None,
+             caches_done: frozenset[str] = frozenset()) -> Estimate:
     """Predict the peak VRAM of `config` (a flat sd-scripts dict) for `family`. Pure and
-    fast: no I/O beyond the packaged data, read once."""
-    s = resolve(config, family, dataset, gpus)
+    fast: no I/O beyond the packaged data, read once. `caches_done`: the caching phases whose
+    files are already on disk (kohya_tuner.dataset.caches reads the folders)."""
+    s = resolve(config, family, dataset, gpus, caches_done)
     phases, cnotes, n_lora, notes, phase_notes = _phases(s)
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     assumptions = list(s.assumptions) + [n for n in notes if n not in s.assumptions]
@@ -569,7 +575,9 @@ def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus:
         settings["fused_step"] = ("fused_backward_pass" if s.fused_backward else "blockwise_fused_optimizers"
                                   if s.fused_groups == -1 else f"fused_optimizer_groups {s.fused_groups}"
                                   if s.fused_groups else None)
+    shown = monitor.figures(phases[peak_phase], factor)
     return Estimate.model_construct(
+        **shown,
         model=family.name,
         peak_gib=totals[peak_phase],
         peak_phase=peak_phase,

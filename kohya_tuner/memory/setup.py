@@ -12,6 +12,7 @@ from typing import Any
 from kohya_tuner.families import Family
 from kohya_tuner.memory import finetune
 from kohya_tuner.memory.data import FamilyFacts, family_facts, lora_targets
+from kohya_tuner.memory.oft import MODULES as OFT_MODULES
 from kohya_tuner.optimizers import ResolvedOptimizer, lookup
 
 BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
@@ -232,6 +233,8 @@ class Setup:
     network_module: str = ""
     # The size sample images are drawn at, when it is not the training resolution.
     sample_resolution: tuple[int, int] | None = None
+    # Caching phases whose files are all on disk already: they encode nothing.
+    caches_done: frozenset[str] = frozenset()
 
     @property
     def area(self) -> int:
@@ -251,7 +254,8 @@ class Setup:
         return tokens
 
 
-def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None = None, gpus: int = 1) -> Setup:
+def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None = None, gpus: int = 1,
+            caches_done: frozenset[str] = frozenset()) -> Setup:
     a: list[str] = []
     c = config
     fname = family.name
@@ -368,6 +372,10 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
             not unet_only and (net_args.get("train_t5xxl") == "True" if n == "t5xxl"
                                else comps.get(n, {}).get("modules", 1) > 0)
             for n in te_names)
+    if not full and str(c.get("network_module") or "") in OFT_MODULES and any(te_trained):
+        # sd-scripts' OFT networks wrap only the denoiser's layers.
+        a.append(f"{c.get('network_module')} wraps only the denoiser: the text encoders are not trained")
+        te_trained = tuple(False for _ in te_trained)
     if fname == "sdxl" and cache_te and any(te_trained):
         a.append("SDXL refuses text-encoder output caching while the text encoders are trained "
                  "(set network_train_unet_only); counted as not cached")
@@ -390,7 +398,7 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
         a.append("network_dim unset: the LoRA module's default rank 4")
     conv_rank = max(0, _int(net_args.get("conv_dim"), 0)) or None
     nm = str(c.get("network_module") or family.network_module)
-    if not full and nm not in (family.network_module, "lycoris.kohya"):
+    if not full and nm not in (family.network_module, "lycoris.kohya", *OFT_MODULES):
         a.append(f"network_module {nm!r} is not {family.network_module}; trainable parameters counted as a LoRA "
                  f"of the same rank")
     script = family.script
@@ -444,4 +452,17 @@ def resolve(config: dict[str, Any], family: Family, dataset: dict[str, Any] | No
         optimizer=opt, gpus=max(1, int(gpus or 1)), assumptions=a, te_on_cpu=te_on_cpu,
         te_cache_fp8=frozenset(te_fp8), facts=facts, mode="full" if full else "lora", te_chunks=te_chunks,
         fused_backward=fused_backward, fused_groups=fused_groups, network_module=nm, sample_resolution=sample_res,
+        caches_done=_caches_done(caches_done, cache_latents, cache_te, a),
     )
+
+
+def _caches_done(done: frozenset[str], cache_latents: bool, cache_te: bool, a: list[str]) -> frozenset[str]:
+    out = frozenset(p for p, on in (("cache_latents", cache_latents), ("cache_text_encoder", cache_te))
+                    if on and p in done)
+    if "cache_latents" in out:
+        a.append("every image already has its latent cache file on disk: caching latents encodes nothing "
+                 "(the VAE still moves to the GPU while the files are checked)")
+    if "cache_text_encoder" in out:
+        a.append("every image already has its text-encoder cache file on disk: caching encodes no captions "
+                 "(the text encoders still move to the GPU first, as the script does before it checks the files)")
+    return out

@@ -48,7 +48,7 @@ def load_rows(paths: list[str]) -> list[dict]:
                 if not line:
                     continue
                 row = json.loads(line)
-                if "failed" in row:
+                if "failed" in row or "error" in row:
                     continue
                 row["_src"] = f"{os.path.basename(path)}:{lineno}"
                 rows.append(row)
@@ -109,7 +109,7 @@ def with_fused_views(rows: list[dict]) -> list[dict]:
 def fit_activations(rows: list[dict]) -> list[dict]:
     groups: dict[tuple, dict[tuple, dict]] = defaultdict(dict)
     for row in with_fused_views(rows):
-        if is_multistep(row) or row["attn"] != "flash":
+        if is_multistep(row) or row["attn"] != "flash" or "network" in row:
             continue
         # one point per (tokens, batch); meta and fake devices agree to 0.1 %, the first row wins
         pkey = (row_tokens(row), row["batch"], row.get("rank", 16))
@@ -144,6 +144,41 @@ def fit_activations(rows: list[dict]) -> list[dict]:
         if mode != "lora":
             entry["mode"] = mode
         out.append(entry)
+    return out
+
+
+def fit_networks(rows: list[dict]) -> list[dict]:
+    """Activations of the network modules other than the family's LoRA (network_traces.py), as what they
+    add to the LoRA traced beside them at the same size: a line in tokens x batch when two sizes were
+    traced, a constant from one size."""
+    base: dict[tuple, float] = {}
+    for row in rows:
+        if row.get("network") == "lora":
+            base[(row["arch"], row["precision"], bool(row["ckpt"]), row_tokens(row) * row["batch"])] = act_of(row)
+    groups: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+    for row in rows:
+        net = row.get("network")
+        if net in (None, "lora"):
+            continue
+        x = row_tokens(row) * row["batch"]
+        ref = base.get((row["arch"], row["precision"], bool(row["ckpt"]), x))
+        if ref is None:
+            continue
+        algo = dict(kv.split("=", 1) for kv in row.get("network_args", "").split(",") if kv).get("algo", "")
+        groups[(row["arch"], row["precision"], bool(row["ckpt"]), net, algo)].append((x, act_of(row) - ref,
+                                                                                    row["_src"]))
+    out = []
+    for (arch, precision, ckpt, net, algo), pts in sorted(groups.items()):
+        pts.sort()
+        if len(pts) == 1:
+            # One size: a constant. Where two sizes were traced (SD 1.5 without checkpointing) the extra hardly
+            # grows with the tokens: it is the modules' weight-sized tensors, not saved inputs.
+            slope, icpt = 0.0, pts[0][1]
+        else:
+            slope, icpt = linfit([(x, y) for x, y, _s in pts])
+        out.append({"arch": arch, "precision": precision, "ckpt": ckpt, "network": net, "algo": algo,
+                    "mib_per_token": round(slope * 1024, 5), "intercept_gib": round(icpt, 4),
+                    "points": [[x, round(y, 4)] for x, y, _s in pts], "source": ", ".join(s for *_xy, s in pts)})
     return out
 
 
@@ -221,8 +256,8 @@ def fit_math_attention(rows: list[dict]) -> dict:
 def architectures(rows: list[dict]) -> dict:
     out: dict = {}
     for row in rows:
-        if row.get("mode") == "full":
-            continue  # no network: nothing to compare with the LoRA targets
+        if row.get("mode") == "full" or "network" in row:
+            continue  # no network, or another one: nothing to compare with the LoRA targets
         impl = row.get("impl", "diffusers")
         key = row["arch"] if impl == "diffusers" else f'{row["arch"]}:{impl}'
         ent = out.setdefault(key, {"arch": row["arch"], "impl": impl, "n_params": row["n_params"], "lora": {}})
@@ -360,6 +395,13 @@ def build(paths: list[str], assumed_versions: dict, generated_by: str) -> dict:
         "architectures": architectures(rows),
         "optimizer_checks": optimizer_checks(rows),
         "allocator_checks": allocator_checks(rows),
+        "network_activations": {
+            "note": ("What a network module adds to the activations of the family's LoRA traced at the same size "
+                     "(network_traces.py): LyCORIS algorithms (network 'lycoris.kohya', by algo) and sd-scripts' "
+                     "networks.oft. extra_gib = mib_per_token * tokens * batch / 1024 + intercept_gib; one traced size "
+                     "gives a constant (where two were traced the extra hardly grows with the tokens)."),
+            "lines": fit_networks(rows),
+        },
     }
 
 

@@ -28,7 +28,10 @@ REF_RANK = 8
 # Algorithm -> extra network_args the reference build uses (LoKr: the default factor -1).
 # "full" (native fine-tuning) copies the wrapped weights, which meta tensors do not have: its count (the
 # wrapped weights and biases themselves) is not built here.
-ALGOS = {"locon": {}, "loha": {}, "lokr": {}, "ia3": {}, "dylora": {}}
+# BOFT needs every wrapped width to be an even block size (at most the rank) times a power of two: 320 and
+# 640 (the SD U-Nets) are 10 x 2^k, which rank 8 cannot reach, so its reference build uses rank 16.
+ALGOS = {"locon": {}, "loha": {}, "lokr": {}, "ia3": {}, "dylora": {}, "glora": {}, "diag-oft": {},
+         "boft": {"rank": 16}}
 
 
 def denoiser(arch: str, checkout: str):
@@ -156,8 +159,14 @@ def main(argv=None) -> int:
         net = build_network(kohya, "lora", 1, tes, den)
         ent = {"unet": rows_of(net.unet_loras), "text_encoder": rows_of(net.text_encoder_loras), "reference": {}}
         for algo, extra in ALGOS.items():
-            ref = build_network(kohya, algo, REF_RANK, tes, den, **extra)
-            ent["reference"][algo] = {"unet": params_of(type("N", (), {"text_encoder_loras": [],
+            extra = dict(extra)
+            rank = extra.pop("rank", REF_RANK)
+            try:
+                ref = build_network(kohya, algo, rank, tes, den, **extra)
+            except Exception as exc:  # the algorithm refuses a width of this family: said, not counted
+                ent.setdefault("refused", {})[algo] = f"rank {rank}: {type(exc).__name__}: {exc}"
+                continue
+            ent["reference"][algo] = {"rank": rank, "unet": params_of(type("N", (), {"text_encoder_loras": [],
                                                                         "unet_loras": ref.unet_loras})),
                                       "text_encoder": params_of(type("N", (), {"text_encoder_loras":
                                                                                ref.text_encoder_loras,

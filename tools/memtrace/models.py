@@ -194,13 +194,16 @@ def build_sdscripts(arch: str, rank: int, precision: str, fp8: bool, checkout: s
 
 
 def build(arch: str, impl: str, rank: int, precision: str, fp8: bool, checkout: str | None,
-          full: bool = False) -> Setup:
+          full: bool = False, network: str | None = None, network_args: dict | None = None) -> Setup:
+    if network and impl != "sd-scripts":
+        raise SystemExit("--network traces sd-scripts' own classes: --impl sd-scripts")
     if impl == "sd-scripts":
         if not checkout:
             raise SystemExit("--impl sd-scripts needs --sdscripts PATH (a checkout of the pinned sd-scripts commit)")
-        if arch != "flux" or full:
+        if arch != "flux" or full or network:
             import models_sdscripts
-            return models_sdscripts.build(arch, rank, precision, fp8, checkout, full=full)
+            return models_sdscripts.build(arch, rank, precision, fp8, checkout, full=full, network=network,
+                                          network_args=network_args)
     if full:
         raise SystemExit("--full traces sd-scripts' own classes: --impl sd-scripts")
         return build_sdscripts(arch, rank, precision, fp8, checkout)

@@ -13,6 +13,7 @@ integer and boolean tensors real beside their fake twins so those reads work on 
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -64,14 +65,43 @@ def _lumina_sdpa_by_name(den) -> None:
             m.attention_processor = sdpa
 
 
-def _net(netmod, rank, vae, tes, den, **kw):
-    with torch.device("meta"):
-        net = netmod.create_network(1.0, rank, rank, vae, tes, den, **kw)
+def _net(netmod, rank, vae, tes, den, alpha=None, meta=True, **kw):
+    # LyCORIS' modules read their initial values back (which meta tensors cannot): they are made on the CPU,
+    # a few MB at the ranks traced; the tracer moves every module to its device afterwards.
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        net = netmod.create_network(1.0, rank, rank if alpha is None else alpha, vae, tes, den, **kw)
     net.apply_to(tes, den, apply_text_encoder=False, apply_unet=True)
     return net
 
 
-def build(arch: str, rank: int, precision: str, fp8: bool, checkout: str, full: bool = False) -> Setup:
+def _lycoris_preset_without_timestep_embedding() -> None:
+    """As lycoris_targets.py: LyCORIS' default preset lists TimestepEmbedding (for Anima), which the SD
+    U-Nets also reach through its time_embedding.linear_* names; the wrapper asserts on the duplicate."""
+    import copy
+
+    from lycoris import config as lyco_config
+    from lycoris import kohya
+
+    preset = copy.deepcopy(lyco_config.PRESET["full"])
+    preset["unet_target_module"] = [m for m in preset["unet_target_module"] if m != "TimestepEmbedding"]
+    lyco_config.PRESET["full"] = preset
+    if hasattr(kohya, "PRESET"):
+        kohya.PRESET["full"] = preset
+
+
+def _wrapped(net) -> list:
+    return list(getattr(net, "unet_ofts", None) or getattr(net, "unet_loras", []))
+
+
+def _params(net) -> list:
+    # sd-scripts' OFT networks keep their modules in a plain list, not as submodules.
+    if hasattr(net, "unet_ofts"):
+        return [p for m in net.unet_ofts for p in m.parameters()]
+    return list(net.parameters())
+
+
+def build(arch: str, rank: int, precision: str, fp8: bool, checkout: str, full: bool = False,
+          network: str | None = None, network_args: dict | None = None) -> Setup:
     import sdscripts_import
 
     sdscripts_import.add_checkout(checkout)
@@ -79,12 +109,13 @@ def build(arch: str, rank: int, precision: str, fp8: bool, checkout: str, full: 
     cwd = os.getcwd()
     os.chdir(checkout)  # Anima's adapter reads configs/ relative to the checkout
     try:
-        return _build(arch, rank, precision, fp8, checkout, full)
+        return _build(arch, rank, precision, fp8, checkout, full, network, network_args or {})
     finally:
         os.chdir(cwd)
 
 
-def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str, full: bool = False) -> Setup:
+def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str, full: bool = False,
+           network: str | None = None, network_args: dict | None = None) -> Setup:
     imp = __import__("importlib").import_module
     bf16 = torch.bfloat16
     text_len = configs.TEXT_TOKENS.get(arch, 0)
@@ -151,18 +182,29 @@ def _build(arch: str, rank: int, precision: str, fp8: bool, checkout: str, full:
     # The denoiser alone is wrapped (text encoders are not traced): empty stand-ins where a network
     # module insists on indexing its text-encoder list.
     tes = [None, None] if arch == "chroma" else ([torch.nn.Module()] if arch == "lumina2" else [])
-    net = _net(netmod, rank, None, tes, den, **net_kw)
-    net.to(torch.float32 if precision == "amp" else bf16)
-    net.requires_grad_(True)
+    alpha, meta = None, True
+    if network:
+        netmod, net_kw = imp(network), dict(network_args or {})
+        if network == "lycoris.kohya" and arch != "anima":
+            _lycoris_preset_without_timestep_embedding()
+        # OFT keeps its identity blocks as plain tensors, which the tracer could not move off the meta device;
+        # LyCORIS' modules read their initial values back. (Its "full" algorithm copies the wrapped weights,
+        # which meta tensors do not have, either way: it is not traced.)
+        meta = False
+        alpha = 1e-3 if network.startswith("networks.oft") else 1.0
+    net = _net(netmod, rank, None, tes, den, alpha=alpha, meta=meta, **net_kw)
+    for p in _params(net):
+        p.data = p.data.to(torch.float32 if precision == "amp" else bf16)
+        p.requires_grad_(True)
     den.train()
     net.train()
     return _setup(arch, den, net, n_params, precision, fp8, text_len,
-                  f"{cls} + {netmod.__name__} ({len(net.unet_loras)} LoRA modules)")
+                  f"{cls} + {netmod.__name__} {net_kw or ''} ({len(_wrapped(net))} modules)")
 
 
 def _setup(arch, den, net, n_params, precision, fp8, text_len, desc) -> Setup:
     bf16 = torch.bfloat16
-    n_lora = sum(p.numel() for p in (net if net is not None else den).parameters())
+    n_lora = sum(p.numel() for p in (_params(net) if net is not None else den.parameters()))
 
     def make_inputs(res_h, res_w, batch, device, t5_tokens=None, ckpt=False):
         kw = dict(dtype=bf16, device=device)
@@ -240,6 +282,6 @@ def _setup(arch, den, net, n_params, precision, fp8, text_len, desc) -> Setup:
     notes = [f"sd-scripts classes: {desc}"]
     if fp8:
         notes.append("fp8: whole denoiser cast to float8_e4m3fn (as --fp8_base), autocast upcasts per call")
-    modules = [den] + ([net] if net is not None else [])
-    n_wrapped = len(net.unet_loras) if net is not None else 0
+    modules = [den] + ((list(net.unet_ofts) if hasattr(net, "unet_ofts") else [net]) if net is not None else [])
+    n_wrapped = len(_wrapped(net)) if net is not None else 0
     return Setup(arch, "sd-scripts", modules, forward, make_inputs, enable_ckpt, n_params, n_wrapped, n_lora, notes)

@@ -48,6 +48,10 @@ def parse(argv=None):
                     help="amp: bf16 base, fp32 LoRA, CUDA autocast policy emulated; bf16: everything bf16, no autocast")
     ap.add_argument("--fp8", action="store_true", help="fp8 base weights (as --fp8_base)")
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--network", default=None,
+                    help="network module in place of the family's LoRA (lycoris.kohya, networks.oft, networks.oft_flux); "
+                         "sd-scripts classes only")
+    ap.add_argument("--network-args", default="", help="its network_args, as key=value,key=value (e.g. algo=loha)")
     ap.add_argument("--opt", action="store_true", help="also run AdamW.step() on the LoRA parameters")
     ap.add_argument("--full", action="store_true",
                     help="a full fine-tune: every weight of the denoiser trains (fp32 master weights under amp), no LoRA")
@@ -92,7 +96,9 @@ def main(argv=None) -> int:
 
     timings = {"import_s": round(t_import, 2)}
     t0 = time.time()
-    setup = models.build(args.arch, args.impl, args.rank, args.precision, args.fp8, args.sdscripts, full=args.full)
+    net_kw = dict(kv.split("=", 1) for kv in args.network_args.split(",") if kv)
+    setup = models.build(args.arch, args.impl, args.rank, args.precision, args.fp8, args.sdscripts, full=args.full,
+                         network=args.network, network_args=net_kw)
     timings["build_s"] = round(time.time() - t0, 2)
     sd_commit = None
     if args.impl == "sd-scripts":

@@ -1,0 +1,41 @@
+"""benchmarks/estimator_accuracy.py groups its records by family and by what trains (LoRA, a LyCORIS
+algorithm, OFT, full fine-tune) and counts each group's measured figures within ±10 % and verdicts."""
+
+import importlib.util
+from pathlib import Path
+
+from kohya_tuner.families import FAMILIES
+from kohya_tuner.memory import estimate
+
+_SPEC = importlib.util.spec_from_file_location(
+    "estimator_accuracy", Path(__file__).resolve().parent.parent / "benchmarks" / "estimator_accuracy.py")
+acc = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(acc)
+
+
+def _e(cfg, fam="sdxl"):
+    return estimate(cfg, FAMILIES[fam])
+
+
+def test_mode_names_what_trains():
+    base = {"mixed_precision": "bf16"}
+    assert acc._mode(base | {"network_module": "networks.lora"}, _e(base)) == "lora"
+    ly = base | {"network_module": "lycoris.kohya", "network_args": ["preset=full", "algo=loha"]}
+    assert acc._mode(ly, _e(ly)) == "lycoris:loha"
+    oft = base | {"network_module": "networks.oft"}
+    assert acc._mode(oft, _e(oft)) == "oft"
+
+
+def test_groups_count_their_rows():
+    rows = [
+        {"family": "sdxl", "mode": "lora", "kind": "measured", "holds": True},
+        {"family": "sdxl", "mode": "lora", "kind": "measured", "holds": False},
+        {"family": "sdxl", "mode": "lora", "kind": "exceeds", "holds": True},
+        {"family": "flux", "mode": "oft", "kind": "fits-within", "holds": False},
+        {"family": "flux", "mode": "oft", "kind": "explained", "holds": None},
+    ]
+    g = {(x["family"], x["mode"]): x for x in acc.by_family_and_mode(rows)}
+    assert g[("sdxl", "lora")] == {"family": "sdxl", "mode": "lora", "measured": 2, "measured_within_10pct": 1,
+                                   "verdicts": 1, "verdicts_right": 1}
+    assert g[("flux", "oft")]["verdicts"] == 1 and g[("flux", "oft")]["verdicts_right"] == 0
+    assert g[("flux", "oft")]["measured"] == 0
