@@ -225,7 +225,10 @@ def _user_settings(script: str, pairs: Iterable[tuple[str, Any]], what: str) -> 
             raise UserError(f"{what}: {key!r} is not an argument of {script} at the pinned sd-scripts commit"
                             + (f"; did you mean {near!r}?" if near else "."))
         value = _conform(spec, value)
-        problems = [p for p in schema.validate_config({key: value}, script) if p.severity == "error"]
+        # Only what the value alone breaks: a rule between keys (full_bf16 needs mixed_precision
+        # bf16) is judged on the composed plan, where the other keys have their real values.
+        problems = [p for p in schema.validate_config({key: value}, script)
+                    if p.severity == "error" and len(p.keys or (key,)) <= 1]
         if problems:
             raise UserError(f"{what}: {problems[0]}.")
         out[key] = value

@@ -95,6 +95,14 @@ def test_bad_set_values(item, match):
         presets.compose("sd15", "style", 8, sets=[item])
 
 
+def test_a_set_that_needs_another_key_is_judged_with_the_other_sets():
+    """`--set mixed_precision=bf16 --set full_bf16=true` is what sd-scripts accepts: each --set is
+    not judged alone against defaults (mixed_precision "no"), which would refuse it."""
+    plan = presets.compose("sdxl", "style", 12, sets=["mixed_precision=bf16", "full_bf16=true"])
+    assert plan.config["full_bf16"] is True and plan.config["mixed_precision"] == "bf16"
+    assert not [p for p in presets.validate_plan(plan, None) if p.severity == "error"]
+
+
 def test_set_values_are_conformed_to_sd_scripts_types():
     plan = presets.compose("sdxl", "style", 12, sets=["resolution=768", "network_alpha=8", 'network_args=["conv_dim=4"]'])
     assert plan.config["resolution"] == "768" and plan.config["network_alpha"] == 8.0

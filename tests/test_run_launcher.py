@@ -55,6 +55,19 @@ def test_argv_cpu_flag_only_when_asked():
     assert argv.index("--cpu") < argv.index("s.py")
 
 
+def test_argv_cpu_ranks_use_the_multi_process_launcher_without_cpu_flag():
+    """accelerate 1.6 refuses `--cpu` next to `--multi_gpu` and launches one process for `--cpu`:
+    CPU ranks go through --multi_gpu (torchrun) and ACCELERATE_USE_CPU, never --gpu_ids."""
+    spec = LaunchSpec(script=Path("s.py"), config_file=Path("c.toml"), num_processes=2, gpu_ids=(0, 1), cpu=True)
+    argv = build_argv(spec)
+    i = argv.index("--multi_gpu")
+    assert argv[i + 1:i + 3] == ["--num_processes", "2"]
+    assert "--cpu" not in argv and "--gpu_ids" not in argv
+    assert argv[argv.index("--num_cpu_threads_per_process") + 1] == "1"  # two ranks share the cores
+    assert build_env({}, cpu=True)["ACCELERATE_USE_CPU"] == "true"
+    assert "ACCELERATE_USE_CPU" not in build_env({})
+
+
 def test_format_command_quotes_awkward_paths():
     argv = ["python", "/a b/ü;rm -rf x/train.py"]
     text = launcher.format_command(argv)

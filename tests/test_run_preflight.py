@@ -135,3 +135,14 @@ def test_pinned_commit_with_edited_files_is_named_as_such():
     args = facts(pin_matches=False, pin_commit="x", pin_at_commit=True, pin_local_changes=("train_network.py",),
                  pin_differences=("added: --foo",))
     assert "added: --foo" in by_name(evaluate({}, SD15, args), "sd-scripts")[0].message
+
+
+def test_cpu_switches_name_what_a_cpu_cannot_run_and_leave_the_rest():
+    from kohya_tuner.run.preflight import cpu_switches
+
+    config = {"mixed_precision": "fp16", "full_fp16": True, "fp8_base": True, "blocks_to_swap": 8,
+              "fp8_scaled": False, "gradient_checkpointing": True, "optimizer_type": "AdamW"}
+    got = {key: (old, new) for key, old, new, _why in cpu_switches(config)}
+    assert got == {"mixed_precision": ("fp16", "bf16"), "full_fp16": (True, None), "fp8_base": (True, None),
+                   "blocks_to_swap": (8, None)}
+    assert cpu_switches({"mixed_precision": "bf16", "blocks_to_swap": 0}) == []

@@ -105,7 +105,8 @@ class LiveDisplay:
                 if f.get("free_gib") is not None:
                     fig += f" with {f['free_gib']:.2f} GiB free"
             when = f"after step {d.get('step')}" if d.get("step") else "before the first step"
-            console.print(f"  [red]CUDA out of memory {when}{fig}[/red]")
+            rank = f" on rank {d['rank']}" if d.get("rank") is not None else ""
+            console.print(f"  [red]CUDA out of memory{rank} {when}{fig}[/red]")
         elif k == "attempt_end":
             self._stop_bar()
             colour = "green" if d["outcome"] == "success" else "red"

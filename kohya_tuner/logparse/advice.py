@@ -210,7 +210,8 @@ def _oom_advice(diagnosis: Diagnosis, details: DiagnosisDetails, phase: str | No
         out.append(f"{_gib(details.oom_figures.reserved_unallocated_gib)} was reserved but unusable "
                    f"(fragmentation): set {FRAG_ENV}.")
     if details.processes and details.processes > 1:
-        out.append(f"This run trains on {details.processes} processes (one per GPU) and each rank holds a full copy "
+        first = f"; rank {details.failed_rank} ran out first" if details.failed_rank is not None else ""
+        out.append(f"This run trains on {details.processes} processes (one per GPU){first}, and each rank holds a full copy "
                    "of the model: more GPUs add no memory to any one of them, so every change above must fit a "
                    "single card; for a test, launch one process (`accelerate launch --num_processes 1`).")
     if details.last_state and phase in ("training", "sampling", "saving"):

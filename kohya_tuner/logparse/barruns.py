@@ -135,6 +135,7 @@ class BarRuns:
                             continue
             if len(line) > MAX_LINE:
                 line = line[:MAX_LINE]
+            self._line_rank = None
             if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
                 if line[:5] == "[rank":
                     self._note_rank(line, out)

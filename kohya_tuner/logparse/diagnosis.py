@@ -256,6 +256,7 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
     frame: str | None = None
     suspected: str | None = None
     error_line = True
+    failed_rank: int | None = None
     if primary is not None:
         frame = primary.event.frame
     if primary is not None and isinstance(primary.event, Oom):
@@ -264,6 +265,7 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
         frame = frame or primary.borrowed_frame
         figures = primary.event.figures
         oom = OomInfo(**figures.schema_dict())
+        failed_rank = primary.event.rank
     elif primary is not None and primary.event.message.startswith(_INTERRUPT_PREFIX):
         outcome = "incomplete"
         phase, evidence = _failure_phase(run, primary)
@@ -321,7 +323,8 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
         last_state=run.last_state, resumed_from=run.resumed_from, oom_figures=figures,
         held_elsewhere_gib=figures.held_elsewhere_gib if figures else None,
         other_processes=figures.other_processes if figures else (), trainer_pid=figures.trainer_pid if figures else None,
-        fragmented=bool(figures and figures.fragmented), on_cpu=run.on_cpu, processes=run.processes, last_milestone=run.last_milestone,
+        fragmented=bool(figures and figures.fragmented), on_cpu=run.on_cpu, processes=run.processes, failed_rank=failed_rank,
+        last_milestone=run.last_milestone,
         phase_evidence=evidence, frame=frame, suspected=suspected, error_line=error_line, events=count, survived=survived,
     )
     diagnosis = Diagnosis(outcome=outcome, phase=phase, step=step, total_steps=total,

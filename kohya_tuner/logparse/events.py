@@ -150,6 +150,8 @@ class Oom(Event):
     where: str | None = None
     frame: str | None = None
     frame_level: int | None = None
+    # The rank that ran out (the `[rankN]:` prefix torchrun puts on each rank's lines).
+    rank: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -87,6 +87,8 @@ class LogParser(BarRuns, Milestones):
         self._n = 0
         self._exit_cut = False
         self._processes = 1
+        # The rank whose `[rankN]:` prefix the line being read carried (torchrun's per-rank output).
+        self._line_rank: int | None = None
         self._entry_family: str | None = None
         self._family: str | None = None
         self._family_strength = 1 << 30
@@ -180,8 +182,10 @@ class LogParser(BarRuns, Milestones):
             # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at.
             line = line[2:]
             cleaned = False
-        if line[:5] == "[rank" and not cleaned:
-            self._note_rank(line, out)
+        if not cleaned:
+            self._line_rank = None
+            if line[:5] == "[rank":
+                self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
             line = P.clean(line)
         if "%|" in line or "% " in line:
@@ -260,8 +264,9 @@ class LogParser(BarRuns, Milestones):
 
     def _note_rank(self, line: str, out: list[Event]) -> None:
         """A `[rank1]:` prefix (torchrun's per-rank output) means a multi-GPU run."""
+        m = P.RANK_PREFIX_RE.match(line)
+        self._line_rank = int(m.group(1)) if m else None
         if self._processes < 2:
-            m = P.RANK_PREFIX_RE.match(line)
             if m and int(m.group(1)) >= 1:
                 self._processes = 2
                 out.append(Processes(count=2, line=line[:80]))
@@ -412,7 +417,7 @@ class LogParser(BarRuns, Milestones):
             out.append(Exited(status=status, line=s))
             return
         if P.plain_line_is_oom(s):
-            self._oom = _PendingOom(s, None)
+            self._oom = _PendingOom(s, None, self._line_rank)
             if self._oom.done():
                 self._flush_oom(out)
             return
@@ -510,7 +515,7 @@ class LogParser(BarRuns, Milestones):
                                line=s))
             return
         if P.is_oom(s):
-            self._oom = _PendingOom(s, ev)
+            self._oom = _PendingOom(s, ev, self._line_rank)
             if self._oom.done():
                 self._flush_oom(out)
             return
@@ -533,7 +538,8 @@ class LogParser(BarRuns, Milestones):
         self._oom = None
         ev = pending.evidence
         out.append(Oom(figures=P.oom_figures(pending.text()), where=ev.diagnose_phase if ev else None,
-                       frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=pending.first))
+                       frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=pending.first,
+                       rank=pending.rank))
 
     # ---- state ---------------------------------------------------------------------------------
 

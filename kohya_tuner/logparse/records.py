@@ -59,12 +59,13 @@ class _RichRecord:
 
 
 class _PendingOom:
-    __slots__ = ("parts", "evidence", "first")
+    __slots__ = ("parts", "evidence", "first", "rank")
 
-    def __init__(self, text: str, evidence: F.FrameEvidence | None):
+    def __init__(self, text: str, evidence: F.FrameEvidence | None, rank: int | None = None):
         self.parts = [text]
         self.evidence = evidence
         self.first = text
+        self.rank = rank  # the `[rankN]:` prefix of its first line, if any
 
     def text(self) -> str:
         return " ".join(self.parts)

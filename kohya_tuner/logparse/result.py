@@ -64,6 +64,8 @@ class DiagnosisDetails:
     on_cpu: bool = False
     # Training processes (one per GPU), when the log shows more than one.
     processes: int | None = None
+    # The rank whose OOM explains the run (its `[rankN]:` prefix), when the log names one.
+    failed_rank: int | None = None
     last_milestone: str | None = None
     # What decided the phase: "frames", "context" (a milestone before it), "after" (one right
     # after it), "progress" (a step seen), None.

@@ -52,9 +52,13 @@ class LaunchSpec:
 
 def build_argv(spec: LaunchSpec) -> list[str]:
     """The argument list (never a shell string) that launches one attempt."""
+    cpu_ranks = spec.cpu and spec.num_processes > 1
+    # Ranks on the CPU share its cores: more threads than cores makes every rank wait.
+    threads = max(1, spec.num_cpu_threads_per_process // spec.num_processes) if cpu_ranks \
+        else spec.num_cpu_threads_per_process
     argv = [
         spec.python, "-m", "accelerate.commands.launch",
-        "--num_cpu_threads_per_process", str(spec.num_cpu_threads_per_process),
+        "--num_cpu_threads_per_process", str(threads),
         "--mixed_precision", str(spec.mixed_precision or "no"),
     ]
     if spec.accelerate_config is not None:
@@ -64,12 +68,15 @@ def build_argv(spec: LaunchSpec) -> list[str]:
         # how many processes train, and accelerate does not warn about defaults.
         argv += ["--num_machines", "1", "--dynamo_backend", "no"]
     if spec.num_processes > 1:
+        # accelerate 1.6 sends `--cpu` to its one-process launcher whatever --num_processes says, and
+        # refuses `--cpu` with `--multi_gpu`: several CPU ranks are the torchrun launcher of
+        # --multi_gpu with ACCELERATE_USE_CPU in the environment (build_env), which the ranks read.
         argv += ["--multi_gpu", "--num_processes", str(spec.num_processes)]
-        if spec.gpu_ids:
+        if spec.gpu_ids and not spec.cpu:
             argv += ["--gpu_ids", ",".join(str(i) for i in spec.gpu_ids)]
     elif spec.accelerate_config is None:
         argv += ["--num_processes", "1"]
-    if spec.cpu:
+    if spec.cpu and not cpu_ranks:
         argv.append("--cpu")
     argv += [str(spec.script), "--config_file", str(spec.config_file)]
     if spec.dataset_config is not None:
@@ -84,7 +91,8 @@ def emulate_dir() -> Path:
 
 
 def build_env(base: Mapping[str, str], *, gpu_ids: tuple[int, ...] = (), emulate_vram_gb: float | None = None,
-              extra: Mapping[str, str] | None = None, save_at_oom: bool = False) -> dict[str, str]:
+              extra: Mapping[str, str] | None = None, save_at_oom: bool = False,
+              cpu: bool = False) -> dict[str, str]:
     """The trainer's environment: the user's own, plus what supervision needs.
 
     Values the user set win (their allocator settings, their COLUMNS if already wide);
@@ -106,6 +114,10 @@ def build_env(base: Mapping[str, str], *, gpu_ids: tuple[int, ...] = (), emulate
         # NVML numbers cards in PCI order; CUDA's default order differs on mixed machines.
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+    if cpu:
+        # What accelerate's one-process launcher sets for --cpu; its multi-process launcher
+        # passes it on to every rank (build_argv).
+        env["ACCELERATE_USE_CPU"] = "true"
     if emulate_vram_gb is not None:
         env[EMULATE_ENV] = f"{float(emulate_vram_gb):g}"
     if save_at_oom:

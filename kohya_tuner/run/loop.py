@@ -276,7 +276,7 @@ class Supervisor:
                 self.emit("saved", attempt=attempt, what=ev.what, path=str(ev.path),
                           step=rec.step if rec else progress.step)
             elif kind == "Oom":
-                self.emit("oom", attempt=attempt, step=progress.step, figures=_as_dict(ev.figures))
+                self.emit("oom", attempt=attempt, step=progress.step, figures=_as_dict(ev.figures), rank=ev.rank)
             elif kind in _PASSED_ON:
                 data = _as_dict(ev)
                 if kind == "TotalSteps":
@@ -354,6 +354,9 @@ class Supervisor:
         record.outcome = outcome
         record.phase = _get(diagnosis, "phase")
         record.oom = _as_dict(_get(diagnosis, "oom")) or None
+        failed_rank = getattr(getattr(diagnosis, "details", None), "failed_rank", None)
+        if record.oom is not None and failed_rank is not None:
+            record.oom["rank"] = failed_rank  # which of several ranks ran out
         record.error = _as_dict(_get(diagnosis, "error")) or None
         if result.failure:
             record.error = {"kind": "supervision", "message": result.failure}

@@ -21,6 +21,33 @@ from kohya_tuner.gpu import GpuInfo
 GIB = 1024**3
 ADAFACTOR_ARGS = ["relative_step=False", "scale_parameter=False", "warmup_init=False"]
 
+# What a run on the CPU (`--cpu`) cannot execute: (key, the value it applies to, or None for any
+# value that is set and not false, the value the CPU runs instead, or None to leave the key out,
+# why). 8-bit optimizers are not here: the trainer's environment decides (`evaluate`).
+CPU_SWITCHES: tuple[tuple[str, Any, Any, str], ...] = (
+    ("mixed_precision", "fp16", "bf16", "accelerate refuses fp16 on the CPU."),
+    ("full_fp16", None, None, "full_fp16 trains in fp16, which accelerate refuses on the CPU."),
+    ("fp8_base", None, None, "fp8 weights are a GPU storage format; the CPU trains the base in its own precision."),
+    ("fp8_base_unet", None, None, "fp8 weights are a GPU storage format."),
+    ("fp8_scaled", None, None, "fp8 weights are a GPU storage format."),
+    ("fp8_vl", None, None, "fp8 weights are a GPU storage format."),
+    ("blocks_to_swap", None, None, "block swap moves blocks between GPU and host memory with CUDA streams; on the "
+                                   "CPU every block is in host memory already."),
+)
+
+
+def cpu_switches(config: Mapping[str, Any]) -> list[tuple[str, Any, Any, str]]:
+    """(key, old, new, why) for each setting of `config` a CPU run cannot execute; new None
+    means the key is left out. Pure: the caller applies them and says so."""
+    out = []
+    for key, when, new, why in CPU_SWITCHES:
+        old = config.get(key)
+        if old is None or old is False or old == 0:
+            continue
+        if when is None or old == when:
+            out.append((key, old, new, why))
+    return out
+
 
 @dataclass(frozen=True)
 class Check:

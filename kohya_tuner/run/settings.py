@@ -138,8 +138,9 @@ def command_for(settings: RunSettings, config_file: Path, config: Mapping[str, A
     env = launcher.build_env(os.environ if base_env is None else base_env,
                              gpu_ids=settings.gpu_ids if single else (),
                              emulate_vram_gb=settings.emulate_vram_gb,
-                             extra=secretstore.environment(settings.out_dir) or None, save_at_oom=single)
-    if settings.gpu_ids and not single:
+                             extra=secretstore.environment(settings.out_dir) or None, save_at_oom=single,
+                             cpu=settings.cpu and not single)
+    if settings.gpu_ids and not single and not settings.cpu:
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return argv, env
 

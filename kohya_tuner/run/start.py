@@ -141,10 +141,10 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
     plan = presets.compose(family.name, req.job, t.plan_gb, preset_file=req.preset, sets=sets, variant=req.variant,
                            inputs=inputs, bf16=None if emulate_vram is not None and choice.info is None else choice.bf16,
                            network=req.network)
-    if cpu and plan.config.get("mixed_precision") == "fp16":
-        plan.set("mixed_precision", "bf16", "--cpu", "accelerate refuses fp16 on the CPU.")
-        if plan.config.get("full_fp16"):
-            plan.set("full_fp16", None, "--cpu", "fp16 only")
+    for key, old, new, why in preflight.cpu_switches(plan.config) if cpu else ():
+        plan.set(key, new, "--cpu", why)
+        if new is None:  # a key left out has no provenance to show it: said here instead
+            plan.notes.append(f"--cpu: {key} = {old} left out: {why}")
     ds = presets.build_dataset(plan, req.data, req.trigger)
     gpu_name = choice.info.name if choice.info else (card.name if card else None)
     others = choice.others_gib if choice.info else 0.0

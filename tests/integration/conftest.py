@@ -3,7 +3,8 @@
 It needs the harness that ../shared/realtrainer/build.sh makes, named by the variables
 that script prints; without them every test here is skipped with the reason. At the end
 the suite prints one line per scenario: optimizer steps planned, trained (counted by the
-fault-injection ledger, not from logs) and redone.
+fault-injection ledger, not from logs) and redone, attempts, wall seconds, and the peak RSS of
+the CLI with every trainer process under it, summed.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def pytest_terminal_summary(terminalreporter):
     for row in SCENARIOS:
         terminalreporter.write_line(
             f"{row['scenario']:<44} planned {row['planned']:>3}  trained {row['trained']:>3}  "
-            f"redone {row['redone']:>3}  attempts {row['attempts']}  {row['wall_s']:>6.1f}s")
+            f"redone {row['redone']:>3}  attempts {row['attempts']}  {row['wall_s']:>6.1f}s  "
+            f"peak RSS {row.get('peak_rss_gib', 0):>5.2f} GiB")
     path = os.environ.get("KOHYA_TUNER_REAL_SUMMARY")
     if path:
         with open(path, "w", encoding="utf-8") as f:

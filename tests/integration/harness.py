@@ -8,10 +8,13 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 HERE = Path(__file__).resolve().parent
 
@@ -69,6 +72,7 @@ class Run:
     python_wrapper: Path
     results: list[subprocess.CompletedProcess] = field(default_factory=list)
     wall_s: float = 0.0
+    peak_rss: int = 0  # bytes, the most the CLI and every trainer process under it held together
 
     @property
     def output(self) -> Path:
@@ -80,6 +84,19 @@ class Run:
     def attempts(self) -> list[dict]:
         return [json.loads(line) for line in (self.out / "attempts.jsonl").read_text(encoding="utf-8").splitlines()
                 if line.strip()]
+
+    def trained_per_process(self) -> dict[int, Counter]:
+        """Optimizer steps per attempt number and per trainer process (pid): with several ranks
+        every rank steps once per optimizer step, so each rank's count is the run's count."""
+        steps: dict[int, Counter] = {}
+        if not self.steps_ledger.exists():
+            return steps
+        for line in self.steps_ledger.read_text(encoding="utf-8").splitlines():
+            pid, _, config = line.partition(" ")
+            name = Path(config).name
+            if name.startswith("attempt-") and name.endswith(".config.toml"):
+                steps.setdefault(int(name[len("attempt-"):-len(".config.toml")]), Counter())[int(pid)] += 1
+        return steps
 
     def trained(self) -> Counter:
         """Optimizer steps really trained, per attempt number: the optimizer steps the step ledger
@@ -135,22 +152,70 @@ def new_run(tmp: Path, real: Real, **inject: str) -> Run:
 
 
 def run_args(run: Run, real: Real, data: Path, *, steps: int, job: str = "character", extra: tuple = (),
-             drop: tuple = (), gpu: str = "8") -> list[str]:
-    args = ["run", "--gpu", gpu, "--model", "sd15", "--job", job, "--steps", str(steps), "--cpu",
+             drop: tuple = (), gpu: str = "8", model: str = "sd15", base: Path | None = None,
+             tokcache: Path | None = None) -> list[str]:
+    args = ["run", "--gpu", gpu, "--model", model, "--job", job, "--steps", str(steps), "--cpu",
             "--data", str(data), "--out", str(run.out), "--sd-scripts", str(real.sd_scripts),
-            "--python", str(run.python_wrapper), "--base", str(real.model),
-            "--set", f"tokenizer_cache_dir={real.tokcache}"]
+            "--python", str(run.python_wrapper), "--base", str(base or real.model),
+            "--set", f"tokenizer_cache_dir={tokcache or real.tokcache}"]
     for s in CPU_SETS:
         if s not in drop:
             args += ["--set", s]
     return args + list(extra)
 
 
+def tree_rss(proc: psutil.Process) -> int:
+    """Resident bytes of a process and all its descendants now (several ranks add up)."""
+    total = 0
+    try:
+        family = [proc] + proc.children(recursive=True)
+    except psutil.Error:
+        return 0
+    for p in family:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+class PeakRss:
+    """Samples a process tree's summed RSS twice a second until stopped; `peak` in bytes."""
+
+    def __init__(self, pid: int) -> None:
+        self.peak = 0
+        self._proc = psutil.Process(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss(self._proc))
+            self._stop.wait(0.5)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
 def cli(run: Run, args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "kohya_tuner", *args], env=run.env, capture_output=True, text=True,
-                         timeout=timeout, encoding="utf-8")
-    run.wall_s += time.monotonic() - t0
+    argv = [sys.executable, "-m", "kohya_tuner", *args]
+    proc = subprocess.Popen(argv, env=run.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            encoding="utf-8")
+    rss = PeakRss(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise
+    finally:
+        run.peak_rss = max(run.peak_rss, rss.stop())
+        run.wall_s += time.monotonic() - t0
+    res = subprocess.CompletedProcess(argv, proc.returncode, out, err)
     run.results.append(res)
     return res
 

@@ -70,7 +70,8 @@ def _check_accounting(run, name: str, planned: int) -> dict:
         assert f"{planned} of {planned} planned; {total} trained, {redone} of them redone" in page
     checked = run.earlier_files_untouched()
     SCENARIOS.append({"scenario": name, "planned": planned, "trained": total, "redone": redone,
-                      "attempts": len(attempts), "wall_s": round(run.wall_s, 1), "files_hashed": checked})
+                      "attempts": len(attempts), "wall_s": round(run.wall_s, 1), "files_hashed": checked,
+                      "peak_rss_gib": round(run.peak_rss / 2**30, 2)})
     return summary
 
 
@@ -196,7 +197,8 @@ def test_a_crash_that_is_not_oom_is_not_retried(real, tmp_path):
     assert "not retried" in run.summary()["reason"]
     assert run.trained()[1] == 1
     SCENARIOS.append({"scenario": "non-OOM crash at backward 2", "planned": 4, "trained": sum(run.trained().values()),
-                      "redone": 0, "attempts": 1, "wall_s": round(run.wall_s, 1), "files_hashed": 0})
+                      "redone": 0, "attempts": 1, "wall_s": round(run.wall_s, 1), "files_hashed": 0,
+                      "peak_rss_gib": round(run.peak_rss / 2**30, 2)})
 
 
 def test_ctrl_c_then_continue_finishes_the_run(real, twelve, tmp_path):

@@ -10,6 +10,12 @@ From the harness:
   SDS_INJECT_OOM_MESSAGE         overrides that text
   SDS_INJECT_ONCE_MARKER=FILE    inject only in a process that finds no FILE (it creates it)
   SDS_BACKWARD_LEDGER=FILE       one line "<pid> <config file>" per completed top-level backward
+  SDS_INJECT_RANK=R              with several ranks, only the process whose RANK is R injects
+                                 (one rank's OOM or error; the others keep their ledgers)
+  SDS_CPU_DDP_SHIM=1             several ranks on the CPU: accelerate 1.6's MULTI_CPU branch of
+                                 prepare_model wraps frozen models in DDP too, which DDP refuses
+                                 ("...doesn't have any parameter that requires a gradient"); the
+                                 shim gives such a model the GPU branch's treatment (not wrapped)
 Added here:
   SDS_INJECT_OOM_AT_LOAD=1       safetensors.torch.load_file raises torch.OutOfMemoryError at
                                  its first call (sd-scripts reads the checkpoint with it)
@@ -50,6 +56,9 @@ _CALL = os.environ.get("SDS_INJECT_OOM_AT_CALL")
 _SAVE_FAILS = os.environ.get("SDS_INJECT_SAVE_FAILS")
 _INJECTED = []  # an OOM was raised in this process
 if _ONCE and _injected_before(_ONCE) >= _LAUNCHES:
+    _AT = _ERR = _CALL = None
+_RANK = os.environ.get("SDS_INJECT_RANK")
+if _RANK is not None and os.environ.get("RANK", "0") != _RANK:
     _AT = _ERR = _CALL = None
 _LOAD = os.environ.get("SDS_INJECT_OOM_AT_LOAD")
 _LOAD_ONCE = os.environ.get("SDS_INJECT_LOAD_ONCE_MARKER")
@@ -208,3 +217,23 @@ if _LOAD:
         _patch_safetensors(sys.modules["safetensors.torch"])
     else:
         sys.meta_path.insert(0, _AfterImport("safetensors.torch", _patch_safetensors))
+
+
+def _patch_accelerator(module):
+    real_prepare = module.Accelerator.prepare_model
+
+    def prepare_model(self, model, device_placement=None, evaluation_mode=False):
+        from accelerate.utils import DistributedType
+
+        if self.distributed_type == DistributedType.MULTI_CPU and not any(p.requires_grad for p in model.parameters()):
+            evaluation_mode = True  # nothing to synchronise: what the GPU branch does
+        return real_prepare(self, model, device_placement=device_placement, evaluation_mode=evaluation_mode)
+
+    module.Accelerator.prepare_model = prepare_model
+
+
+if os.environ.get("SDS_CPU_DDP_SHIM") == "1":
+    if "accelerate.accelerator" in sys.modules:
+        _patch_accelerator(sys.modules["accelerate.accelerator"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("accelerate.accelerator", _patch_accelerator))
