@@ -140,6 +140,16 @@ def why(exc: OSError) -> str:
     return (exc.strerror or str(exc)).rstrip(".")
 
 
+def _holds_exactly(p: Path, text: str) -> bool:
+    """Whether the file's bytes are those `atomic_write` would write. Bytes, not text: a text
+    read turns CRLF (launch.bat) into LF. The size is compared first, so a large file is never read."""
+    try:
+        data = text.encode("utf-8")
+        return p.stat().st_size == len(data) and p.read_bytes() == data
+    except (OSError, UnicodeEncodeError):
+        return False
+
+
 def write_new(path: str | os.PathLike, text: str, force: bool = False, *, executable: bool = False,
               private: bool = False) -> Path | None:
     """Write `text` to `path` atomically. An existing file is the user's: refuse unless
@@ -154,11 +164,8 @@ def write_new(path: str | os.PathLike, text: str, force: bool = False, *, execut
         # Renaming over /dev/null or a named pipe would replace it for every program.
         raise UserError(f"{p} is not a regular file (a device or a pipe); cannot write a file there.")
     if os.path.lexists(p):
-        try:
-            if p.read_text(encoding="utf-8") == text:
-                return None
-        except (OSError, UnicodeDecodeError):
-            pass
+        if _holds_exactly(p, text):
+            return None
         if not force:
             raise UserError(f"{p} already exists; kohya-tuner never overwrites your files.",
                             "Choose another --out, or pass --force (the old file is kept as .bak).")

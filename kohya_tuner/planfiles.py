@@ -121,9 +121,11 @@ def _bat_uncarriable(sd: str, config_path: Path, dataset_path: Path) -> str | No
 
 
 class Written(dict):
-    """file name -> path written, plus `backups`: path -> where its old content went."""
+    """file name -> path written, plus `backups`: path -> where its old content went, and
+    `unchanged`: the paths that already held exactly this content (left as they were)."""
 
     backups: dict[Path, Path]
+    unchanged: set[Path]
 
 
 def write(files: PlanFiles, out_dir: Path, force: bool = False) -> Written:
@@ -145,6 +147,7 @@ def write(files: PlanFiles, out_dir: Path, force: bool = False) -> Written:
     done: list[tuple[Path, Path | None, bool]] = []  # path, its backup, whether it existed
     written = Written(paths)
     written.backups = {}
+    written.unchanged = set()
     for name, path in paths.items():
         existed = path.exists()
         try:
@@ -157,6 +160,8 @@ def write(files: PlanFiles, out_dir: Path, force: bool = False) -> Written:
         done.append((path, backup, existed))
         if backup is not None:
             written.backups[path] = backup
+        elif existed:  # write_new leaves a file alone only when it already holds this content
+            written.unchanged.add(path)
     return written
 
 

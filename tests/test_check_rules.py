@@ -13,6 +13,7 @@ from kohya_tuner.check import engine
 
 SD, XL, FX, S3 = "train_network.py", "sdxl_train_network.py", "flux_train_network.py", "sd3_train_network.py"
 LU, HY, AN = "lumina_train_network.py", "hunyuan_image_train_network.py", "anima_train_network.py"
+DB, FT, XLF, FXF, S3F = "train_db.py", "fine_tune.py", "sdxl_train.py", "flux_train.py", "sd3_train.py"
 
 BASE = {
     SD: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora", "resolution": "512", "network_dim": 8},
@@ -27,6 +28,7 @@ BASE = {
          "resolution": "1024", "network_dim": 8},
     AN: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_anima",
          "resolution": "1024", "network_dim": 8},
+    **{full: {"pretrained_model_name_or_path": "m.safetensors", "resolution": "1024"} for full in (DB, FT, XLF, FXF, S3F)},
 }
 
 
@@ -82,6 +84,12 @@ EXAMPLES = {
     "bucket_no_upscale_ignores_bucket_limits": (SD, {"enable_bucket": True, "bucket_no_upscale": True}, {"enable_bucket": True}, None),
     "bucket_reso_steps_multiple_of_64": (FX, {"enable_bucket": True, "bucket_reso_steps": 32}, {"enable_bucket": True, "bucket_reso_steps": 64}, None),
     "bucket_reso_steps_multiple_of_32": (XL, {}, {}, None),
+    # The kohya_ss GUI ships presets with bucket_reso_steps = 1; without buckets sd-scripts never looks at it.
+    "sd3_bucket_reso_steps_multiple_of_32": (S3, {"enable_bucket": True, "bucket_reso_steps": 1}, {"enable_bucket": False, "bucket_reso_steps": 1}, None),
+    "full_bucket_reso_steps_multiple_of_64": (DB, {"enable_bucket": True, "bucket_reso_steps": 1}, {"enable_bucket": False, "bucket_reso_steps": 1}, None),
+    "sdxl_full_bucket_reso_steps_multiple_of_32": (XLF, {"enable_bucket": True, "bucket_reso_steps": 48}, {"enable_bucket": True, "bucket_reso_steps": 32}, None),
+    "flux_full_bucket_reso_steps_multiple_of_16": (FXF, {"enable_bucket": True, "bucket_reso_steps": 8}, {"enable_bucket": True, "bucket_reso_steps": 16}, None),
+    "sd3_full_bucket_reso_steps_multiple_of_8": (S3F, {"enable_bucket": True, "bucket_reso_steps": 4}, {"enable_bucket": True, "bucket_reso_steps": 8}, None),
     "fixed_resolution_multiple_of_32": (XL, {"resolution": "1000"}, {"resolution": "1024"}, None),
     "fixed_resolution_multiple_of_16": (FX, {"resolution": "520"}, {"resolution": "528"}, None),
     "dreambooth_and_finetuning_subsets_mixed": (SD, {}, {}, None),
@@ -306,6 +314,19 @@ def test_rules_apply_only_to_their_scripts():
     cfg = {"enable_bucket": True, "bucket_reso_steps": 32}
     assert "bucket_reso_steps_multiple_of_64" in [p.rule for p in engine.check({**BASE[FX], **cfg}, FX).problems]
     assert engine.check({**BASE[XL], **cfg}, XL).ok
+
+
+@pytest.mark.parametrize("script, multiple", [(SD, 64), (FX, 64), (LU, 64), (HY, 64), (XL, 32), (S3, 32), (AN, 16),
+                                              (DB, 64), (FT, 64), (XLF, 32), (FXF, 16), (S3F, 8)])
+def test_bucket_reso_steps_is_refused_per_script_and_only_with_buckets(script, multiple):
+    # verify_bucket_reso_steps asserts only when the dataset keeps a step, i.e. with enable_bucket.
+    def refused(enable_bucket, steps):
+        res = engine.check({**BASE[script], "enable_bucket": enable_bucket, "bucket_reso_steps": steps}, script)
+        return [p.rule for p in res.problems if "bucket_reso_steps" in p.keys]
+    for steps in (1, multiple // 2, multiple + multiple // 2):
+        assert refused(True, steps), (script, steps)
+        assert refused(False, steps) == [], (script, steps)
+    assert refused(True, multiple) == [] and refused(True, 2 * multiple) == []
 
 
 def test_a_rule_fires_once_even_when_many_subsets_break_it():

@@ -73,6 +73,31 @@ def test_existing_files_are_refused_then_backed_up_with_force(tmp_path):
     assert (out / "config.toml.bak").read_text() == "# my edits\n"
 
 
+def test_config_twice_with_the_same_arguments_leaves_every_file_unchanged(tmp_path):
+    out = tmp_path / "o"
+    args = ("config", "--model", "sd15", "--job", "style", "--gpu", "8", "--out", out)
+    assert run(*args).returncode == 0
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    assert b"\r\n" in before["launch.bat"][0]  # the CRLF file a text comparison misread as changed
+    res = run(*args)
+    assert res.returncode == 0, res.stderr
+    assert "Unchanged" in res.stdout and "Wrote:" not in res.stdout
+    assert all(str(out / name) in res.stdout.split("Unchanged", 1)[1] for name in before)
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == before
+
+
+def test_a_crlf_file_differing_only_in_line_ends_is_refused(tmp_path):
+    from kohya_tuner import fileio
+    from kohya_tuner.errors import UserError
+
+    target = tmp_path / "launch.bat"
+    target.write_bytes(b"@echo off\nrem\n")
+    with pytest.raises(UserError):
+        fileio.write_new(target, "@echo off\r\nrem\r\n")
+    assert fileio.write_new(target, "@echo off\nrem\n") is None
+    assert target.read_bytes() == b"@echo off\nrem\n"
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--model", "sd4", "--job", "style", "--gpu", "8"], "model family"),
     (["--model", "sdxl", "--job", "portrait", "--gpu", "8"], "job"),

@@ -257,9 +257,17 @@ def run(args: argparse.Namespace) -> int:
         warn(w)
     for note in gui.export.notes if gui else []:
         say(f"  kohya_ss GUI file: {note}")
-    say("Wrote:")
+    same = getattr(written, "unchanged", set())
+    if any(p not in same for p in written.values()):
+        say("Wrote:")
     for p in written.values():
-        say(f"  {p}", wrap=False)
+        if p not in same:
+            say(f"  {p}", wrap=False)
+    if same:
+        say("Unchanged (they already held exactly this content):")
+    for p in written.values():
+        if p in same:
+            say(f"  {p}", wrap=False)
     for p, b in getattr(written, "backups", {}).items():
         say(f"  (the old {p.name} is kept as {b})", wrap=False)
     from kohya_tuner.shellquote import display_word
