@@ -200,8 +200,7 @@ def print_dry_run(p: PreparedRun) -> None:
 
     console.print("\n[bold]Command[/bold] (dry run; nothing launched):")
     if p.env_added:
-        console.print("  environment: " + " ".join(f"{k}={v}" for k, v in sorted(p.env_added.items())),
-                      soft_wrap=True, markup=False)
+        paragraph("environment: " + " ".join(f"{k}={v}" for k, v in sorted(p.env_added.items())), indent="  ")
     sys.stdout.flush()
     # The command alone on its own line, exactly as a shell needs it.
     sys.stdout.write(format_command(p.argv) + "\n")
