@@ -161,9 +161,9 @@ def test_oom_while_sampling_continues_from_the_step_it_sampled_at(real, tmp_path
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "open defect (issue 19): for a 20 MiB deficit on a 10 GB plan the ladder applies batch_to_accumulation "
-    "together with network_dim, which cannot resume, so the run restarts from step 0 instead of resuming "
-    "from the step-4 state; measured 2026-12-03 on the real trainer"))
+    "open defect: for a 20 MiB deficit on the 64-px harness plan the estimator says batch_to_accumulation "
+    "alone saves less than the deficit, so the ladder adds network_dim, which cannot resume, and the run "
+    "restarts from step 0 instead of resuming from the step-4 state; measured 2026-12-03 on the real trainer"))
 def test_gradient_accumulation_past_an_epoch_boundary(real, twelve, tmp_path):
     """Batch 2 x accumulation 2 (3 optimizer steps an epoch): the pinned trainer's skip mixes
     micro-batches and optimizer steps here even before an epoch boundary; the relaunch as a
