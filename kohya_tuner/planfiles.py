@@ -13,6 +13,7 @@ from kohya_tuner.shellquote import cmd_percent, cmd_quote, cmd_set, cmd_uncarria
 
 CONFIG_NAME = "config.toml"
 DATASET_NAME = "dataset.toml"
+CONFIG_HEADER_MARK = "written by kohya-tuner"  # on the first line of every config.toml written
 
 
 @dataclass
@@ -86,7 +87,7 @@ def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str |
     config_path = out_dir / CONFIG_NAME
     dataset_path = out_dir / DATASET_NAME
     sd = str(sd_scripts) if sd_scripts else str(Path.home() / "sd-scripts")
-    header = (f"sd-scripts --config_file for {plan.family.script}, written by kohya-tuner.\n"
+    header = (f"sd-scripts --config_file for {plan.family.script}, {CONFIG_HEADER_MARK}.\n"
               f"Model {plan.family.label}, job {plan.job}, GPU class {plan.gpu_class} GB.\n"
               "Each comment says which preset layer set the value below it, and why.")
     texts = {

@@ -212,3 +212,31 @@ def test_the_lora_name_cannot_leave_the_output_folder(name, tmp_path):
     res = invoke("config", "--model", "sd15", "--job", "character", "--gpu", "12", "--out", out, "--name", name)
     assert res.exit_code == 2 and "--name" in res.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_config_kohya_tuner_wrote_is_checked_with_the_dataset_file_beside_it(tmp_path):
+    """config.toml names no dataset_config: its launch scripts pass dataset.toml beside it, so
+    `check config.toml` judges that pair (it used to refuse the plan for having no images)."""
+    from PIL import Image
+
+    img = tmp_path / "img"
+    img.mkdir()
+    for i in range(4):
+        Image.new("RGB", (512, 512), (i * 50, 40, 200)).save(img / f"{i}.png")
+        (img / f"{i}.txt").write_text("tok style\n")
+    (tmp_path / "model.safetensors").write_bytes(b"0")
+    out = tmp_path / "run"
+    res = invoke("config", "--model", "sd15", "--job", "style", "--gpu", "8", "--data", img, "--base",
+                 tmp_path / "model.safetensors", "--out", out)
+    assert res.exit_code == 0, res.output
+    res = invoke("check", out / "config.toml")
+    assert res.exit_code == 0, res.output
+    assert "dataset.toml (written beside this config" in " ".join(res.stdout.split())
+    assert json.loads(invoke("check", out / "config.toml", "--json").stdout)["ok"]
+    # A config of the user's own with a dataset.toml beside it is not paired with it unasked.
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "config.toml").write_text((out / "config.toml").read_text().split("\n", 1)[1])
+    (own / "dataset.toml").write_text((out / "dataset.toml").read_text())
+    data = json.loads(invoke("check", own / "config.toml", "--json").stdout)
+    assert not data["ok"] and ["train_data_dir", "dataset_config"] in [p["keys"] for p in data["problems"]]

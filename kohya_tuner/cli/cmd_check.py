@@ -27,12 +27,27 @@ def _dataset(args: argparse.Namespace, named: str | None):
     if args.dataset is not None:
         return config_io.read_dataset(args.dataset)
     if not named:
-        return None
+        beside = _written_beside(args.config)
+        return config_io.read_dataset(beside) if beside else None
     path = Path(named).expanduser()
     for candidate in ([path] if path.is_absolute() else [path, args.config.parent / path]):
         if candidate.is_file():
             return config_io.read_dataset(candidate)
     return None  # the dataset_config_missing rule names it
+
+
+def _written_beside(config: Path) -> Path | None:
+    """The dataset file kohya-tuner wrote beside its own config.toml: its launch scripts pass
+    that pair, so checking the config without it would report no images the launch has."""
+    from kohya_tuner.planfiles import CONFIG_HEADER_MARK, DATASET_NAME
+
+    beside = config.parent / DATASET_NAME
+    try:
+        with config.open("rb") as f:  # read_config has already found it a regular file
+            first = f.read(200).split(b"\n", 1)[0]
+    except OSError:
+        return None
+    return beside if CONFIG_HEADER_MARK.encode() in first and beside.is_file() else None
 
 
 _VIA = {"config_file": "--config_file", "command_line": "the command line", "dataset_config": "--dataset_config"}
@@ -67,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
 
     for note in loaded.notes:
         warn(note)
+    if args.dataset is None and not loaded.config.get("dataset_config") and dataset is not None:
+        paragraph(f"dataset: {args.config.parent / 'dataset.toml'} (written beside this config; its launch "
+                  "scripts pass it as --dataset_config)")
     for w in result.warnings:
         warn(f"{', '.join(w.keys)}: {w.message} ({w.where}){_via(w.path)}")
     for p in result.problems:
