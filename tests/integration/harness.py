@@ -42,6 +42,13 @@ class Real:
         return sorted(p for p in self.data.rglob("*.png"))
 
 
+def lora_metadata(path: Path) -> dict:
+    """The __metadata__ of a safetensors file (ss_steps and the rest sd-scripts writes)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n)).get("__metadata__") or {}
+
+
 def image_folder(real: Real, dest: Path, count: int) -> Path:
     """`count` images with captions in one folder (no repeats prefix), cycling the harness's."""
     dest.mkdir(parents=True, exist_ok=True)

@@ -9,12 +9,11 @@ is that rank's OOM, the relaunch resumes on both ranks, and the steps count once
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import SCENARIOS, Real, cli, explain, image_folder, new_run, run_args
+from harness import SCENARIOS, Real, cli, explain, image_folder, lora_metadata, new_run, run_args
 from test_real_run import SMALL_OOM
 
 pytestmark = pytest.mark.realtrainer
@@ -23,12 +22,6 @@ pytestmark = pytest.mark.realtrainer
 @pytest.fixture(scope="module")
 def real() -> Real:
     return Real.from_env()
-
-
-def _metadata(path: Path) -> dict:
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        return json.loads(f.read(n)).get("__metadata__") or {}
 
 
 def _backward_per_process(run) -> dict[int, Counter]:
@@ -74,7 +67,7 @@ def test_two_cpu_ranks_one_ranks_oom_resumes_on_both_and_counts_steps_once(real,
     trained = sum(a["end_step"] - a["start_step"] for a in attempts)
     assert summary["total_steps"] == planned and summary["steps_done"] == trained == planned + summary["steps_redone"]
     assert summary["steps_redone"] == 0 and summary["status"] == "success"
-    meta = _metadata(Path(summary["lora"]))
+    meta = lora_metadata(Path(summary["lora"]))
     # Steps count once: each optimizer step is one batch on every rank (global batch 1 x 2 ranks x
     # accumulation 1 = 2 images), so 8 images make 4 steps an epoch, not 8.
     assert meta["ss_steps"] == str(planned) and meta["ss_num_batches_per_epoch"] == "4", meta

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import SCENARIOS, Real, cli, explain, image_folder, new_run, run_args
+from harness import SCENARIOS, Real, cli, explain, image_folder, lora_metadata, new_run, run_args
 
 pytestmark = pytest.mark.realtrainer
 
@@ -43,12 +43,6 @@ SMALL_OOM_10GB = ("CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a 
                   "unallocated.")
 
 
-def _metadata(path: Path) -> dict:
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        return json.loads(f.read(n)).get("__metadata__") or {}
-
-
 def _check_accounting(run, name: str, planned: int) -> dict:
     """The invariants of every finished scenario; returns the summary."""
     summary = run.summary()
@@ -65,7 +59,7 @@ def _check_accounting(run, name: str, planned: int) -> dict:
         assert summary["reached_step"] == planned
         lora = Path(summary["lora"])
         assert lora.is_file() and lora.name == "lora.safetensors" and lora.parent == run.output
-        assert _metadata(lora)["ss_steps"] == str(planned)
+        assert lora_metadata(lora)["ss_steps"] == str(planned)
         page = (run.out / "report.html").read_text(encoding="utf-8")
         assert f"{planned} of {planned} planned; {total} trained, {redone} of them redone" in page
     checked = run.earlier_files_untouched()

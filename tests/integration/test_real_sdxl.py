@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 import pytest
-from harness import CPU_SETS, SCENARIOS, Real, cli, explain, image_folder, new_run, run_args
+from harness import CPU_SETS, SCENARIOS, Real, cli, explain, image_folder, lora_metadata, new_run, run_args
 
 pytestmark = pytest.mark.realtrainer
 
@@ -45,12 +45,6 @@ def sdxl() -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def real() -> Real:
     return Real.from_env()
-
-
-def _metadata(path: Path) -> dict:
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        return json.loads(f.read(n)).get("__metadata__") or {}
 
 
 def _sets() -> list[str]:
@@ -105,7 +99,7 @@ def test_sdxl_config_check_run_oom_resume(real, sdxl, tmp_path):
     assert len(backward) == total  # accumulation 1: one pass a step
     assert summary["status"] == "success" and summary["total_steps"] == planned
     assert summary["steps_done"] == total == planned + summary["steps_redone"]
-    meta = _metadata(Path(summary["lora"]))
+    meta = lora_metadata(Path(summary["lora"]))
     assert meta["ss_steps"] == str(planned) and meta.get("ss_base_model_version", "").startswith("sdxl"), meta
     checked = run.earlier_files_untouched()
     SCENARIOS.append({"scenario": "SDXL: config, check, run, OOM at backward 2", "planned": planned,
