@@ -150,6 +150,28 @@ def _prompt_file(f: _Form) -> str | None:
     return out + ("" if out.endswith(("/", "\\")) else "/") + "sample/prompt.txt"
 
 
+def _sample_and_save_keys(f: _Form) -> dict[str, Any]:
+    """The sampling, saving and state keys, which every training tab builds the same way."""
+    return {
+        "sample_every_n_epochs": _nz(f.sample_every_n_epochs),
+        "sample_every_n_steps": _nz(f.sample_every_n_steps),
+        "sample_prompts": _prompt_file(f),
+        "sample_sampler": f.sample_sampler,
+        "save_every_n_epochs": _nz(f.save_every_n_epochs),
+        "save_every_n_steps": _nz(f.save_every_n_steps),
+        "save_last_n_steps": _nz(f.save_last_n_steps),
+        "save_last_n_steps_state": _nz(f.save_last_n_steps_state),
+        "save_last_n_epochs": _nz(f.save_last_n_epochs),
+        "save_last_n_epochs_state": _nz(f.save_last_n_epochs_state),
+        "save_model_as": f.save_model_as,
+        "save_precision": f.save_precision,
+        "save_state": f.save_state,
+        "save_state_on_train_end": f.save_state_on_train_end,
+        "save_state_to_huggingface": f.save_state_to_huggingface,
+        "scale_v_pred_loss_like_noise_pred": f.scale_v_pred_loss_like_noise_pred,
+    }
+
+
 def _shell_quote(token: str) -> str:
     if token and re.fullmatch(r"[\w@%+=:,./-]+", token, flags=re.ASCII):
         return token

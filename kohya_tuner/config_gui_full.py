@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kohya_tuner.config_gui_form import _check_args_fields, _drop_unset_full, _Form, _gui_split, _nz, _prompt_file, _warmup
+from kohya_tuner.config_gui_form import _check_args_fields, _drop_unset_full, _Form, _gui_split, _nz, _sample_and_save_keys, _warmup
 
 
 # ---- the DreamBooth and Finetune tabs (dreambooth_gui / finetune_gui train_model) -----------
@@ -90,22 +90,7 @@ def _full_common(f: _Form, sdxl: bool, flux: bool, sd3: bool) -> dict[str, Any]:
         "resolution": f.max_resolution,
         "resume": f.resume,
         "resume_from_huggingface": f.resume_from_huggingface,
-        "sample_every_n_epochs": _nz(f.sample_every_n_epochs),
-        "sample_every_n_steps": _nz(f.sample_every_n_steps),
-        "sample_prompts": _prompt_file(f),
-        "sample_sampler": f.sample_sampler,
-        "save_every_n_epochs": _nz(f.save_every_n_epochs),
-        "save_every_n_steps": _nz(f.save_every_n_steps),
-        "save_last_n_steps": _nz(f.save_last_n_steps),
-        "save_last_n_steps_state": _nz(f.save_last_n_steps_state),
-        "save_last_n_epochs": _nz(f.save_last_n_epochs),
-        "save_last_n_epochs_state": _nz(f.save_last_n_epochs_state),
-        "save_model_as": f.save_model_as,
-        "save_precision": f.save_precision,
-        "save_state": f.save_state,
-        "save_state_on_train_end": f.save_state_on_train_end,
-        "save_state_to_huggingface": f.save_state_to_huggingface,
-        "scale_v_pred_loss_like_noise_pred": f.scale_v_pred_loss_like_noise_pred,
+        **_sample_and_save_keys(f),
         "sdpa": True if f.xformers == "sdpa" else None,
         "seed": int(f.seed) if int(f.seed) != 0 else None,
         "shuffle_caption": f.shuffle_caption,
