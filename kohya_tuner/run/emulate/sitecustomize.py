@@ -83,6 +83,8 @@ except Exception as exc:  # a failed cap must not stop training; it is reported 
     print(f"kohya-tuner: could not emulate the VRAM cap: {exc}", file=sys.stderr)
 try:
     if os.environ.get("KOHYA_TUNER_SAVE_AT_OOM"):
+        # The sibling file, by its top-level name: this folder is what is on the trainer's
+        # PYTHONPATH, and kohya_tuner itself is often not installed in the trainer's venv.
         import kohya_tuner_oom_state
 
         kohya_tuner_oom_state.install()
