@@ -140,12 +140,14 @@ def why(exc: OSError) -> str:
     return (exc.strerror or str(exc)).rstrip(".")
 
 
-def _holds_exactly(p: Path, text: str) -> bool:
+def holds_exactly(p: Path, text: str) -> bool:
     """Whether the file's bytes are those `atomic_write` would write. Bytes, not text: a text
-    read turns CRLF (launch.bat) into LF. The size is compared first, so a large file is never read."""
+    read turns CRLF (launch.bat) into LF. Only a regular file is read (a FIFO or a device may
+    never end), and its size is compared first, so a large file is never read."""
     try:
         data = text.encode("utf-8")
-        return p.stat().st_size == len(data) and p.read_bytes() == data
+        st = p.stat()
+        return stat.S_ISREG(st.st_mode) and st.st_size == len(data) and p.read_bytes() == data
     except (OSError, UnicodeEncodeError):
         return False
 
@@ -164,7 +166,7 @@ def write_new(path: str | os.PathLike, text: str, force: bool = False, *, execut
         # Renaming over /dev/null or a named pipe would replace it for every program.
         raise UserError(f"{p} is not a regular file (a device or a pipe); cannot write a file there.")
     if os.path.lexists(p):
-        if _holds_exactly(p, text):
+        if holds_exactly(p, text):
             return None
         if not force:
             raise UserError(f"{p} already exists; kohya-tuner never overwrites your files.",

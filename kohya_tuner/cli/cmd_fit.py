@@ -45,20 +45,12 @@ def _gui_path(given: Path | None, out: Path, taken: list[Path | None]) -> Path |
 def _refuse_existing(files: list[tuple[Path, str, bool]]) -> None:
     """Before anything is written: a file that exists with other content is the user's."""
     from kohya_tuner.errors import UserError
-
-    import stat
+    from kohya_tuner.fileio import holds_exactly
 
     for path, body, _secret in files:
-        if path.exists() or path.is_symlink():
-            data = body.encode("utf-8", "surrogateescape")
-            try:  # a FIFO or a device is never read: it is the user's, and reading it may never end
-                st = path.stat()
-                same = stat.S_ISREG(st.st_mode) and st.st_size == len(data) and path.read_bytes() == data
-            except OSError:
-                same = False
-            if not same:
-                raise UserError(f"{path} already exists; kohya-tuner never overwrites your files.",
-                                "Choose another --out, or pass --force (the old file is kept as .bak).")
+        if (path.exists() or path.is_symlink()) and not holds_exactly(path, body):
+            raise UserError(f"{path} already exists; kohya-tuner never overwrites your files.",
+                            "Choose another --out, or pass --force (the old file is kept as .bak).")
 
 
 def _prompts_text(path: str, gui_input: Path | None) -> str | None:
