@@ -33,7 +33,7 @@ KIND_MISSES = {
 PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
                 "public/094": "diffusers' inference with the trained LoRA after 'Loading pipeline components' and "
                               "'Loading unet.' is read as model loading",
-                "public/110": KIND_MISSES["public/110"], "public/112": KIND_MISSES["public/112"],
+                "public/112": KIND_MISSES["public/112"],
                 "public/140": "sd-scripts' dataset records ('loading image sizes', 'make buckets', the bucket list) "
                               "with no caching line or error yet are read as model loading",
                 "public/154": "a trainer GUI's backend raising FileNotFoundError for its training script, before any "

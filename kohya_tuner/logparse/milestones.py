@@ -14,6 +14,7 @@ import re
 
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
+from kohya_tuner.logparse import phase_words as PW
 from kohya_tuner.logparse.events import (
     EpochStart, Event, Failure, Finished, Milestone, Oom, Progress, Resumed, Saved, TotalSteps,
 )
@@ -74,6 +75,9 @@ class Milestones:
     def _new_run(self) -> None:  # pragma: no cover - the parser defines it
         raise NotImplementedError
 
+    def _logger(self, name: str, out: list[Event]) -> None:  # pragma: no cover - the parser defines it
+        raise NotImplementedError
+
     def _side_bar(self, desc: str, n: int, out: list[Event]) -> None:
         """A named bar other than the training bar says what the trainer is doing ("Loading
         pipeline components", "Caching latents to disk"): its description is read as a milestone
@@ -114,7 +118,25 @@ class Milestones:
         raise NotImplementedError
 
     def _milestone(self, s: str, out: list[Event]) -> bool:
+        c = s[:1]
+        if c == "(":
+            m = PW.TAGS_RE.match(s)
+            if m and m.end() < len(s):
+                # SimpleTuner's "(VAECache) (Rank: 0) message": the tag may say the phase, the
+                # message after it is read as any other.
+                if m.group("tag"):
+                    self._logger(m.group("tag"), out)
+                s = s[m.end():]
+        elif c in "*=#" and len(s) > 1:
+            # "***** Running training *****" (diffusers' scripts, the transformers Trainer).
+            s = s.strip("*=# ")
         low = s[:48].lower()
+        if ".py" in s and not s.startswith(("File ", "Traceback")):
+            found = PW.command_phase(s.lower())
+            if found is not None:
+                # A command line that runs a caching script (musubi-tuner's, sd-scripts' tools).
+                out.append(Milestone(phase=found[0], name=found[1], line=s))
+                return True
         if low.startswith("generating sample images"):
             # sd-scripts names the step it samples after ("… at step / サンプル画像生成 ステップ: 200"):
             # that many steps are done, which a log cut before the next bar refresh shows nowhere else.

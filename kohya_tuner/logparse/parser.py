@@ -23,6 +23,7 @@ import re
 
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
+from kohya_tuner.logparse import phase_words as PW
 from kohya_tuner.logparse.barruns import BarRuns
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.events import (
@@ -95,6 +96,7 @@ class LogParser(BarRuns, Milestones):
         self._wrapper: str | None = None
         self._name_lines = _NAME_LINES
         self._last_source: str | None = None
+        self._last_logger: str | None = None
         self._nan_reported = False
         self._zero_steps: set[int] = set()
         self._zero_reported = False
@@ -229,7 +231,8 @@ class LogParser(BarRuns, Milestones):
         elif line[:1] in ("D", "I", "W", "E", "C"):
             m = P.PYLOG_RE.match(line)
             if m:
-                self._logical(m.group(2), m.group(1), out)
+                self._logger(m.group(2), out)
+                self._logical(m.group(3), m.group(1), out)
                 return
             m = P.LOOSE_HEAD_RE.match(line)
             if m:
@@ -258,7 +261,9 @@ class LogParser(BarRuns, Milestones):
             # Python logging's "%(asctime)s - %(levelname)s - %(message)s", its time already cut.
             m = P.DASH_LEVEL_RE.match(line)
             if m:
-                self._logical(m.group(2), m.group(1), out)
+                if m.group("logger"):
+                    self._logger(m.group("logger"), out)
+                self._logical(m.group(3), m.group(1), out)
                 return
         self._logical(line, None, out)
 
@@ -557,6 +562,17 @@ class LogParser(BarRuns, Milestones):
         if name != self._last_source:
             self._last_source = name
             self._names(name, name.lower(), out)
+            self._logger(name[:-3] if name.endswith(".py") else name, out)
+
+    def _logger(self, name: str, out: list[Event]) -> None:
+        """A record's logger, source file or tag that says the phase by itself (a caching
+        script, a cache class): the phase from its first record on, read once per change."""
+        if name == self._last_logger:
+            return
+        self._last_logger = name
+        found = PW.source_phase(name)
+        if found is not None:
+            out.append(Milestone(phase=found[0], name=found[1], line=name))
 
     def _names(self, s: str, low: str, out: list[Event]) -> None:
         """The wrapper and the model family a line names (frames.toml)."""

@@ -12,6 +12,7 @@ import re
 import unicodedata
 from functools import lru_cache
 
+from kohya_tuner.logparse import phase_words
 from kohya_tuner.logparse.events import OomFigures
 
 # ---- cleaning --------------------------------------------------------------------------------
@@ -29,6 +30,7 @@ _PREFIX_RE = re.compile(
     r"|\[(?:rank|default)\d+\]:"  # [rank1]: / torchrun's [default0]:
     r"|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,]\d{3,}(?:Z|[+-]\d{2}:?\d{2})?(?= )"  # 2024-06-30 23:45:34,053
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})(?= )"  # docker-style ISO time
+    r"|\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}(?= - )"  # accelerate's get_logger: 08/08/2024 04:37:22 - INFO -
     r") ?"
 )
 
@@ -66,8 +68,9 @@ RICH_HEAD_RE = re.compile(r"(?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}| {19}) (DEBUG
 LOOSE_HEAD_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) +(\S.*)?$")
 RICH_PATH_RE = re.compile(r"\s([\w.\-]+\.py:\d+)\s*$")
 # "- INFO - message" (Python logging's common format once the time is cut), with an optional
-# logger name: "- root - INFO - message".
-DASH_LEVEL_RE = re.compile(r"- (?:[\w.]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) - (.*)$")
+# logger name before the level ("- root - INFO - message") or after it (accelerate's get_logger:
+# "- INFO - __main__ - message").
+DASH_LEVEL_RE = re.compile(r"- (?:[\w.]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) - (?:(?P<logger>[\w.]+) - )?(.*)$")
 
 # ---- progress bars --------------------------------------------------------------------------
 
@@ -121,8 +124,10 @@ def bar_numbers(m: re.Match) -> tuple[float | None, float | None]:
 
 def trainer_postfix(inner: str) -> bool:
     """A bar whose postfix reports the learning rate and the loss is a training bar, whatever
-    its description (ai-toolkit names it after the job: "my_lora:  3%|…| 1021/30000 [… lr: … loss: …]")."""
-    return ("lr" in inner and "loss" in inner) or "avr_loss=" in inner or "step_loss=" in inner
+    its description (ai-toolkit names it after the job: "my_lora:  3%|…| 1021/30000 [… lr: … loss: …]";
+    OneTrainer's postfix is "loss=0.12, smooth loss=0.1")."""
+    return (("lr" in inner and "loss" in inner) or "avr_loss=" in inner or "step_loss=" in inner
+            or " loss=" in inner or ",loss=" in inner or inner.startswith("loss="))
 
 
 _MAIN_BAR: dict[str, bool] = {}
@@ -134,7 +139,8 @@ def is_main_bar(desc: str) -> bool:
     if known is not None:
         return known
     d = desc.rstrip(": ").lower()
-    result = (d == "steps" or d.endswith(" steps")) and "validation" not in d
+    # OneTrainer's is `step` (with an `epoch` bar above it).
+    result = (d in ("steps", "step") or d.endswith(" steps")) and "validation" not in d
     if len(_MAIN_BAR) < 256:
         _MAIN_BAR[desc] = result
     return result
@@ -143,6 +149,7 @@ def is_main_bar(desc: str) -> bool:
 # ---- milestones ------------------------------------------------------------------------------
 
 # (lower-case message prefix, phase, milestone name), checked with str.startswith.
+# Other trainers' words follow from phase_words.toml.
 MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
     ("loading settings from", "model_load", "start"),
     ("preparing accelerator", "model_load", "preparing accelerator"),
@@ -188,22 +195,7 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
     ("generating sample images", "sampling", "generating sample images"),
     ("saving state at", "saving", "saving state"),
     ("saving last state", "saving", "saving state"),
-    # Other trainers' own words (ai-toolkit, SimpleTuner, OneTrainer, Fizgig): after the
-    # sd-scripts ones, so that "loading settings from" stays the start of a run.
-    ("caching text embeddings", "cache_text_encoder", "caching text encoder outputs"),
-    ("caching text embeds", "cache_text_encoder", "caching text encoder outputs"),
-    ("configuring text embed", "cache_text_encoder", "caching text encoder outputs"),
-    ("moving text encoder", "cache_text_encoder", "caching text encoder outputs"),
-    ("text encoder caching", "cache_text_encoder", "caching text encoder outputs"),
-    ("caching latents", "cache_latents", "caching latents"),
-    ("caching vae", "cache_latents", "caching latents"),
-    ("processing vae cache", "cache_latents", "caching latents"),
-    ("loading ", "model_load", "loading model"),
-    ("quantizing", "model_load", "quantising the model"),
-    ("quantising", "model_load", "quantising the model"),
-    ("moving transformer", "model_load", "moving models"),
-    ("moving model", "model_load", "moving models"),
-)
+) + phase_words.prefixes()
 MILESTONE_HEADS = tuple(p for p, _, _ in MILESTONE_PREFIXES)
 
 # How many training processes a run has: sd-scripts' "loading model for process 0/2",
@@ -237,7 +229,7 @@ REDIRECTED_RE = re.compile(r"(?:\d{4}-\d\d-\d\d[ T][\d:.,]+\s*)?\|\s*(?:DEBUG|IN
 # package.module:function:42 - message", read once the level is taken off.
 LOGURU_AFTER_LEVEL_RE = re.compile(r"\|\s*\d{4}-\d\d-\d\d[ T][\d:.,]+\s*\|\s*[\w.<>\-]+:[\w.<>\-]+:\d+ - (.*)$")
 # Python logging's default format, "INFO:module.name:message" (musubi-tuner, diffusers scripts).
-PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.\-]+:(.*)$")
+PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.\-]+):(.*)$")
 
 # ---- tracebacks and exceptions ------------------------------------------------------------
 

@@ -1,0 +1,56 @@
+"""Other trainers' milestone words and the names that say a phase (phase_words.toml).
+
+Pure lookups; the words are data so that a trainer's new message is one entry, not a branch.
+Loaded once, on first use.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+_TABLE = Path(__file__).with_name("phase_words.toml")
+# A script a command line runs: "python src/musubi_tuner/wan_cache_latents.py --…".
+SCRIPT_RE = re.compile(r"([\w\-]+)\.py\b")
+# Leading tags of a record (SimpleTuner's "(VAECache) (Rank: 0) message").
+TAGS_RE = re.compile(r"(?:\((?P<tag>[\w.]+)\)\s*|\((?:rank|Rank):?\s*\d+\)\s*)+")
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict:
+    return tomllib.loads(_TABLE.read_text(encoding="utf-8"))
+
+
+def prefixes() -> tuple[tuple[str, str, str], ...]:
+    """(lower-case message prefix, phase, milestone name) of the trainers other than sd-scripts."""
+    return tuple((r["text"], r["phase"], r["name"]) for r in _data()["prefix"])
+
+
+@lru_cache(maxsize=1)
+def _sources() -> tuple[tuple[re.Pattern, str, str], ...]:
+    return tuple((re.compile(r["match"]), r["phase"], r["name"]) for r in _data()["source"])
+
+
+@lru_cache(maxsize=256)
+def source_phase(name: str) -> tuple[str, str] | None:
+    """(phase, milestone name) when the name of what logged a record says the phase, else None."""
+    low = name.lower()
+    for rx, phase, what in _sources():
+        if rx.search(low):
+            return phase, what
+    return None
+
+
+def command_phase(low: str) -> tuple[str, str] | None:
+    """(phase, milestone name) when a lower-cased command line runs a script whose name says
+    the phase (a caching script), else None."""
+    if ".py" not in low or not ("python" in low or "accelerate" in low or "launch" in low):
+        return None
+    m = SCRIPT_RE.search(low)
+    return source_phase(m.group(1)) if m else None

@@ -1,0 +1,138 @@
+"""The phase words of trainers other than sd-scripts (phase_words.toml), the names of what
+logged a record, and the log formats that hid them. Each text here is written for the rule it
+tests (none is a labelled log)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kohya_tuner.logparse import diagnose, parse_text
+from kohya_tuner.logparse import phase_words as PW
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of "
+       "11.60 GiB of which 0.50 GiB is free.\n")
+HIP_OOM = ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "15.98 GiB of which 0 bytes is free.\n")
+MPS_OOM = ("RuntimeError: MPS backend out of memory (MPS allocated: 17.80 GB, other allocations: 1.19 MB, max allowed: "
+           "18.13 GB). Tried to allocate 512.00 MB on private pool.\n")
+TRAIN_BAR = "steps:  10%|#         | 100/1000 [01:00<10:00,  1.00s/it, avr_loss=0.1]\n"
+
+
+def _phase(text: str) -> str:
+    return diagnose(parse_text(text)).phase
+
+
+@pytest.mark.parametrize("line,phase", [
+    # latents
+    ("Processing bucket 1.0:  10%|#         | 5/50 [00:10<00:20,  2.20it/s]\n", "cache_latents"),
+    ("Encoding images:  10%|#         | 5/50 [00:10<00:20,  2.20it/s]\n", "cache_latents"),
+    ("Checking cache validity...\n", "cache_latents"),
+    ("Pre-computing latents for 40 images\n", "cache_latents"),
+    # text-encoder outputs
+    ("Write embeds to disk\n", "cache_text_encoder"),
+    ("Encoding prompts:  10%|#         | 2/20 [00:01<00:20,  1.00s/it]\n", "cache_text_encoder"),
+    ("Caching embeddings for 12 captions\n", "cache_text_encoder"),
+    ("Encoding with T5\n", "cache_text_encoder"),
+    # sampling
+    ("Generating Images:   0%|          | 0/4 [00:00<?, ?it/s]\n", "sampling"),
+    ("sampling:  20%|##        | 4/20 [00:01<00:05,  3.20it/s]\n", "sampling"),
+    ("Running validation...\n", "sampling"),
+    ("sample_sampler: euler_a\n", "sampling"),
+    ("Generating class images:   0%|          | 0/13 [00:00<?, ?it/s]\n", "sampling"),
+    # saving
+    ("Saving model weights\n", "saving"),
+    ("Saving LoRA weights\n", "saving"),
+])
+def test_other_trainers_phase_words_place_an_oom_with_no_frames(line, phase):
+    assert _phase(line + OOM) == phase
+
+
+def test_a_phase_word_after_training_steps_outranks_the_training_bar():
+    assert _phase(TRAIN_BAR + "Generating Images:   0%|          | 0/4 [00:00<?, ?it/s]\n" + OOM) == "sampling"
+    # and the next refresh of the training bar means training went on
+    assert _phase(TRAIN_BAR + "Running validation...\n" + TRAIN_BAR.replace("100/", "101/") + OOM) == "training"
+
+
+def test_sd_scripts_words_still_come_first():
+    # "Loading settings from" starts a run (model_load), not the generic "loading " of other trainers.
+    events = parse_text("Loading settings from /x/config.toml...\n" + OOM)
+    names = [getattr(e, "name", None) for e in events]
+    assert "start" in names
+    assert PW.prefixes() and all(p == p.lower() for p, _, _ in PW.prefixes())
+
+
+@pytest.mark.parametrize("line,phase", [
+    ("INFO:musubi_tuner.cache_latents:Encoding batch of 1 items\n", "cache_latents"),
+    ("INFO:musubi_tuner.wan_cache_text_encoder_outputs:Encoding batch of 4 items\n", "cache_text_encoder"),
+    ("2025-01-01 10:00:00,000 [INFO] (VAECache) (Rank: 0) Bucket 1.0 has 20 images\n", "cache_latents"),
+    ("2025-01-01 10:00:00,000 [INFO] (TextEmbeddingCache) (Rank: 0) Got 12 prompts\n", "cache_text_encoder"),
+    ("2024-06-30 23:45:34 INFO     encoding 12 images                 cache_latents.py:120\n", "cache_latents"),
+])
+def test_a_logger_or_tag_that_names_a_cache_gives_the_phase(line, phase):
+    assert _phase(line + OOM) == phase
+
+
+def test_a_logger_of_the_trainer_itself_says_no_phase():
+    assert PW.source_phase("musubi_tuner.hv_train_network") is None
+    assert PW.source_phase("train_util") is None
+    assert _phase("INFO:musubi_tuner.hv_train_network:Prepare training\n" + OOM) == "unknown"
+
+
+@pytest.mark.parametrize("cmd,phase", [
+    ("python src/musubi_tuner/wan_cache_latents.py --dataset_config d.toml --vae v.safetensors\n", "cache_latents"),
+    ("accelerate launch tools/cache_text_encoder_outputs.py --dataset_config d.toml\n", "cache_text_encoder"),
+])
+def test_a_command_line_that_runs_a_caching_script(cmd, phase):
+    assert _phase(cmd + OOM) == phase
+
+
+def test_a_training_command_line_says_no_phase():
+    assert PW.command_phase("accelerate launch sdxl_train_network.py --config_file c.toml") is None
+    assert PW.command_phase("wan_cache_latents.py is missing") is None  # not a command
+
+
+def test_accelerate_logger_format_with_date_and_logger_after_the_level():
+    text = ("08/08/2024 04:37:22 - INFO - __main__ - ***** Running training *****\n"
+            "08/08/2024 04:37:22 - INFO - __main__ -   Num examples = 10\n" + OOM)
+    assert _phase(text) == "first_step"
+    text = ("Steps:  50%|#####     | 500/1000 [10:00<10:00,  1.20s/it, loss=0.05, lr=0.0001]\n"
+            "01/01/2025 10:00:00 - INFO - accelerate.accelerator - Saving current state to out/checkpoint-500\n"
+            "Killed\n")
+    assert _phase(text) == "saving"
+
+
+def test_onetrainer_step_bar_is_the_training_bar():
+    text = ("epoch:   0%|          | 0/100 [00:00<?, ?it/s]\n"
+            "step:  40%|####      | 8/20 [00:10<00:15,  1.20s/it, loss=0.123, smooth loss=0.1]\n" + OOM)
+    d = diagnose(parse_text(text))
+    assert (d.phase, d.step) == ("training", 8)
+
+
+def test_a_loss_postfix_makes_a_training_bar_but_a_validation_loss_does_not():
+    assert diagnose(parse_text("train:  10%|#  | 3/30 [00:01<00:09, 3.0it/s, loss=0.2]\n" + OOM)).step == 3
+    assert diagnose(parse_text("eval:  10%|#  | 3/30 [00:01<00:09, 3.0it/s, val_loss=0.2]\n" + OOM)).step is None
+
+
+@pytest.mark.parametrize("frame,phase", [
+    ("    instance_prompt_hidden_states = compute_text_embeddings(\n", "cache_text_encoder"),
+    ("    images = log_validation(\n", "sampling"),
+])
+def test_diffusers_script_frames(frame, phase):
+    text = ('Traceback (most recent call last):\n  File "/x/train_dreambooth_lora_flux.py", line 1800, in main\n'
+            + frame + OOM)
+    assert _phase(text) == phase
+
+
+@pytest.mark.parametrize("oom", [HIP_OOM, MPS_OOM])
+def test_rocm_and_mps_ooms_are_placed_like_cuda_ones(oom):
+    d = diagnose(parse_text("caching latents.\n  3%|3         | 1/30 [00:05<02:30,  5.20s/it]\n" + oom))
+    assert (d.outcome, d.phase) == ("oom", "cache_latents")
+    d = diagnose(parse_text(TRAIN_BAR + oom))
+    assert (d.outcome, d.phase, d.step) == ("oom", "training", 100)
+
+
+def test_unfinished_logs_keep_the_phase_they_stopped_in():
+    d = diagnose(parse_text("INFO:musubi_tuner.cache_latents:Encoding batch of 1 items\n"))
+    assert (d.outcome, d.phase) == ("incomplete", "cache_latents")
+    d = diagnose(parse_text(TRAIN_BAR))
+    assert (d.outcome, d.phase) == ("incomplete", "training")
