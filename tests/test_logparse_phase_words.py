@@ -136,3 +136,70 @@ def test_unfinished_logs_keep_the_phase_they_stopped_in():
     assert (d.outcome, d.phase) == ("incomplete", "cache_latents")
     d = diagnose(parse_text(TRAIN_BAR))
     assert (d.outcome, d.phase) == ("incomplete", "training")
+
+
+# ---- rules written after the eighth held-out batch's first run ------------------------------------
+
+def test_a_titled_box_that_is_not_a_traceback_is_read_as_lines():
+    text = ("Loading model from /m/checkpoint\n"
+            "╭──────────── Training Progress ────────────╮\n"
+            "│   Epoch 0 / 20    Step 0  |  ETA --        │\n"
+            "│   <Bar 0 of 100>  0%                       │\n"
+            "╰────────────────────────────────────────────╯\n")
+    assert _phase(text) == "first_step"
+    # a Rich traceback box is still a traceback
+    box = ("╭──────── Traceback (most recent call last) ────────╮\n"
+           "│ /sd/train_network.py:900 in train                 │\n"
+           "│ ❱ 900 │   accelerator.backward(loss)              │\n"
+           "╰───────────────────────────────────────────────────╯\n" + OOM)
+    assert _phase(TRAIN_BAR + box) == "training"
+
+
+def test_an_epoch_header_with_spaces_and_text_after_it():
+    assert _phase("Epoch 3 / 20  Step 40  |  ETA 00:10\n" + OOM) == "training"
+    assert _phase("epoch 1/10\n" + OOM) == "first_step"
+
+
+def test_bracketed_tags_before_a_milestone():
+    text = ("[2024-02-26 15:59:51,908] [INFO] [logging.py:96:log_dist] [Rank 0] Saving model checkpoint: "
+            "/out/global_step10/model_states.pt\n")
+    assert _phase(text) == "saving"
+    # a lone tag is left alone ("[Dataset 0]" is a dataset record, not a phase)
+    assert _phase("[Dataset 0]\n") == "unknown"
+
+
+def test_a_record_that_names_its_logger_and_function():
+    text = ("INFO     __main__ | height: 360 (sample_image_inference)              hv_train_network.py:988\n"
+            "INFO     __main__ | sample steps: 20 (sample_image_inference)         hv_train_network.py:991\n" + OOM)
+    assert _phase(text) == "sampling"
+    text = "INFO     musubi.cache_text | Encoding batch (encode_batch)       cache_text.py:40\n" + OOM
+    assert _phase(text) == "cache_text_encoder"
+    # a function no frame rule knows says nothing
+    assert _phase("INFO     __main__ | height: 360 (print_settings)      x.py:1\n" + OOM) == "unknown"
+
+
+@pytest.mark.parametrize("name,phase", [
+    ("fizgig.scripts.cache_text", "cache_text_encoder"),
+    ("tools.precache_latents", "cache_latents"),
+    ("src/cache_latents", "cache_latents"),
+    ("musubi_tuner.hv_train_network", None),
+    ("my_cache_textures", None),
+])
+def test_names_of_caching_modules(name, phase):
+    found = PW.source_phase(name)
+    assert (found[0] if found else None) == phase
+
+
+def test_ddp_wrapping_frames_are_multi_gpu_start_up():
+    text = ('  File "/venv/lib/python3.12/site-packages/torch/distributed/utils.py", line 322, in '
+            '_sync_params_and_buffers\n    dist._broadcast_coalesced(\n'
+            "RuntimeError: HIP error: invalid device function\n")
+    d = diagnose(parse_text(text))
+    assert (d.phase, d.error.kind) == ("model_load", "cuda_error")
+
+
+def test_a_plain_exception_line_is_a_failure():
+    d = diagnose(parse_text("Exception: (id=ds) Some images were not cached.\n"))
+    assert d.outcome == "error"
+    # a word merely ending the same way is not an exception line
+    assert diagnose(parse_text("NoException here\n")).outcome != "error"

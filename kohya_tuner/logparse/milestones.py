@@ -127,6 +127,11 @@ class Milestones:
                 if m.group("tag"):
                     self._logger(m.group("tag"), out)
                 s = s[m.end():]
+        elif c == "[":
+            m = PW.BRACKETS_RE.match(s)
+            if m and m.end() < len(s):
+                # DeepSpeed's "[logging.py:96:log_dist] [Rank 0] Saving model checkpoint: …".
+                s = s[m.end():]
         elif c in "*=#" and len(s) > 1:
             # "***** Running training *****" (diffusers' scripts, the transformers Trainer).
             s = s.strip("*=# ")

@@ -23,12 +23,11 @@ import re
 
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
-from kohya_tuner.logparse import phase_words as PW
 from kohya_tuner.logparse.barruns import BarRuns
 from kohya_tuner.logparse.milestones import Milestones
+from kohya_tuner.logparse.recordnames import RecordNames
 from kohya_tuner.logparse.events import (
-    EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, Processes, Progress, Resumed, Saved,
-    TotalSteps, Wrapper,
+    EpochStart, Event, Exited, Failure, Finished, Oom, Processes, Progress, Resumed, Saved, TotalSteps,
 )
 
 from kohya_tuner.logparse.records import MAX_LINE, _PendingOom, _RichRecord, _Traceback
@@ -62,7 +61,7 @@ def _last_frame(tb: _Traceback) -> str:
     return next((r for r in reversed(rows) if any(c.isalpha() for c in r)), "")
 
 
-class LogParser(BarRuns, Milestones):
+class LogParser(BarRuns, RecordNames, Milestones):
     """Feed it the trainer's output as it arrives; it returns the events each chunk completes.
 
     `coalesce_progress=True` is for reading a finished log (`diagnose`): a run of consecutive
@@ -97,6 +96,9 @@ class LogParser(BarRuns, Milestones):
         self._name_lines = _NAME_LINES
         self._last_source: str | None = None
         self._last_logger: str | None = None
+        # Inside a titled box that is not a traceback (a progress panel).
+        self._panel = False
+        self._last_func: str | None = None
         self._nan_reported = False
         self._zero_steps: set[int] = set()
         self._zero_reported = False
@@ -246,6 +248,7 @@ class LogParser(BarRuns, Milestones):
                 pm = P.RICH_PATH_RE.search(body)
                 if pm:
                     body = body[: pm.start()]
+                body = self._record_names(body, out)
                 if body[:1] == "|":
                     lm = P.LOGURU_AFTER_LEVEL_RE.match(body)
                     if lm:
@@ -340,6 +343,23 @@ class LogParser(BarRuns, Milestones):
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
             self._start_traceback(s)
             return
+        if self._panel or (s[0] in "╭┏" and any(ch.isalpha() for ch in s)):
+            # A titled box that is not a traceback (a trainer's progress panel): its rows are
+            # read as lines of their own.
+            if s[0] in "╭┏":
+                self._panel = True
+                return
+            if s[0] in P.BOX_CLOSE:
+                self._panel = False
+                return
+            s = s.strip("│┃ ")
+            if not s:
+                return
+            if self._milestone(s, out):
+                return
+            if s[0] not in P.BOX_CHARS:
+                return
+            self._panel = False
         if s[0] in P.BOX_CHARS:
             # The top of a Rich traceback box may have scrolled away; its frames still count.
             self._tb = _Traceback(explicit=False, boxed=True)
@@ -554,49 +574,6 @@ class LogParser(BarRuns, Milestones):
         self._nan_reported = False
         self._zero_steps.clear()
         self._zero_reported = False
-
-    def _source_file(self, where: str, out: list[Event]) -> None:
-        """Rich's right-hand column names the file that logged (`sdxl_train.py:761`): a name
-        too, looked at once per file."""
-        name = where.rsplit(":", 1)[0]
-        if name != self._last_source:
-            self._last_source = name
-            self._names(name, name.lower(), out)
-            self._logger(name[:-3] if name.endswith(".py") else name, out)
-
-    def _logger(self, name: str, out: list[Event]) -> None:
-        """A record's logger, source file or tag that says the phase by itself (a caching
-        script, a cache class): the phase from its first record on, read once per change."""
-        if name == self._last_logger:
-            return
-        self._last_logger = name
-        found = PW.source_phase(name)
-        if found is not None:
-            out.append(Milestone(phase=found[0], name=found[1], line=name))
-
-    def _names(self, s: str, low: str, out: list[Event]) -> None:
-        """The wrapper and the model family a line names (frames.toml)."""
-        wrapper, family = F.names_in(s, low)
-        if wrapper is not None and wrapper != self._wrapper and F.wrapper_rank(wrapper) < F.wrapper_rank(self._wrapper):
-            self._wrapper = wrapper
-            out.append(Wrapper(wrapper=wrapper, line=s))
-        if family is not None:
-            name, strength = family
-            if "<module>" in s:
-                self._entry_family = name
-            elif self._entry_family is not None and name != self._entry_family and P.FRAME_LINE_RE.match(s):
-                # The script that ran (its `<module>` frame) outranks the modules it calls:
-                # musubi-tuner's wan_train_network.py runs through hv_train_network.py. What the
-                # run logs (FLUX's script "Building Chroma model") still counts.
-                return
-            # Stronger evidence replaces weaker; equally strong evidence of another family is a
-            # later run of another model.
-            if name != self._family and strength <= self._family_strength:
-                self._family = name
-                self._family_strength = strength
-                out.append(ModelFamily(family=name, strength=strength, line=s))
-            elif name == self._family and strength < self._family_strength:
-                self._family_strength = strength
 
 
 def parse_text(text: str) -> list[Event]:

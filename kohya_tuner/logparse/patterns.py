@@ -205,7 +205,8 @@ RANK_PREFIX_RE = re.compile(r"\[(?:rank|default)(\d+)\]:")
 ACCEL_DEVICE_RE = re.compile(r"accelerator device:\s*(\S+)")
 TOTAL_STEPS_RE = re.compile(
     r"(?:total optimization steps\s*/.*?[:：]|override steps\. steps for \d+ epochs is\s*/.*?[:：])\s*(\d+)\s*$")
-EPOCH_RE = re.compile(r"epoch (\d+)/(\d+)\s*$", re.I)
+# "epoch 1/10" (sd-scripts), "Epoch 0 / 500    Step 0 | ETA --" (a trainer's progress panel).
+EPOCH_RE = re.compile(r"epoch\s+(\d+)\s*/\s*(\d+)(?:\s|$)", re.I)
 GLOBAL_STEP_RE = re.compile(r"Epoch \d+, global step (\d+):", re.I)
 SAVING_CKPT_RE = re.compile(r"saving checkpoint:\s*(.+?)\s*$")
 SAVE_TRAINED_RE = re.compile(r"save trained model as .*? to\s+(.+?)\s*$")
@@ -228,15 +229,20 @@ REDIRECTED_RE = re.compile(r"(?:\d{4}-\d\d-\d\d[ T][\d:.,]+\s*)?\|\s*(?:DEBUG|IN
 # The same with the level first (a custom loguru format): "INFO     | 2024-08-29 06:16:28 |
 # package.module:function:42 - message", read once the level is taken off.
 LOGURU_AFTER_LEVEL_RE = re.compile(r"\|\s*\d{4}-\d\d-\d\d[ T][\d:.,]+\s*\|\s*[\w.<>\-]+:[\w.<>\-]+:\d+ - (.*)$")
+# A record's logger before a bar ("__main__ | message") and the function that logged it after the
+# message ("… (sample_image_inference)"), as musubi-tuner's Rich handler prints them.
+LOGGER_BAR_RE = re.compile(r"([\w.<>]+) \| (.*)$")
+FUNC_SUFFIX_RE = re.compile(r"\s\(([a-z_]\w*)\)\s*$")
 # Python logging's default format, "INFO:module.name:message" (musubi-tuner, diffusers scripts).
 PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.\-]+):(.*)$")
 
 # ---- tracebacks and exceptions ------------------------------------------------------------
 
 TRACEBACK_HEAD = "Traceback (most recent call last)"
-# A line naming an exception: `torch.OutOfMemoryError: CUDA out of memory...`, a bare `MemoryError`.
+# A line naming an exception: `torch.OutOfMemoryError: CUDA out of memory...`, a bare `MemoryError`,
+# Python's plain `Exception: message`.
 EXC_LINE_RE = re.compile(
-    r"(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Fault))(?::\s?(.*))?$"
+    r"(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Fault)|Exception(?=:))(?::\s?(.*))?$"
     # Any module-qualified class, e.g. voluptuous.error.MultipleInvalid: ...
     r"|(?:[a-z_]\w*\.)+([A-Z]\w*):\s(.*)$"
 )
@@ -320,6 +326,7 @@ CUDA_ERROR_RE = re.compile(
     r"|cublas_status_execution_failed|cublas_status_internal_error|cudnn_status_execution_failed"
     r"|cudnn_status_internal_error|cudnn_status_mapping_error|hip error: invalid argument"
     r"|hip error: an illegal memory access|cuda error: unknown error|hip error: unknown error|cudaerrorunknown"
+    r"|cuda error: invalid device function|hip error: invalid device function"
 )
 # A plain line (no exception name) counts as an OOM only when the signature starts it or
 # comes with PyTorch's figures, so a warning that merely mentions OOM is not one.

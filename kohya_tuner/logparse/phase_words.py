@@ -19,6 +19,8 @@ _TABLE = Path(__file__).with_name("phase_words.toml")
 # A script a command line runs: "python src/musubi_tuner/wan_cache_latents.py --…".
 SCRIPT_RE = re.compile(r"([\w\-]+)\.py\b")
 # Leading tags of a record (SimpleTuner's "(VAECache) (Rank: 0) message").
+# Leading bracketed tags of a record: "[logging.py:96:log_dist] [Rank 0] message".
+BRACKETS_RE = re.compile(r"(?:\[[^\]\n]{1,48}\]:?\s*)+")
 TAGS_RE = re.compile(r"(?:\((?P<tag>[\w.]+)\)\s*|\((?:rank|Rank):?\s*\d+\)\s*)+")
 
 
