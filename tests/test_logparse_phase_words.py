@@ -203,3 +203,10 @@ def test_a_plain_exception_line_is_a_failure():
     assert d.outcome == "error"
     # a word merely ending the same way is not an exception line
     assert diagnose(parse_text("NoException here\n")).outcome != "error"
+
+
+def test_a_panel_cut_before_its_bottom_does_not_swallow_what_follows():
+    text = ("╭──────────── Training Progress ────────────╮\n"
+            "│   Epoch 0 / 20    Step 0  |  ETA --        │\n" + OOM)
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase) == ("oom", "first_step")

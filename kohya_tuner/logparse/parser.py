@@ -343,23 +343,20 @@ class LogParser(BarRuns, RecordNames, Milestones):
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
             self._start_traceback(s)
             return
-        if self._panel or (s[0] in "╭┏" and any(ch.isalpha() for ch in s)):
+        if s[0] in "╭┏" and any(ch.isalpha() for ch in s):
             # A titled box that is not a traceback (a trainer's progress panel): its rows are
             # read as lines of their own.
-            if s[0] in "╭┏":
-                self._panel = True
-                return
-            if s[0] in P.BOX_CLOSE:
-                self._panel = False
-                return
-            s = s.strip("│┃ ")
-            if not s:
-                return
-            if self._milestone(s, out):
-                return
-            if s[0] not in P.BOX_CHARS:
+            self._panel = True
+            return
+        if self._panel:
+            if s[0] in "│┃":
+                row = s.strip("│┃ ")
+                if row:
+                    self._milestone(row, out)
                 return
             self._panel = False
+            if s[0] in P.BOX_CLOSE:
+                return
         if s[0] in P.BOX_CHARS:
             # The top of a Rich traceback box may have scrolled away; its frames still count.
             self._tb = _Traceback(explicit=False, boxed=True)
