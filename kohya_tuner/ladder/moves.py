@@ -115,6 +115,9 @@ def facts(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None
         "fused_backward_allowed": _fused_allowed(config, s, finetune.FUSED_BACKWARD_SCRIPTS) and not s.fused_backward,
         "optimizer_groups_allowed": _fused_allowed(config, s, finetune.OPTIMIZER_GROUP_SCRIPTS),
         "blockwise_allowed": _fused_allowed(config, s, finetune.BLOCKWISE_SCRIPTS) and not s.fused_groups,
+        "optimizer_adafactor": spec.name == "Adafactor",
+        # D-Adaptation and Prodigy estimate the learning rate from every weight they step.
+        "optimizer_adapts_lr": spec.name.lower().startswith(("dadapt", "prodigy")),
     }
 
 
