@@ -173,6 +173,11 @@ def test_fused_backward_move_brings_adafactor_and_respects_the_script():
     # switch either when another move can make the fit
     acc = fit({**cfg, "gradient_accumulation_steps": 2}, loaded.family, 9.5)
     assert not acc.config.get("fused_backward_pass")
+    # ... nor accumulation after the fused backward pass (a batch of 4 that must come down on a small card)
+    for gb in (8, 10):
+        r = fit({**cfg, "train_batch_size": 4, "full_bf16": False}, loaded.family, budget_gib(gb), gpu_gb=gb)
+        assert r.fits and r.config.get("fused_backward_pass")
+        assert (r.config.get("gradient_accumulation_steps") or 1) == 1, [s.move for s in r.steps]
     # PR #1319: grouped optimizers with any optimizer "except Prodigy or D-Adaptation"
     for opt in ("Prodigy", "DAdaptAdam"):
         r = fit({**loaded.config, "optimizer_type": opt}, loaded.family, budget_gib(12), gpu_gb=12)

@@ -20,7 +20,7 @@ from kohya_tuner.ladder.moves import (
 def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: str = "default",
         dataset: dict[str, Any] | None = None, history: list | None = None, gpu_name: str | None = None,
         gpu_gb: float | None = None, bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
-        keep=frozenset(), caches_done: frozenset[str] = frozenset()) -> FitResult:
+        keep=frozenset(), caches_done: frozenset[str] = frozenset(), driver: str | None = None) -> FitResult:
     """Apply the fewest, cheapest moves until the estimate is within `budget_gib`.
     With `cpu`, moves a CPU cannot run are left out; a move that changes a key in `keep` (the
     user's own) is taken only when no other move is left."""
@@ -28,7 +28,7 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
     lad = ladder or load_ladder()
-    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad, frozenset(caches_done))
+    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad, frozenset(caches_done), driver)
     cfg = dict(config)
     ds = copy.deepcopy(dataset) if dataset is not None else None
     before = ctx.est(cfg, ds)
@@ -85,7 +85,8 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
             if not swap.applies(config, family, current.peak_phase):
                 continue
             alt = fit({**config, swap.key: swap.value}, family, budget_gib, policy=policy, dataset=dataset,
-                      history=history, gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16, ladder=ctx.ladder)
+                      history=history, gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16, ladder=ctx.ladder,
+                      driver=driver)
             if alt.fits:
                 offer = {"key": swap.key, "value": swap.value, "label": swap.label,
                          "peak_gib": round(alt.after.peak_gib, 3)}
@@ -95,7 +96,7 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
     return FitResult(config=cfg, dataset=ds, steps=steps, before=before, after=current, fits=fits,
                      budget_gib=budget_gib, message=msg, policy=policy, hints=hints,
                      applied_order=order, offer=offer,
-                     cautions=cautions(current.peak_gib, budget_gib, gpu_gb, ctx.ladder) if fits else [])
+                     cautions=cautions(current.peak_gib, budget_gib, gpu_gb, ctx.ladder, driver) if fits else [])
 
 
 PHASE_WORDS = {
@@ -108,14 +109,25 @@ PHASE_WORDS = {
 }
 
 
-def cautions(peak_gib: float, budget_gib: float, gpu_gb: float | None, ladder: Ladder | None = None) -> list[str]:
+def card_share(peak_gib: float, budget_gib: float, driver: str | None = None) -> float:
+    """How full the card is: what the run holds on it (the allocator's peak and the fixed CUDA
+    context, as a monitor counts it) over what the budget leaves the run on it."""
+    from kohya_tuner.memory.monitor import context_gib
+
+    ctx = context_gib(driver)
+    return (peak_gib + ctx) / (budget_gib + ctx) if budget_gib > 0 else float("inf")
+
+
+def cautions(peak_gib: float, budget_gib: float, gpu_gb: float | None, ladder: Ladder | None = None,
+             driver: str | None = None) -> list[str]:
     """What a user should hear about a config that fits: a card filled to the brim, or a card
     below the smallest preset class (its plan is a larger card's preset cut down)."""
     lad = ladder or load_ladder()
     out = []
-    share = peak_gib / budget_gib if budget_gib > 0 else float("inf")
+    share = card_share(peak_gib, budget_gib, driver)
     if share > lad.caution_share:
-        out.append(f"The estimate fills {share:.0%} of the budget ({peak_gib:.2f} of {budget_gib:.2f} GiB): "
+        out.append(f"The estimate fills {share:.0%} of the card ({peak_gib:.2f} of a {budget_gib:.2f} GiB budget, "
+                   f"the CUDA context aside): "
                    "almost no room for a larger bucket, the desktop or the estimate's own error. Close other "
                    "programs that use the GPU; `kohya-tuner run` takes the next cheapest change if it runs out.")
     if gpu_gb is not None and gpu_gb < lad.small_card_gb:
