@@ -178,6 +178,14 @@ def test_fused_backward_move_brings_adafactor_and_respects_the_script():
         r = fit({**cfg, "train_batch_size": 4, "full_bf16": False}, loaded.family, budget_gib(gb), gpu_gb=gb)
         assert r.fits and r.config.get("fused_backward_pass")
         assert (r.config.get("gradient_accumulation_steps") or 1) == 1, [s.move for s in r.steps]
+    # a batch of 4 that the greedy first turns into accumulation (then drops again) must not leave the plan on
+    # Adafactor without the fused step it could then have: the fit is tried again without the dropped move
+    batch4 = {**loaded.config, "train_batch_size": 4}
+    once = fit(batch4, loaded.family, budget_gib(12), gpu_gb=12, refit=False)
+    assert "batch_to_accumulation" in once.applied_order and not once.config.get("fused_backward_pass")
+    r = fit(batch4, loaded.family, budget_gib(12), gpu_gb=12)
+    assert r.fits and r.config.get("fused_backward_pass") and not r.config.get("fused_optimizer_groups")
+    assert r.config["train_batch_size"] == 4 and not r.config.get("gradient_accumulation_steps")
     # PR #1319: grouped optimizers with any optimizer "except Prodigy or D-Adaptation"
     for opt in ("Prodigy", "DAdaptAdam"):
         r = fit({**loaded.config, "optimizer_type": opt}, loaded.family, budget_gib(12), gpu_gb=12)

@@ -20,10 +20,12 @@ from kohya_tuner.ladder.moves import (
 def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: str = "default",
         dataset: dict[str, Any] | None = None, history: list | None = None, gpu_name: str | None = None,
         gpu_gb: float | None = None, bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
-        keep=frozenset(), caches_done: frozenset[str] = frozenset(), driver: str | None = None) -> FitResult:
+        keep=frozenset(), caches_done: frozenset[str] = frozenset(), driver: str | None = None,
+        refit: bool = True) -> FitResult:
     """Apply the fewest, cheapest moves until the estimate is within `budget_gib`.
     With `cpu`, moves a CPU cannot run are left out; a move that changes a key in `keep` (the
-    user's own) is taken only when no other move is left."""
+    user's own) is taken only when no other move is left. With `refit`, a plan whose pruning
+    dropped moves is fitted once more without them, and the cheaper plan is kept."""
     keep = frozenset(keep)
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
@@ -66,6 +68,19 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
     order = [st.move for st in steps]
     if fits and steps:
         cfg, ds, current, steps = _prune(ctx, config, dataset, steps, budget_gib)
+        dropped = set(order) - {st.move for st in steps}
+        if refit and dropped and policy == "default":
+            # A move the final plan does not need may have shut out a cheaper one on the way
+            # (accumulation rules out the fused backward pass): fit again without it.
+            from dataclasses import replace
+
+            alt = fit(config, family, budget_gib, policy=policy, dataset=dataset, history=history,
+                      gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16, keep=keep, caches_done=caches_done,
+                      driver=driver, refit=False,
+                      ladder=replace(ctx.ladder, moves=tuple(m for m in ctx.ladder.moves if m.name not in dropped)))
+            if alt.fits and _plan_cost(ctx, alt.steps) < _plan_cost(ctx, steps) - 1e-9:
+                cfg, ds, current, steps = alt.config, alt.dataset, alt.after, alt.steps
+                order = alt.applied_order
     where = _describe_budget(budget_gib, gpu_gb)
     if fits:
         if steps:
@@ -250,6 +265,10 @@ def _prune(ctx: _Ctx, config, dataset, steps: list[Step], budget: float):
         out.append(st.model_copy(update={"changes": changes, "saved_gib": round(prev - now.peak_gib, 3)}))
         prev = now.peak_gib
     return cfg, ds, ctx.est(cfg, ds), out
+
+
+def _plan_cost(ctx: _Ctx, steps: list[Step]) -> float:
+    return sum(_cost_of(ctx, st.move) for st in steps)
 
 
 def _cost_of(ctx: _Ctx, name: str) -> float:
