@@ -12,7 +12,9 @@ explained records with the figure each explanation computes.
 
 A fits-within statement ("works on a 16 GB card") holds when the estimate fits that card by
 the same rule `fit` uses (peak within budget_gib). A measured figure is compared as GiB: the
-tools people read GPU memory from (nvidia-smi, Task Manager, nvitop) count in binary units.
+tools people read GPU memory from (nvidia-smi, Task Manager, nvitop) count in binary units; it is
+compared with the estimate's monitor figure (the CUDA context included) unless the record's
+`figure_is` says it is PyTorch's `allocated` or `reserved` peak.
 Settings a record leaves unsaid are filled in by the rules in UNSTATED below, the same for
 every record, and printed with it.
 """
@@ -76,6 +78,8 @@ def _optimizer(text: str | None) -> tuple[str, list[str] | None, str | None]:
         return "AdamW", None, UNSTATED["optimizer"]
     t = text.lower()
     # "8bit optimizer or adafactor": the statement must hold for both; the 8-bit one keeps more state.
+    if "lion8bit" in t:
+        return "Lion8bit", None, ("'Adafactor or Lion8bit': Lion8bit, the larger of the two" if "adafactor" in t else None)
     if "8bit" in t or "8-bit" in t:
         return "AdamW8bit", None, ("'8bit optimizer or adafactor': AdamW8bit, the larger of the two"
                                    if "adafactor" in t else None)
@@ -97,7 +101,9 @@ def record_config(r: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
         return None, f"unknown figure kind {r.get('vram_kind')!r}", []
     family = FAMILIES[fam]
     a: list[str] = []
-    c: dict[str, Any] = {"network_module": family.network_module}
+    c: dict[str, Any] = {"network_module": r.get("network_module") or family.network_module}
+    if r.get("network_args"):
+        c["network_args"] = list(r["network_args"])
     if r.get("training_type") == "full_finetune":
         c = {}
     mp_text = str(r.get("mixed_precision") or "")
@@ -227,8 +233,10 @@ def _explain(r: dict[str, Any], e, family, row: dict[str, Any]) -> None:
         trained = [t for t, on in zip(family.text_encoders, e.settings.get("text_encoders_trained", [])) if on]
         names = set(e.settings.get("text_encoders_trained", []))
         params = family.diffusion.params + sum(t.params for t in family.text_encoders if t.name in names)
+        # what the card must hold: the allocator's load peak and the CUDA context (the OOM's "total capacity")
         load = params * 4 / GIB + e.phases_gib["model_load"] - sum(
-            v for k, v in e.phase_components_gib["model_load"].items() if k.endswith("_weights"))
+            v for k, v in e.phase_components_gib["model_load"].items() if k.endswith("_weights")) + (
+            e.monitor_gib - e.reserved_gib)
         row["explained_gib"] = round(load, 2)
         row["explanation"] = (f"pinned code: peak {e.peak_gib:.2f} GiB fits; code of the time moved the fp32 U-Net "
                               f"and {len(trained) or len(names)} trained text encoder(s) before casting: model load "
@@ -240,7 +248,7 @@ def _explain(r: dict[str, Any], e, family, row: dict[str, Any]) -> None:
 
         checks = [c for c in data.coefficients().get("allocator_checks", []) if c["arch"] == family.name]
         reserve = max((c["reserve_gib"] for c in checks), default=0.0)
-        shown = e.peak_gib + reserve
+        shown = e.monitor_gib + reserve
         row["explained_gib"] = round(shown, 2)
         row["rel_error"] = round((shown - row["figure"]) / row["figure"], 4)
         row["explanation"] = (f"highvram places nothing differently (it only skips emptying the cache while latents "
@@ -323,7 +331,9 @@ def run(path: Path | list[Path]) -> dict[str, Any]:
         elif kind == "exceeds":
             row["holds"] = not e.fits(figure)
         else:
-            rel = (e.peak_gib - figure) / figure
+            shown = {"allocated": e.allocated_gib, "reserved": e.reserved_gib}.get(r.get("figure_is"), e.monitor_gib)
+            row["predicted_gib"] = round(shown, 2)
+            rel = (shown - figure) / figure
             row["rel_error"] = round(rel, 4)
             row["holds"] = abs(rel) <= 0.10
         rows.append(row)

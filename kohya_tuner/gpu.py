@@ -285,6 +285,12 @@ class GpuChoice:
         return self.info.others_gib() if self.info else 0.0
 
     @property
+    def driver(self) -> str | None:
+        """The NVIDIA driver version NVML reported (None for a size given by hand): it sizes the
+        CUDA context the budget leaves out and the monitor figure adds (memory/monitor.py)."""
+        return (self.info.driver or None) if self.info else None
+
+    @property
     def arch(self) -> str | None:
         if self.arch_given:
             return self.arch_given

@@ -83,14 +83,14 @@ FP8_T5_FILE = "t5xxl_fp8_e4m3fn.safetensors"
 
 def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: float = 0.0,
              gpu_name: str | None = None, bf16: bool | None = None, gpus: int = 1, do_fit: bool = True,
-             use_history: bool = True, cpu: bool = False) -> FittedPlan:
+             use_history: bool = True, cpu: bool = False, driver: str | None = None) -> FittedPlan:
     """Run the plan through `ladder.tune` (downgrade what does not fit, remove speed
     costs the card does not need) and record every change as the layer `fit`.
 
     A FLUX plan that names no T5-XXL file yet is first fitted for a 16-bit file; when
     that cannot fit, for the fp8 file, and the notes say which file the plan needs."""
     hist = history.load() if use_history else []
-    budget = memory.budget_gib(gpu_gb, other_processes_gib=others_gib)
+    budget = memory.budget_gib(gpu_gb, other_processes_gib=others_gib, driver=driver)
     result = None
     notes: list[str] = []
     assumed: dict[str, Any] = {}
@@ -102,7 +102,7 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
             return ladder.tune({**plan.config, **sample_size_key(plan), **extra}, plan.family, budget,
                                dataset=dataset, history=hist,
                                gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16 is not False, cpu=cpu,
-                               keep=user_keys(plan))
+                               keep=user_keys(plan), driver=driver)
 
         result = tune({})
         offer = result.offer
@@ -140,10 +140,10 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
 
     gate({**plan.config, **assumed}, plan.family.script, dataset=dataset, what="The planned config")
     est = memory.estimate({**plan.config, **assumed, **sample_size_key(plan)}, plan.family, dataset=dataset,
-                          gpus=gpus, history=hist, gpu_name=gpu_name)
+                          gpus=gpus, history=hist, gpu_name=gpu_name, driver=driver)
     cautions = list(plan.cautions) + [c for c in [precision_caution(plan)] if c]
     if est.peak_gib <= budget:
-        cautions += ladder.cautions(est.peak_gib, budget, gpu_gb)
+        cautions += ladder.cautions(est.peak_gib, budget, gpu_gb, driver=driver)
     return FittedPlan(plan=plan, dataset=dataset, estimate=est, budget_gib=budget, fit=result, notes=notes,
                       assumed=assumed, cautions=cautions)
 

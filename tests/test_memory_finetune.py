@@ -9,7 +9,7 @@ import pytest
 
 from kohya_tuner import config_io
 from kohya_tuner.families import FAMILIES
-from kohya_tuner.memory import estimate
+from kohya_tuner.memory import budget_gib, estimate
 from kohya_tuner.memory.finetune import SCRIPTS, family_for
 from kohya_tuner.memory.setup import resolve
 from tests.clihelp import invoke
@@ -144,22 +144,53 @@ def test_fit_finds_a_fused_step_for_a_12gb_sdxl_full_fine_tune(tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["fits"] and out["after"]["peak_gib"] <= out["budget_gib"]
-    keys = {c["key"] for s in out["steps"] for c in s["changes"]}
-    assert keys & {"fused_backward_pass", "fused_optimizer_groups"}
-    assert out["after"]["settings"]["fused_step"] is not None
+    # the fused backward pass, with the Adafactor it needs: it frees more than grouped steps and, once the
+    # optimizer must change anyway, costs nothing more (a grouped step taken on the way is dropped)
+    assert out["after"]["settings"]["fused_step"] == "fused_backward_pass"
+    moves = [s["move"] for s in out["steps"]]
+    assert "fused_backward_pass_adafactor" in moves and "fused_optimizer_groups" not in moves
+    written = (tmp_path / "ft.12gb.toml").read_text()
+    assert "fused_backward_pass = true" in written and 'optimizer_type = "Adafactor"' in written
+    assert "fused_optimizer_groups" not in written and "gradient_accumulation_steps" not in written
     # what is trained, in JSON: no rank, no LoRA parameters, the model's own weights
     assert "rank" not in out["after"]["settings"] and "lora_params" not in out["after"]
     assert out["after"]["trainable_params"] == FAMILIES["sdxl"].diffusion.params
 
 
 def test_fused_backward_move_brings_adafactor_and_respects_the_script():
+    from kohya_tuner import schema
     from kohya_tuner.ladder import fit
 
     loaded = config_io.parse_command_line(SDXL_FT)
     cfg = {**loaded.config, "optimizer_type": "Adafactor", "full_bf16": True}
     res = fit(cfg, loaded.family, 9.5)
     assert res.fits, res.message
-    assert res.config.get("fused_backward_pass") or res.config.get("fused_optimizer_groups")
+    # Adafactor already: the fused backward pass changes no optimizer, so it is a quality-keeping move
+    assert [s.move for s in res.steps] == ["fused_backward_pass"]
+    assert res.steps[0].quality_cost.startswith("none")
+    assert not schema.errors_only(schema.validate_config(res.config, "sdxl_train.py", family=loaded.family))
+    # train_util asserts gradient_accumulation_steps 1 with it: no fused backward pass, and no Adafactor
+    # switch either when another move can make the fit
+    acc = fit({**cfg, "gradient_accumulation_steps": 2}, loaded.family, 9.5)
+    assert not acc.config.get("fused_backward_pass")
+    # ... nor accumulation after the fused backward pass (a batch of 4 that must come down on a small card)
+    for gb in (8, 10):
+        r = fit({**cfg, "train_batch_size": 4, "full_bf16": False}, loaded.family, budget_gib(gb), gpu_gb=gb)
+        assert r.fits and r.config.get("fused_backward_pass")
+        assert (r.config.get("gradient_accumulation_steps") or 1) == 1, [s.move for s in r.steps]
+    # a batch of 4 that the greedy first turns into accumulation (then drops again) must not leave the plan on
+    # Adafactor without the fused step it could then have: the fit is tried again without the dropped move
+    batch4 = {**loaded.config, "train_batch_size": 4}
+    once = fit(batch4, loaded.family, budget_gib(12), gpu_gb=12, refit=False)
+    assert "batch_to_accumulation" in once.applied_order and not once.config.get("fused_backward_pass")
+    r = fit(batch4, loaded.family, budget_gib(12), gpu_gb=12)
+    assert r.fits and r.config.get("fused_backward_pass") and not r.config.get("fused_optimizer_groups")
+    assert r.config["train_batch_size"] == 4 and not r.config.get("gradient_accumulation_steps")
+    # PR #1319: grouped optimizers with any optimizer "except Prodigy or D-Adaptation"
+    for opt in ("Prodigy", "DAdaptAdam"):
+        r = fit({**loaded.config, "optimizer_type": opt}, loaded.family, budget_gib(12), gpu_gb=12)
+        assert not r.config.get("fused_optimizer_groups"), opt
+        assert not schema.errors_only(schema.validate_config(r.config, "sdxl_train.py", family=loaded.family))
     # train_db.py takes the flags but implements none: no fused move, and the estimate ignores them
     db = family_for("train_db.py")
     base = {"mixed_precision": "bf16", "cache_latents": True, "optimizer_type": "Adafactor"}

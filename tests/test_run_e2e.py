@@ -394,8 +394,9 @@ def test_success_records_measured_peak_in_history(tmp_path, images, models):
     assert e.gpu_name == "Fake RTX 3060" and e.model == "sd15"
     from kohya_tuner import memory
 
-    # The uncorrected prediction for the settings that ran, not the plan-time figure.
-    expected = round(memory.estimate(settings.plan_config, settings.family, dataset=settings.dataset).peak_gib, 3)
+    # The uncorrected prediction for the settings that ran, not the plan-time figure: the monitor figure,
+    # the CUDA context included, as NVML measures the process.
+    expected = round(memory.estimate(settings.plan_config, settings.family, dataset=settings.dataset).monitor_gib, 3)
     assert e.measured_peak_gib == 5.6 and e.predicted_gib == expected != 5.0 and e.fingerprint
     page = (out / "report.html").read_text(encoding="utf-8")
     assert page.count("<svg") == 2 and "card 11.8 GiB" in page

@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     dataset = presets.build_dataset(plan, images_dir, args.trigger)
     fitted = planning.fit_plan(plan, dataset, choice.gb, others_gib=choice.others_gib,
                                gpu_name=choice.info.name if choice.info else None, bf16=choice.bf16,
-                               do_fit=not args.no_fit)
+                               do_fit=not args.no_fit, driver=choice.driver)
     dataset = fitted.dataset
     est = fitted.estimate
     if not fitted.fits and not args.no_fit:

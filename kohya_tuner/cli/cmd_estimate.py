@@ -75,9 +75,13 @@ def resolve_gpu(gpu: str | None) -> tuple[GpuChoice | None, str | None]:
 
 
 def monitor_line(est: Estimate) -> str:
+    from kohya_tuner.memory.monitor import context_gib, loading_mode
+
+    driver = f"driver {est.driver}" if est.driver else "driver not known"
     return (f"PyTorch allocates {est.allocated_gib:.2f} GiB at most and its allocator reserves "
-            f"{est.reserved_gib:.2f} GiB; a GPU monitor (nvidia-smi) shows about {est.monitor_gib:.2f} GiB for the "
-            f"process, the CUDA context included.")
+            f"{est.reserved_gib:.2f} GiB (the peak: what decides an out-of-memory); a GPU monitor (nvidia-smi) "
+            f"shows about {est.monitor_gib:.2f} GiB for the process, with the CUDA context's "
+            f"{context_gib(est.driver):.2f} GiB ({loading_mode(est.driver)} module loading, {driver}).")
 
 
 def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: float = 0.0,
@@ -121,7 +125,7 @@ def render_estimate(est: Estimate, *, gpu_gb: int | None = None, others_gib: flo
                    for g in GPU_SIZES])
     console.print(fits)
     if gpu_gb is not None:
-        b = budget_gib(gpu_gb, other_processes_gib=others_gib)
+        b = budget_gib(gpu_gb, other_processes_gib=others_gib, driver=est.driver)
         verdict = "fits" if est.peak_gib <= b else "does NOT fit"
         console.print(f"On your {gpu_gb} GB card: budget {b:.2f} GiB"
                       + (f" (after {others_gib:.2f} GiB held by other processes)" if others_gib else "")
@@ -163,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     from kohya_tuner.dataset.caches import done_phases
 
     est = estimate(loaded.config, family, dataset=ds, gpus=args.gpus, history=hist, gpu_name=gpu_name,
-                   caches_done=done_phases(family.name, loaded.config, ds))
+                   caches_done=done_phases(family.name, loaded.config, ds), driver=choice.driver if choice else None)
     others = choice.others_gib if choice else 0.0
     # What the reader guessed (a family read from a truncated GUI file) comes first: it
     # changes everything below it.
@@ -172,17 +176,17 @@ def run(args: argparse.Namespace) -> int:
     if choice is not None:
         from kohya_tuner.ladder import cautions as budget_cautions
 
-        budget = budget_gib(choice.gb, other_processes_gib=others)
+        budget = budget_gib(choice.gb, other_processes_gib=others, driver=choice.driver)
         # Cautions are for a config that fits; one that does not gets the plain verdict.
         if est.peak_gib <= budget:
-            cautions = budget_cautions(est.peak_gib, budget, choice.gb)
+            cautions = budget_cautions(est.peak_gib, budget, choice.gb, driver=choice.driver)
     if args.json:
         out = est.to_json()
         out["assumptions"] = assumptions
         out["cautions"] = cautions
         out["input"] = {"path": str(args.config), "format": loaded.fmt, "script": loaded.script, "notes": notes}
         if choice is not None:
-            b = budget_gib(choice.gb, other_processes_gib=others)
+            b = budget_gib(choice.gb, other_processes_gib=others, driver=choice.driver)
             out["gpu"] = gpu_json(choice.gb, gpu_name, others, b, est.peak_gib <= b, choice.describe())
         print_json(out)
         return 0

@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     choice, gpu_name = resolve_gpu(gpu)
     assert choice is not None
     others = choice.others_gib
-    budget = budget_gib(choice.gb, other_processes_gib=others)
+    budget = budget_gib(choice.gb, other_processes_gib=others, driver=choice.driver)
     if budget <= 0:
         raise UserError(f"Other processes hold {others:.2f} GiB of the {choice.gb} GB card; nothing is left.")
     hist = [] if no_history or not gpu_name else history.load()
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = ladder.fit(loaded.config, family, budget, policy=policy, dataset=ds, history=hist,
                         gpu_name=gpu_name, gpu_gb=choice.gb, bf16=choice.bf16 is not False,
-                        caches_done=done_phases(family.name, loaded.config, ds))
+                        caches_done=done_phases(family.name, loaded.config, ds), driver=choice.driver)
     corrected = [a for a in result.after.assumptions if a.startswith("scaled by")]
 
     written: Path | None = None

@@ -20,15 +20,17 @@ from kohya_tuner.ladder.moves import (
 def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: str = "default",
         dataset: dict[str, Any] | None = None, history: list | None = None, gpu_name: str | None = None,
         gpu_gb: float | None = None, bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
-        keep=frozenset(), caches_done: frozenset[str] = frozenset()) -> FitResult:
+        keep=frozenset(), caches_done: frozenset[str] = frozenset(), driver: str | None = None,
+        refit: bool = True) -> FitResult:
     """Apply the fewest, cheapest moves until the estimate is within `budget_gib`.
     With `cpu`, moves a CPU cannot run are left out; a move that changes a key in `keep` (the
-    user's own) is taken only when no other move is left."""
+    user's own) is taken only when no other move is left. With `refit`, a plan whose pruning
+    dropped moves is fitted once more without them, and the cheaper plan is kept."""
     keep = frozenset(keep)
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
     lad = ladder or load_ladder()
-    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad, frozenset(caches_done))
+    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad, frozenset(caches_done), driver)
     cfg = dict(config)
     ds = copy.deepcopy(dataset) if dataset is not None else None
     before = ctx.est(cfg, ds)
@@ -66,6 +68,19 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
     order = [st.move for st in steps]
     if fits and steps:
         cfg, ds, current, steps = _prune(ctx, config, dataset, steps, budget_gib)
+        dropped = set(order) - {st.move for st in steps}
+        if refit and dropped and policy == "default":
+            # A move the final plan does not need may have shut out a cheaper one on the way
+            # (accumulation rules out the fused backward pass): fit again without it.
+            from dataclasses import replace
+
+            alt = fit(config, family, budget_gib, policy=policy, dataset=dataset, history=history,
+                      gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16, keep=keep, caches_done=caches_done,
+                      driver=driver, refit=False,
+                      ladder=replace(ctx.ladder, moves=tuple(m for m in ctx.ladder.moves if m.name not in dropped)))
+            if alt.fits and _plan_cost(ctx, alt.steps) < _plan_cost(ctx, steps) - 1e-9:
+                cfg, ds, current, steps = alt.config, alt.dataset, alt.after, alt.steps
+                order = alt.applied_order
     where = _describe_budget(budget_gib, gpu_gb)
     if fits:
         if steps:
@@ -85,7 +100,8 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
             if not swap.applies(config, family, current.peak_phase):
                 continue
             alt = fit({**config, swap.key: swap.value}, family, budget_gib, policy=policy, dataset=dataset,
-                      history=history, gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16, ladder=ctx.ladder)
+                      history=history, gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16, ladder=ctx.ladder,
+                      driver=driver)
             if alt.fits:
                 offer = {"key": swap.key, "value": swap.value, "label": swap.label,
                          "peak_gib": round(alt.after.peak_gib, 3)}
@@ -95,7 +111,7 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
     return FitResult(config=cfg, dataset=ds, steps=steps, before=before, after=current, fits=fits,
                      budget_gib=budget_gib, message=msg, policy=policy, hints=hints,
                      applied_order=order, offer=offer,
-                     cautions=cautions(current.peak_gib, budget_gib, gpu_gb, ctx.ladder) if fits else [])
+                     cautions=cautions(current.peak_gib, budget_gib, gpu_gb, ctx.ladder, driver) if fits else [])
 
 
 PHASE_WORDS = {
@@ -108,14 +124,25 @@ PHASE_WORDS = {
 }
 
 
-def cautions(peak_gib: float, budget_gib: float, gpu_gb: float | None, ladder: Ladder | None = None) -> list[str]:
+def card_share(peak_gib: float, budget_gib: float, driver: str | None = None) -> float:
+    """How full the card is: what the run holds on it (the allocator's peak and the fixed CUDA
+    context, as a monitor counts it) over what the budget leaves the run on it."""
+    from kohya_tuner.memory.monitor import context_gib
+
+    ctx = context_gib(driver)
+    return (peak_gib + ctx) / (budget_gib + ctx) if budget_gib > 0 else float("inf")
+
+
+def cautions(peak_gib: float, budget_gib: float, gpu_gb: float | None, ladder: Ladder | None = None,
+             driver: str | None = None) -> list[str]:
     """What a user should hear about a config that fits: a card filled to the brim, or a card
     below the smallest preset class (its plan is a larger card's preset cut down)."""
     lad = ladder or load_ladder()
     out = []
-    share = peak_gib / budget_gib if budget_gib > 0 else float("inf")
+    share = card_share(peak_gib, budget_gib, driver)
     if share > lad.caution_share:
-        out.append(f"The estimate fills {share:.0%} of the budget ({peak_gib:.2f} of {budget_gib:.2f} GiB): "
+        out.append(f"The estimate fills {share:.0%} of the card ({peak_gib:.2f} of a {budget_gib:.2f} GiB budget, "
+                   f"the CUDA context aside): "
                    "almost no room for a larger bucket, the desktop or the estimate's own error. Close other "
                    "programs that use the GPU; `kohya-tuner run` takes the next cheapest change if it runs out.")
     if gpu_gb is not None and gpu_gb < lad.small_card_gb:
@@ -238,6 +265,10 @@ def _prune(ctx: _Ctx, config, dataset, steps: list[Step], budget: float):
         out.append(st.model_copy(update={"changes": changes, "saved_gib": round(prev - now.peak_gib, 3)}))
         prev = now.peak_gib
     return cfg, ds, ctx.est(cfg, ds), out
+
+
+def _plan_cost(ctx: _Ctx, steps: list[Step]) -> float:
+    return sum(_cost_of(ctx, st.move) for st in steps)
 
 
 def _cost_of(ctx: _Ctx, name: str) -> float:

@@ -115,6 +115,11 @@ def facts(config: dict[str, Any], family: Family, dataset: dict[str, Any] | None
         "fused_backward_allowed": _fused_allowed(config, s, finetune.FUSED_BACKWARD_SCRIPTS) and not s.fused_backward,
         "optimizer_groups_allowed": _fused_allowed(config, s, finetune.OPTIMIZER_GROUP_SCRIPTS),
         "blockwise_allowed": _fused_allowed(config, s, finetune.BLOCKWISE_SCRIPTS) and not s.fused_groups,
+        "optimizer_adafactor": spec.name == "Adafactor",
+        # Set in the config, whatever the script (get_optimizer asserts for every script that takes it).
+        "fused_backward_set": cfg_or_ds("fused_backward_pass"),
+        # D-Adaptation and Prodigy estimate the learning rate from every weight they step.
+        "optimizer_adapts_lr": spec.name.lower().startswith(("dadapt", "prodigy")),
     }
 
 
@@ -330,8 +335,9 @@ class _Ctx:
     """Shared state of one fit: the family, dataset, history and the estimator calls."""
 
     def __init__(self, family: Family, history, gpu_name, bf16: bool, ladder: Ladder,
-                 caches_done: frozenset[str] = frozenset()):
+                 caches_done: frozenset[str] = frozenset(), driver: str | None = None):
         self.family = family
+        self.driver = driver
         self.history = history
         self.gpu_name = gpu_name
         self.bf16 = bf16
@@ -340,7 +346,7 @@ class _Ctx:
 
     def est(self, cfg, ds) -> Estimate:
         return estimate(cfg, self.family, dataset=ds, history=self.history, gpu_name=self.gpu_name,
-                        caches_done=self.caches_done)
+                        caches_done=self.caches_done, driver=self.driver)
 
 
 def _phase_value(e: Estimate, phase: str | None) -> float:

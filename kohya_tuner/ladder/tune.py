@@ -15,7 +15,8 @@ from kohya_tuner.ladder.moves import (
     Candidate, facts, FitResult, Step, _applies, _best_candidate, _choose, _Ctx, _dataset_any,
     _describe_budget, _phase_value, _set, _valid,
 )
-from kohya_tuner.ladder.fit import PHASE_WORDS, cautions, fit
+from kohya_tuner.ladder.fit import PHASE_WORDS, card_share, cautions, fit
+from kohya_tuner.memory.monitor import context_gib
 
 
 # ---- tune: speed back where the budget allows ---------------------------------------------
@@ -24,7 +25,7 @@ from kohya_tuner.ladder.fit import PHASE_WORDS, cautions, fit
 def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: dict[str, Any] | None = None,
          history: list | None = None, gpu_name: str | None = None, gpu_gb: float | None = None,
          bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
-         keep: Iterable[str] = frozenset()) -> FitResult:
+         keep: Iterable[str] = frozenset(), driver: str | None = None) -> FitResult:
     """Fit, then remove speed costs (block swap, gradient checkpointing, checkpoint offload,
     8-bit states) as long as the peak stays within the upper target share of the budget.
     Keys in `keep` (the user's own) are never relaxed, and the fit moves them last."""
@@ -32,17 +33,24 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
     lad = ladder or load_ladder()
     if cpu:
         lad = lad.for_cpu()
-    high = lad.tune_high * budget_gib
+    # The target shares are of the card (the allocator's budget and the fixed CUDA context): the
+    # peak that fills `share` of it.
+    ctx_gib = context_gib(driver)
+
+    def ceiling(share: float) -> float:
+        return share * (budget_gib + ctx_gib) - ctx_gib
+
+    high = ceiling(lad.tune_high)
     # Aim at the upper target first (headroom for a late large bucket); settle for the whole
     # budget when the target cannot be reached.
     result = fit(config, family, high, dataset=dataset, history=history, gpu_name=gpu_name, gpu_gb=gpu_gb,
-                 bf16=bf16, ladder=lad, keep=keep)
+                 bf16=bf16, ladder=lad, keep=keep, driver=driver)
     if not result.fits:
         result = fit(config, family, budget_gib, dataset=dataset, history=history, gpu_name=gpu_name,
-                     gpu_gb=gpu_gb, bf16=bf16, ladder=lad, keep=keep)
+                     gpu_gb=gpu_gb, bf16=bf16, ladder=lad, keep=keep, driver=driver)
     if not result.fits:
         return result
-    ctx = _Ctx(family, history, gpu_name, bf16, lad)
+    ctx = _Ctx(family, history, gpu_name, bf16, lad, driver=driver)
     cfg, ds, current = dict(result.config), result.dataset, result.after
     steps = list(result.steps)
     for r in lad.relaxes:
@@ -92,14 +100,15 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
             if not ch or not _valid(ncfg, ds, family):
                 continue
             e = ctx.est(ncfg, ds)
-            if e.peak_gib <= share * budget_gib:
+            if e.peak_gib <= ceiling(share):
                 steps.append(Step(move=r.name, changes=ch, saved_gib=round(current.peak_gib - e.peak_gib, 3),
                                   speed_cost=r.speed_note, quality_cost="none", resume_safe=True,
                                   reason=f"the budget allows it: {e.peak_gib:.2f} GiB stays within "
-                                         f"{share:.0%} of {budget_gib:.2f} GiB"))
+                                         f"{ceiling(share):.2f} GiB ({share:.0%} of the card, the CUDA "
+                                         f"context included)"))
                 cfg, current = ncfg, e
                 break
-    share = current.peak_gib / budget_gib if budget_gib > 0 else 0.0
+    share = card_share(current.peak_gib, budget_gib, driver) if budget_gib > 0 else 0.0
     where = _describe_budget(budget_gib, gpu_gb)
     msg = (f"fits in {where}: {current.peak_gib:.2f} GiB of a {budget_gib:.2f} GiB budget ({share:.0%})")
     if share < lad.tune_low:
@@ -107,7 +116,7 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
     return FitResult(config=cfg, dataset=ds, steps=steps, before=result.before, after=current, fits=True,
                      budget_gib=budget_gib, message=msg, policy="default", hints=result.hints,
                      applied_order=result.applied_order + [st.move for st in steps[len(result.steps):]],
-                     cautions=cautions(current.peak_gib, budget_gib, gpu_gb, lad))
+                     cautions=cautions(current.peak_gib, budget_gib, gpu_gb, lad, driver))
 
 
 # ---- next_step: one move after a real OOM ------------------------------------------------

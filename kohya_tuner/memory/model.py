@@ -12,8 +12,10 @@ Each phase sd-scripts goes through is summed from its parts:
   the larger of a denoising step (with CFG for the U-Nets) and the VAE decode;
 * saving: the training state plus a copy of the LoRA weights.
 
-Every phase adds the CUDA context, cuBLAS/cuDNN workspaces and allocator fragmentation
-(a share of what is allocated and freed every step). The peak is the largest phase.
+Every phase adds cuBLAS/cuDNN workspaces and allocator fragmentation (a share of what is
+allocated and freed every step). The peak is the largest phase: what PyTorch's caching
+allocator must hold, which decides an out-of-memory. The CUDA context lies outside the
+allocator: the budget leaves room for it, and the monitor figure adds it (memory/monitor.py).
 Parameter counts come from `families.py` (real architectures), LoRA counts from
 `data/lora_targets.json`, activations from `data/memory_coefficients.json`.
 """
@@ -38,9 +40,7 @@ MIB = float(1024**2)
 # The sizes people buy: the table `estimate` prints fits / does not fit for.
 GPU_SIZES = (6, 8, 10, 12, 16, 20, 24, 32, 48, 80)
 
-# Runtime overhead outside PyTorch's tensors: the CUDA context (data/cuda_runtime.toml, lazy
-# module loading); cuBLAS keeps a small workspace per stream.
-CUDA_CONTEXT_GIB = monitor.context_gib()
+# cuBLAS keeps a small workspace per stream (from PyTorch's allocator).
 CUBLAS_WORKSPACE_GIB = 0.03
 # cuDNN picks convolution algorithms with workspaces that grow with the feature maps; the
 # U-Nets are convolution-heavy, FLUX is not. Per megapixel of batch, capped.
@@ -51,7 +51,8 @@ CUDNN_WORKSPACE_CAP_GIB = 1.0
 FRAGMENTATION = 0.08
 
 # A card sold as N GB shows about 2 % less to CUDA (driver reservations): a 12 GB RTX 3060
-# reports 11.76 GiB of total capacity in PyTorch's OOM messages.
+# reports 11.76 GiB of total capacity in PyTorch's OOM messages. The CUDA context takes its
+# share of that before the allocator reserves anything (memory/monitor.py, by driver).
 USABLE_FRACTION = 0.98
 # Headroom the fit leaves on top of the model: run-to-run variation, the display (on a
 # desktop), a larger bucket arriving late.
@@ -81,7 +82,12 @@ PHASES = ("model_load", "cache_latents", "cache_text_encoder", "training", "samp
 
 
 class Estimate(BaseModel):
-    """A prediction of the peak GPU memory of one run, with its parts. Data only."""
+    """A prediction of the peak GPU memory of one run, with its parts. Data only.
+
+    `peak_gib` is what PyTorch's caching allocator holds at the peak: the tensors alive plus the
+    fragmentation it cannot hand out (`reserved_gib`). A run runs out of memory when that no
+    longer fits the card less the CUDA context, so it decides the fit; `monitor_gib` adds the
+    context, as nvidia-smi shows the process."""
 
     model: str
     peak_gib: float
@@ -98,6 +104,8 @@ class Estimate(BaseModel):
     allocated_gib: float = 0.0
     reserved_gib: float = 0.0
     monitor_gib: float = 0.0
+    # The NVIDIA driver version the CUDA context is sized for (None: lazy module loading assumed).
+    driver: str | None = None
 
     @property
     def uncorrected_peak_gib(self) -> float:
@@ -106,7 +114,7 @@ class Estimate(BaseModel):
         return self.peak_gib / self.correction if self.correction else self.peak_gib
 
     def fits(self, gb: float, *, other_gib: float = 0.0) -> bool:
-        return self.peak_gib <= budget_gib(gb, other_processes_gib=other_gib)
+        return self.peak_gib <= budget_gib(gb, other_processes_gib=other_gib, driver=self.driver)
 
     def fits_table(self, other_gib: float = 0.0) -> dict[str, bool]:
         return {str(g): self.fits(g, other_gib=other_gib) for g in GPU_SIZES}
@@ -133,10 +141,10 @@ class Estimate(BaseModel):
         }
 
 
-def budget_gib(gpu_gb: float, *, other_processes_gib: float = 0.0) -> float:
-    """What a run may use on a card sold as `gpu_gb` GB: what CUDA sees, minus the safety
-    margin, minus memory other processes hold."""
-    usable = float(gpu_gb) * USABLE_FRACTION
+def budget_gib(gpu_gb: float, *, other_processes_gib: float = 0.0, driver: str | None = None) -> float:
+    """What PyTorch's allocator may hold on a card sold as `gpu_gb` GB: what CUDA sees, minus
+    the CUDA context (sized for `driver`), the safety margin and memory other processes hold."""
+    usable = float(gpu_gb) * USABLE_FRACTION - monitor.context_gib(driver)
     return usable - SAFETY_GIB - SAFETY_FRACTION * float(gpu_gb) - max(0.0, float(other_processes_gib))
 
 
@@ -323,7 +331,6 @@ def _workspaces(s: Setup, batch: int) -> float:
 
 def _finish(parts: dict[str, float], dynamic: float, s: Setup, batch: int, *, workspaces: bool = True) -> dict[str, float]:
     parts = {k: v for k, v in parts.items()}
-    parts["cuda_context"] = monitor.context_gib()
     if workspaces:
         parts["workspaces"] = _workspaces(s, batch)
     parts["fragmentation"] = FRAGMENTATION * max(dynamic, 0.0)
@@ -525,7 +532,6 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
                 + (", fp8 base" if s.unet_dtype == "fp8" else ""))
     cnotes["activations"] = act_note
     cnotes["fragmentation"] = f"{int(FRAGMENTATION * 100)} % of what is allocated and freed every step"
-    cnotes["cuda_context"] = "CUDA context and kernels"
     cnotes["workspaces"] = "cuBLAS / cuDNN workspaces"
     cnotes["batch_data"] = "latents, noise, targets and text-encoder outputs of one batch"
     return phases, cnotes, n_lora, notes, phase_notes
@@ -533,10 +539,11 @@ def _phases(s: Setup) -> tuple[dict[str, dict[str, float]], dict[str, str], int,
 
 def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus: int = 1,
              history: list | None = None, gpu_name: str | None = None,
-             caches_done: frozenset[str] = frozenset()) -> Estimate:
+             caches_done: frozenset[str] = frozenset(), driver: str | None = None) -> Estimate:
     """Predict the peak VRAM of `config` (a flat sd-scripts dict) for `family`. Pure and
     fast: no I/O beyond the packaged data, read once. `caches_done`: the caching phases whose
-    files are already on disk (kohya_tuner.dataset.caches reads the folders)."""
+    files are already on disk (kohya_tuner.dataset.caches reads the folders); `driver`: the
+    NVIDIA driver version (NVML's), which sizes the CUDA context of the monitor figure."""
     s = resolve(config, family, dataset, gpus, caches_done)
     phases, cnotes, n_lora, notes, phase_notes = _phases(s)
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
@@ -575,7 +582,7 @@ def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus:
         settings["fused_step"] = ("fused_backward_pass" if s.fused_backward else "blockwise_fused_optimizers"
                                   if s.fused_groups == -1 else f"fused_optimizer_groups {s.fused_groups}"
                                   if s.fused_groups else None)
-    shown = monitor.figures(phases[peak_phase], factor)
+    shown = monitor.figures(phases[peak_phase], factor, driver)
     return Estimate.model_construct(
         **shown,
         model=family.name,
@@ -589,4 +596,5 @@ def estimate(config: dict, family: Family, *, dataset: dict | None = None, gpus:
         lora_params=n_lora,
         settings=settings,
         correction=factor,
+        driver=driver,
     )

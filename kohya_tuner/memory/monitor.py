@@ -8,11 +8,11 @@ what a GPU monitor (nvidia-smi, Task Manager, nvtop) shows for the process.
 * monitor: reserved plus the CUDA context (driver state and the kernels loaded into it), whose
   size depends on the module-loading mode (data/cuda_runtime.toml, with sources).
 
-`peak_gib` decides the fit: a run runs out of memory when the allocator cannot reserve more,
-and what it can reserve is the card less the context, so the fit adds the context to what is
-reserved, as a monitor does. With lazy loading (any driver from R515 on) the two are the same
-figure; an older driver loads every kernel eagerly and the monitor shows more than the fit
-assumed.
+`peak_gib` is the reserved figure and decides the fit: a run runs out of memory when the
+allocator cannot reserve another block, and what it can reserve is the card less the context,
+so the budget (model.budget_gib) leaves the context out of the card for the driver at hand.
+The monitor figure adds the same context back: lazy module loading (any driver from R515 on)
+is assumed when the driver is not known; an older driver loads every kernel eagerly.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 _DATA = Path(__file__).resolve().parent.parent / "data" / "cuda_runtime.toml"
-# Parts of a phase that are not tensors PyTorch allocates.
+# Parts of a phase that are not tensors PyTorch allocates (a phase has no context part: the
+# context is added here; "cuda_context" is still skipped should a caller pass one).
 NOT_ALLOCATED = ("cuda_context", "fragmentation", "history_correction")
 
 

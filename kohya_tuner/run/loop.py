@@ -428,9 +428,10 @@ class Supervisor:
         from kohya_tuner import history, memory
 
         # The prediction for the settings that actually ran (after any downgrades), made
-        # without the history correction, so the history never corrects itself.
+        # without the history correction, so the history never corrects itself; the figure a
+        # monitor shows, as NVML measured it (the CUDA context included).
         predicted = memory.estimate(config, self.s.family, dataset=self.s.dataset,
-                                    gpus=max(1, self.s.num_processes)).peak_gib
+                                    gpus=max(1, self.s.num_processes), driver=gpu.get("driver")).monitor_gib
         entry = {
             "gpu_name": gpu.get("name"), "gpu_total_gib": gpu.get("total_gib"), "model": self.s.family.name,
             "fingerprint": history.fingerprint(config, self.s.family, self.s.dataset),

@@ -147,11 +147,12 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
             plan.notes.append(f"--cpu: {key} = {old} left out: {why}")
     ds = presets.build_dataset(plan, req.data, req.trigger)
     gpu_name = choice.info.name if choice.info else (card.name if card else None)
+    driver = choice.driver or (card.driver or None if card else None)
     others = choice.others_gib if choice.info else 0.0
     user_keys = planning.user_keys(plan)  # before the fit writes its own layer over any of them
     fitted = planning.fit_plan(plan, ds, t.plan_gb, others_gib=0.0 if emulate_vram is not None else others,
                                gpu_name=gpu_name, bf16=choice.bf16, gpus=t.num_processes, do_fit=not req.no_fit,
-                               cpu=cpu)
+                               cpu=cpu, driver=driver)
     ds, hist = fitted.dataset, history.load()
     fit_lines: list[str] = []
     if fitted.fit is not None:
@@ -166,7 +167,7 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
         if plan.config.get(key) != value:
             plan.set(key, value, "run", "Resumable states so an OOM costs minutes, not the run.")
     est = memory.estimate({**fitted.assumed, **plan.config, **planning.sample_size_key(plan)}, family, dataset=ds,
-                          gpus=t.num_processes, history=hist, gpu_name=gpu_name)
+                          gpus=t.num_processes, history=hist, gpu_name=gpu_name, driver=driver)
     return _Planned(plan=plan, dataset=ds, data_report=report, checked=checked, images=len(report.trainable),
                     user_keys=user_keys, fitted=fitted, fit_lines=fit_lines, total=total, est=est)
 
@@ -175,7 +176,7 @@ def _preflight(req: RunRequest, t: _Target, p: _Planned) -> tuple[preflight.Fact
     """The checks before any file is written; the switches they make go into the plan."""
     facts = preflight.gather(out_dir=t.out, python=t.python, sd_scripts=req.sd_scripts, cpu=req.cpu)
     checks = preflight.evaluate(p.plan.config, t.family, facts, gpu_index=t.index, gpu_ids=t.gpu_ids,
-                                num_processes=t.num_processes, predicted_gib=p.est.peak_gib,
+                                num_processes=t.num_processes, predicted_gib=p.est.monitor_gib,
                                 lora_params=p.est.lora_params, total_steps=p.total, images=p.images,
                                 strict=req.strict, strict_pin=req.strict_pin, cpu=req.cpu, dry_run=req.dry_run)
     for key, _old, new, why in checks.changes:
@@ -202,7 +203,8 @@ def _write(req: RunRequest, t: _Target, p: _Planned, facts: preflight.Facts) -> 
     gpu_info = None
     info = t.choice.info or t.card
     if info is not None:
-        gpu_info = {"name": info.name, "total_gib": round(info.total_gib, 3), "index": info.index}
+        gpu_info = {"name": info.name, "total_gib": round(info.total_gib, 3), "index": info.index,
+                    "driver": info.driver or None}
     acc = req.accelerate_config
     settings = RunSettings(
         out_dir=out, family=t.family, script=checkout / t.family.script, dataset_file=written["dataset.toml"],
@@ -210,7 +212,7 @@ def _write(req: RunRequest, t: _Target, p: _Planned, facts: preflight.Facts) -> 
         gpu_ids=t.gpu_ids, gpu_index=t.index, accelerate_config=acc.absolute() if acc else None,
         cpu=req.cpu, emulate_vram_gb=req.emulate_vram, max_attempts=req.max_attempts or DEFAULT_MAX_ATTEMPTS,
         hang_minutes=req.hang_timeout or DEFAULT_HANG_MINUTES, probe_steps=req.probe_steps, policy=req.policy,
-        gpu=gpu_info, predicted_gib=round(p.est.peak_gib, 3), dataset=p.dataset, model=req.model, job=req.job,
+        gpu=gpu_info, predicted_gib=round(p.est.monitor_gib, 3), dataset=p.dataset, model=req.model, job=req.job,
         user_keys=tuple(sorted(p.user_keys)))
     Journal(out).write_run(settings.to_json())
     return written, settings, list(files.left_out.values())
