@@ -84,6 +84,29 @@ def build_argv(spec: LaunchSpec) -> list[str]:
     return argv
 
 
+@dataclass(frozen=True)
+class DeviceVar:
+    """One environment variable that chooses the cards; `default_only`: a value the user
+    already set wins."""
+
+    name: str
+    value: str
+    default_only: bool
+
+
+def device_vars(gpu_ids: tuple[int, ...], num_processes: int = 1, cpu: bool = False) -> tuple[DeviceVar, ...]:
+    """How the cards of `--gpus` are chosen in the environment, for `run` and the launch
+    scripts alike. One process is pinned through CUDA_VISIBLE_DEVICES; several get accelerate's
+    --gpu_ids (build_argv); ranks on the CPU use no card."""
+    if not gpu_ids or (cpu and num_processes > 1):
+        return ()
+    # NVML numbers cards in PCI order; CUDA's default order differs on mixed machines.
+    out = [DeviceVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID", True)]
+    if num_processes <= 1:
+        out.append(DeviceVar("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in gpu_ids), False))
+    return tuple(out)
+
+
 def emulate_dir() -> Path:
     """The folder holding kohya-tuner's `sitecustomize` for the trainer: the CUDA memory cap
     of --emulate-vram and the state saved at an out-of-memory failure."""
@@ -92,12 +115,13 @@ def emulate_dir() -> Path:
 
 def build_env(base: Mapping[str, str], *, gpu_ids: tuple[int, ...] = (), emulate_vram_gb: float | None = None,
               extra: Mapping[str, str] | None = None, save_at_oom: bool = False,
-              cpu: bool = False) -> dict[str, str]:
+              cpu: bool = False, num_processes: int = 1) -> dict[str, str]:
     """The trainer's environment: the user's own, plus what supervision needs.
 
     Values the user set win (their allocator settings, their COLUMNS if already wide);
     PYTHONPATH is extended, never replaced. `save_at_oom`: the trainer saves its state at
-    the step an out-of-memory error ends (one process only)."""
+    the step an out-of-memory error ends (one process only). `gpu_ids` and `num_processes`
+    choose the cards (device_vars)."""
     env = dict(base)
     if "PYTORCH_CUDA_ALLOC_CONF" not in env and "PYTORCH_ALLOC_CONF" not in env:
         # Fragmentation turns a fitting run into an OOM hours in; PyTorch's own message advises this.
@@ -110,10 +134,9 @@ def build_env(base: Mapping[str, str], *, gpu_ids: tuple[int, ...] = (), emulate
         wide = False
     if not wide:
         env["COLUMNS"] = WIDE_COLUMNS
-    if gpu_ids:
-        # NVML numbers cards in PCI order; CUDA's default order differs on mixed machines.
-        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+    for var in device_vars(gpu_ids, num_processes, cpu):
+        if not (var.default_only and var.name in env):
+            env[var.name] = var.value
     if cpu:
         # What accelerate's one-process launcher sets for --cpu; its multi-process launcher
         # passes it on to every rank (build_argv).

@@ -15,7 +15,7 @@ from kohya_tuner import gpu as gpu_mod
 from kohya_tuner import history, memory, outpaths, planfiles, planning, presets, schema
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import Family, get_family
-from kohya_tuner.gpu import GpuChoice, GpuInfo
+from kohya_tuner.gpu import GpuChoice, GpuInfo, parse_gpus
 from kohya_tuner.planfiles import Written
 from kohya_tuner.planning import FittedPlan
 from kohya_tuner.presets import Plan
@@ -30,18 +30,6 @@ if TYPE_CHECKING:
     from kohya_tuner.dataset.models import DatasetReport
     from kohya_tuner.memory import Estimate
     from kohya_tuner.run.loop import Outcome, RunEvent
-
-
-def parse_gpus(text: str | None) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        ids = tuple(int(p) for p in text.replace(" ", "").split(",") if p != "")
-    except ValueError:
-        raise UserError(f"--gpus {text!r} must list GPU numbers, e.g. --gpus 0,1.") from None
-    if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-        raise UserError(f"--gpus {text!r} must list distinct GPU numbers, e.g. --gpus 0,1.")
-    return ids
 
 
 def check_out_dir(out: Path) -> None:
@@ -197,7 +185,8 @@ def _write(req: RunRequest, t: _Target, p: _Planned, facts: preflight.Facts) -> 
     secretstore.withhold(plan, out)  # the trainer gets them through its environment
 
     checkout = Path(facts.checkout_path or preflight.PLACEHOLDER)
-    files = planfiles.render(plan, p.dataset, out, sd_scripts=checkout, assumed=p.fitted.assumed)
+    files = planfiles.render(plan, p.dataset, out, sd_scripts=checkout, assumed=p.fitted.assumed,
+                             gpu_ids=t.gpu_ids)
     written = planfiles.write(files, out, force=req.force)
     gpu_info = None
     info = t.choice.info or t.card
