@@ -77,6 +77,7 @@ class _Planned:
     fit_lines: list[str]
     total: int
     est: Estimate
+    absent: list[planning.AbsentFile]  # model paths not on this machine (a dry run only warns)
 
 
 def _target(req: RunRequest) -> _Target:
@@ -133,6 +134,10 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
         plan.set(key, new, "--cpu", why)
         if new is None:  # a key left out has no provenance to show it: said here instead
             plan.notes.append(f"--cpu: {key} = {old} left out: {why}")
+    absent = planning.absent_model_files(plan.config, family, {k: src.layer for k, src in plan.provenance.items()})
+    if absent and not req.dry_run:
+        # sd-scripts would find out only after starting Python, torch and accelerate.
+        raise planning.absent_files_refusal(absent, family)
     ds = presets.build_dataset(plan, req.data, req.trigger)
     gpu_name = choice.info.name if choice.info else (card.name if card else None)
     others = choice.others_gib if choice.info else 0.0
@@ -156,7 +161,7 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
     est = memory.estimate({**fitted.assumed, **plan.config, **planning.sample_size_key(plan)}, family, dataset=ds,
                           gpus=t.num_processes, history=hist, gpu_name=gpu_name)
     return _Planned(plan=plan, dataset=ds, data_report=report, checked=checked, images=len(report.trainable),
-                    user_keys=user_keys, fitted=fitted, fit_lines=fit_lines, total=total, est=est)
+                    user_keys=user_keys, fitted=fitted, fit_lines=fit_lines, total=total, est=est, absent=absent)
 
 
 def _preflight(req: RunRequest, t: _Target, p: _Planned) -> tuple[preflight.Facts, preflight.Report]:
@@ -168,6 +173,9 @@ def _preflight(req: RunRequest, t: _Target, p: _Planned) -> tuple[preflight.Fact
                                 strict=req.strict, strict_pin=req.strict_pin, cpu=req.cpu, dry_run=req.dry_run)
     for key, _old, new, why in checks.changes:
         p.plan.set(key, new, "pre-flight", why)
+    for a in p.absent:
+        checks.checks.append(preflight.Check("model", "warn", f"{a.shown()} does not exist on this machine",
+                                             "A run refuses to launch until the path is right."))
     for f in p.data_report.findings:
         if f.severity == "warn":
             checks.checks.append(preflight.Check("dataset", "warn", f.message))
@@ -266,6 +274,11 @@ def prepare_continue(req: ContinueRequest) -> Continuation:
     action = continuation(attempts, settings)
     if isinstance(action, Stop):
         raise UserError(f"Cannot continue {out}: {action.reason}.", " ".join(action.advice) or None)
+    if not req.dry_run:
+        config = getattr(action, "config", None) or settings.plan_config
+        absent = planning.absent_model_files(config, settings.family, {k: "the run's plan" for k in config})
+        if absent:
+            raise planning.absent_files_refusal(absent, settings.family)
     # A run planned with --dry-run --probe-steps starts with its probe.
     probe = not attempts and bool(settings.probe_steps)
     if req.dry_run:
