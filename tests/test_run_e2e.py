@@ -428,3 +428,31 @@ def test_untrainable_dataset_stops_before_anything_is_written(tmp_path, models):
     assert res.returncode == 2
     assert "cannot be trained on" in res.stderr and "Traceback" not in res.stderr
     assert not out.exists()
+
+
+def test_a_nan_loss_stops_the_trainer_and_the_run_fails_with_advice(tmp_path, images, models):
+    """From the step the progress shows `avr_loss=nan`, training on would only end in a
+    "success" with diverged weights: the trainer's process group is stopped there, the run
+    fails with the outcome nan_loss and the causes to change, and --continue is refused."""
+    out = tmp_path / "run"
+    env = _env(tmp_path, STANDIN_NAN_AT_STEP=3, STANDIN_STEP_SECONDS=0.15)
+    res = _cli(_args("sd15", out, images, models, steps=40), env)
+    assert res.returncode == 1, res.stdout + res.stderr
+    attempts = _attempts(out)
+    assert len(attempts) == 1
+    a = attempts[0]
+    assert a["outcome"] == "nan_loss" and a["error"]["kind"] == "nan_loss"
+    assert 3 <= a["end_step"] < 40, "the trainer was stopped at the NaN, not run to its end"
+    summary = _summary(out)
+    assert (summary["status"], summary["outcome"]) == ("failed", "nan_loss")
+    assert summary["lora"] is None and summary["continue_command"] is None
+    assert not (out / "output" / "lora.safetensors").exists()
+    assert "became NaN at step" in summary["reason"]
+    advice = " ".join(summary["advice"])
+    assert "learning_rate" in advice and "--set" in advice
+    shown = " ".join(res.stdout.split())
+    assert "FAILED" in shown and "became NaN at step" in shown and "learning rate" in shown
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+    assert not left, "the trainer's process group was stopped"
+    again = _cli(["run", "--continue", str(out)], env)
+    assert again.returncode == 2 and "became NaN" in " ".join(again.stderr.split()), again.stderr

@@ -507,3 +507,47 @@ def test_the_same_phase_again_asks_the_ladder_for_a_margin_over_the_shortfall():
     decide(oom(tried=0.06, free=0.0), PLAN, SD15, state(newest_state=StateRecord("/o/s", 30, 1)), facts(),
            next_step=ladder)
     assert ladder.calls[0]["deficit"] == pytest.approx(0.06)
+
+
+# ---- a loss that became NaN -------------------------------------------------------------------
+
+SDXL = get_family("sdxl")
+
+
+@pytest.mark.parametrize("exit_status,final", [(0, "/o/lora.safetensors"), (1, None), (-2, None)])
+def test_a_nan_loss_stops_the_run_whatever_the_exit(exit_status, final):
+    """Stopped at the NaN (SIGINT) or, were it to get there, finished with a model file: never a
+    success, never retried, and continuing is not offered."""
+    state = RunState(attempt=1, attempts_left=5, total_steps=100, plan_config={})
+    facts = AttemptFacts(exit_status=exit_status, end_step=7, final_model=final, nan_loss_step=7)
+    action = decide(SimpleNamespace(outcome="error", phase="training", oom=None, error=None, advice=[]),
+                    {"mixed_precision": "bf16", "learning_rate": 1e-4}, SD15, state, facts)
+    assert isinstance(action, Stop) and action.status == "failed" and not action.can_continue
+    assert "became NaN at step 7" in action.reason
+
+
+@pytest.mark.parametrize("family,config,named,not_named", [
+    (SDXL, {"mixed_precision": "fp16", "learning_rate": 1e-4}, ["no_half_vae", "mixed_precision=bf16",
+                                                               "learning_rate=5e-05"], []),
+    (SDXL, {"mixed_precision": "fp16", "no_half_vae": True, "learning_rate": 1e-4, "full_fp16": True},
+     ["mixed_precision=bf16", "full_fp16"], ["no_half_vae=true"]),
+    (SD15, {"mixed_precision": "bf16", "learning_rate": 2e-4, "unet_lr": 2e-4}, ["learning_rate=0.0001",
+                                                                                "unet_lr=0.0001"],
+     ["no_half_vae", "bf16 where"]),
+    (FLUX, {"mixed_precision": "fp16", "learning_rate": 1e-4}, ["mixed_precision=bf16"], ["no_half_vae"]),
+    (FLUX, {"mixed_precision": "bf16", "learning_rate": 1.0, "optimizer_type": "Prodigy"}, ["d_coef"],
+     ["learning_rate=0.5"]),
+    (SD15, {"mixed_precision": "bf16", "learning_rate": 1e-4, "max_grad_norm": 0}, ["max_grad_norm=1.0"], []),
+])
+def test_nan_advice_names_what_applies_to_this_config(family, config, named, not_named):
+    from kohya_tuner.run.policy import nan_advice
+
+    advice = nan_advice(config, family)
+    text = " ".join(advice)
+    for word in named:
+        assert word in text, (word, advice)
+    for word in not_named:
+        assert word not in text, (word, advice)
+    assert "new run" in advice[-1]
+    if family is SDXL and not config.get("no_half_vae"):
+        assert "VAE" in advice[0], "the most likely cause comes first"

@@ -41,6 +41,12 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
         outputs = outputs + [orphan.output] if orphan.resumed else [orphan.output]
     newest = newest_resumable(settings.plan_config.get("output_dir"), outputs, settings.total_steps)
     tried = frozenset(a.move for a in attempts if a.move)
+    if last is not None and orphan is None and last.outcome == "nan_loss":
+        from kohya_tuner.run.policy import nan_advice
+
+        # The same settings from the same states diverge again: the change belongs in a new run.
+        return Stop(f"attempt {last.attempt} was stopped because its training loss became NaN, and the same "
+                    "settings would diverge again", advice=nan_advice(config, settings.family), can_continue=False)
     if last is not None and orphan is None and last.outcome in ("oom", "cpu_oom") and not last.probe:
         from types import SimpleNamespace
 

@@ -262,7 +262,7 @@ class ProcessResult:
     pid: int
     hung: bool = False
     interrupted: bool = False
-    # What ended it when we did: "interrupt", "terminate", "hang", "log_error", "reader_error".
+    # What ended it when we did: "interrupt", "terminate", "hang", "halt", "log_error", "reader_error".
     stopped_by: str | None = None
     signals_sent: list[str] = field(default_factory=list)
     # Why supervision itself failed (the log could not be written, a pipe was lost): the
@@ -417,7 +417,8 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
                 stop: threading.Event | None = None, cwd: str | os.PathLike | None = None,
                 grace_s: float = 10.0, on_start: Callable[[subprocess.Popen], None] | None = None,
                 tick: Callable[[], None] | None = None, tick_s: float = 0.5,
-                on_interrupt: Callable[[], None] | None = None, eof_grace_s: float = 10.0) -> ProcessResult:
+                on_interrupt: Callable[[], None] | None = None, eof_grace_s: float = 10.0,
+                halt: threading.Event | None = None) -> ProcessResult:
     """Run one attempt to its end, calling `on_line(stream, line)` for every line.
 
     Ends early (and ends the whole process group) when `stop` is set, on Ctrl-C or
@@ -429,7 +430,9 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
     launcher still lives or not), EOF (both pipes closed) and the child (once it exited,
     pipes that stay open and silent for `eof_grace_s` belong to leftovers, which are
     stopped). `on_interrupt` runs first thing on Ctrl-C/SIGTERM, before the trainer is
-    stopped, so a record written there survives a second signal."""
+    stopped, so a record written there survives a second signal. `halt`: the supervisor
+    saw something in the output that ends the attempt (a loss that became NaN); the group
+    is stopped as for `stop`, but the attempt is not an interruption."""
     stop = stop or threading.Event()
     log = open(log_path, "ab") if log_path is not None else None
     log_lock = threading.Lock()
@@ -467,6 +470,10 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
             if stop.is_set():
                 result.stopped_by = "terminate"
                 result.interrupted = True
+                result.signals_sent = stop_group(proc, grace_s)
+                break
+            if halt is not None and halt.is_set():
+                result.stopped_by = "halt"
                 result.signals_sent = stop_group(proc, grace_s)
                 break
             try:

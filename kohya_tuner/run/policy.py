@@ -91,6 +91,9 @@ class AttemptFacts:
     hang_minutes: float | None = None
     # Supervision itself failed (the log could not be written): the trainer was stopped.
     failure: str | None = None
+    # The absolute step at which the trainer's progress showed a loss that is not a number
+    # (NaN or infinite); the supervisor stopped the trainer there.
+    nan_loss_step: int | None = None
 
 
 @dataclass
@@ -273,6 +276,8 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                             "the newest state.",))
     if facts.interrupted:
         return Stop("interrupted; the saved states are kept", status="interrupted")
+    if facts.nan_loss_step is not None:
+        return Stop(nan_reason(facts.nan_loss_step), advice=nan_advice(config, family), can_continue=False)
     if facts.exit_status == 0 and facts.final_model and Path(facts.final_model).name:
         if state.probe:
             return Retry(config=dict(config), resume_from=None, changes=[],
@@ -421,6 +426,54 @@ def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: Ru
     all_changes += [Change(str(k), old, v) for k, old, v in ds_changes]
     return Retry(config=new, resume_from=resume_from, changes=all_changes, reason=reason, move=move,
                  start_step=start, note=note, dataset=new_dataset, weights_from=weights_from)
+
+
+# ---- a loss that is not a number ----------------------------------------------------------
+
+def nan_reason(step: int) -> str:
+    return (f"the training loss became NaN at step {step}, so kohya-tuner stopped the trainer: the weights are "
+            "diverging (or have), and a LoRA saved after it is not one to use. sd-scripts' average loss stays NaN "
+            "from the first NaN step on, so going on would not show a recovery either")
+
+
+# What makes a LoRA's loss NaN, each with what to change: (applies to (config, family), advice).
+# Checked in this order; the learning rate is always named, the precision causes only where they apply.
+_NAN_CAUSES: tuple[tuple[Callable[[Mapping[str, Any], Family], bool], Callable[[Mapping[str, Any], Family], str]],
+                   ...] = (
+    (lambda c, f: f.fp16_vae_overflows and c.get("mixed_precision") == "fp16" and not c.get("no_half_vae"),
+     lambda c, f: f"Likely: the {f.label} VAE overflows in fp16 (its latents turn NaN, then every loss does). "
+                  "Add --set no_half_vae=true, or use a VAE fixed for fp16 (--set vae=FILE)."),
+    (lambda c, f: c.get("mixed_precision") == "fp16",
+     lambda c, f: "Likely: fp16 overflows (its largest value is 65504). Use --set mixed_precision=bf16 where the "
+                  "card has bf16 (RTX 30 / A-series and newer)"
+                  + ("; and leave full_fp16 off (--set full_fp16=false), which keeps the weights themselves in fp16"
+                     if c.get("full_fp16") else "") + "."),
+    (lambda c, f: True,
+     lambda c, f: "A learning rate too high for this optimizer and rank also diverges: "
+                  + _lr_text(c) + "."),
+    (lambda c, f: c.get("max_grad_norm") == 0,
+     lambda c, f: "max_grad_norm = 0 turns gradient clipping off: --set max_grad_norm=1.0 keeps one bad batch from "
+                  "blowing up the weights."),
+)
+
+
+def _lr_text(config: Mapping[str, Any]) -> str:
+    rates = [(k, config.get(k)) for k in ("learning_rate", "unet_lr", "text_encoder_lr")
+             if isinstance(config.get(k), (int, float)) and not isinstance(config.get(k), bool) and config.get(k) > 0]
+    if str(config.get("optimizer_type") or "").lower().startswith(("prodigy", "dadapt")):
+        return "with an adaptive optimizer (Prodigy, D-Adaptation) keep learning_rate = 1.0 and lower d_coef"
+    if not rates:
+        return "lower learning_rate (and unet_lr / text_encoder_lr)"
+    return "halve it, e.g. " + ", ".join(f"--set {k}={v / 2:g}" for k, v in rates) + \
+        f" (now {', '.join(f'{k} {v:g}' for k, v in rates)})"
+
+
+def nan_advice(config: Mapping[str, Any], family: Family) -> tuple[str, ...]:
+    """Why a LoRA's loss became NaN with this config, most likely first, and what to change."""
+    out = [text(config, family) for applies, text in _NAN_CAUSES if applies(config, family)]
+    out.append("Start a new run with the change (`kohya-tuner run ... --set KEY=VALUE`); continuing this one "
+               "with the same settings diverges again. The states saved before the NaN step are kept.")
+    return tuple(out)
 
 
 def _keeps_shape(config: Mapping[str, Any], changes) -> bool:
