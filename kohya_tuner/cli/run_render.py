@@ -210,10 +210,10 @@ def print_dry_run(p: PreparedRun) -> None:
 
 
 def print_preview(preview: dict[str, Any]) -> None:
-    where = (f"resumes from {preview['resume_from']} (step {preview['start_step']})" if preview["resume_from"]
-             else "starts from step 0")
-    console.print(f"Dry run: attempt {preview['attempt']} would start ({preview['reason']}); it {where}.",
+    console.print(f"Dry run: attempt {preview['attempt']} would start ({preview['reason']}); it {preview['starts']}.",
                   markup=False, soft_wrap=True)
+    if preview.get("note"):
+        console.print(f"  {preview['note']}", markup=False, soft_wrap=True)
     console.print("Command (nothing launched, nothing written):", markup=False)
     sys.stdout.flush()
     sys.stdout.write(preview["command_line"] + "\n")

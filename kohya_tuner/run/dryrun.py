@@ -12,6 +12,22 @@ from kohya_tuner.run.settings import RunSettings, command_for, probe_config
 from kohya_tuner.run.states import attempt_config
 
 
+def starts(action: Retry, total: int, *, probe: bool = False) -> str:
+    """Where the attempt `action` describes starts, in words: a saved state (optimizer and
+    schedule too), saved LoRA weights with a fresh optimizer, or step 0."""
+    if probe:
+        return f"runs a {total}-step probe from step 0"
+    left = total - action.start_step
+    if action.resume_from:
+        return (f"resumes from the state {action.resume_from} at step {action.start_step} (weights, optimizer and "
+                f"schedule as saved) and trains the {left} steps left")
+    if action.weights_from:
+        return (f"continues from the LoRA weights {action.weights_from} of step {action.start_step} with a fresh "
+                f"optimizer and a scheduler set to the planned learning-rate curve at step {action.start_step} "
+                f"(network_weights), and trains the {left} steps left")
+    return f"starts from step 0 and trains all {total} steps"
+
+
 def continuation_preview(journal: Journal, settings: RunSettings, action: Retry, *, probe: bool) -> dict[str, Any]:
     from kohya_tuner.run import launcher
 
@@ -27,6 +43,7 @@ def continuation_preview(journal: Journal, settings: RunSettings, action: Retry,
     return {
         "dry_run": True, "continue": str(settings.out_dir), "attempt": attempt, "reason": action.reason,
         "note": action.note, "resume_from": action.resume_from, "start_step": action.start_step,
+        "weights_from": None if probe else action.weights_from, "starts": starts(action, total, probe=probe),
         "changes": [c.__dict__ for c in action.changes], "attempt_config": str(cfg_path),
         "log_file": str(journal.log_path(attempt)), "command": argv,
         "command_line": launcher.format_command(argv), "environment": launcher.env_changes(env, os.environ),
