@@ -18,6 +18,11 @@ from kohya_tuner.errors import UserError
 
 FILE_LIMIT = 1 << 20
 MAX_SIDE = 16384
+# The size a prompt without one is drawn at: the sample functions' defaults (512; Lumina 2: 1024).
+_DEFAULT_SIDE = {"lumina2": 1024}
+_FALLBACK_SIDE = 512
+# The keys that turn sampling on during training.
+_SAMPLING_KEYS = ("sample_every_n_steps", "sample_every_n_epochs", "sample_at_first")
 SUFFIXES = (".txt", ".toml", ".json")
 _OPTION = re.compile(r"([wh]) (\d+)", re.IGNORECASE)
 
@@ -59,6 +64,34 @@ def load(path: str) -> PromptFile:
         raise UserError(f"the prompt file {path} cannot be parsed: {exc}") from None
     safeio.check_values(doc, f"The sample prompt file {path}")
     return PromptFile(path, kind, doc)
+
+
+def default_side(family: str) -> int:
+    return _DEFAULT_SIDE.get(family, _FALLBACK_SIDE)
+
+
+def resizable_size(config: dict[str, Any], family: str) -> str | None:
+    """The largest preview ("1024x768") of the config's prompt file when training samples and
+    the file reads: `run` can then draw them smaller through a copy (write_smaller)."""
+    path = config.get("sample_prompts")
+    if not isinstance(path, str) or not any(config.get(k) for k in _SAMPLING_KEYS):
+        return None
+    size, _how = largest(path, default_side(family))
+    return f"{size[0]}x{size[1]}" if size else None
+
+
+def copy_name(path: str, attempt: int) -> str:
+    """The name of the copy of prompt file `path` an attempt draws its smaller previews from."""
+    return f"attempt-{attempt}.sample_prompts.{_kind(path) or 'txt'}"
+
+
+def write_smaller(path: str, size: str, family: str, dest) -> None:
+    """Write to `dest` the prompt file at `path` with no preview longer than `size`'s longer side."""
+    from kohya_tuner import config_io
+
+    w, h = (int(x) for x in size.lower().split("x"))
+    text = smaller(load(path), max(w, h), default_side(family))
+    config_io.write_new(dest, text, force=True)
 
 
 def _side(value: Any) -> int | None:

@@ -36,10 +36,12 @@ class FakeLadder:
     moves: list[FakeStep]
     calls: list[dict] = field(default_factory=list)
 
-    def __call__(self, config, family, *, phase, deficit_gib, policy, dataset, tried, require_resume_safe, **kw):
-        self.calls.append(dict(phase=phase, deficit=deficit_gib, tried=set(tried), safe=require_resume_safe, **kw))
+    def __call__(self, config, family, *, phase, deficit_gib, policy, dataset, tried, require_resume_safe,
+                 only=None, **kw):
+        self.calls.append(dict(phase=phase, deficit=deficit_gib, tried=set(tried), safe=require_resume_safe,
+                               only=only, **kw))
         for m in self.moves:
-            if m.move in tried:
+            if m.move in tried or (only is not None and m.move not in only):
                 continue
             if require_resume_safe and not m.resume_safe:
                 continue
@@ -121,13 +123,50 @@ def test_no_state_yet_restarts_from_zero():
 
 
 def test_sampling_oom_changes_only_sampling():
+    """The sampling phase's rule (ladder data): smaller previews first, sampling off next, a
+    training setting only after both."""
+    from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY
+
     cfg = dict(PLAN, sample_every_n_steps=20, sample_prompts="p.txt", sample_at_first=True)
-    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)]),
+                         FakeStep("sample_less", [("sample_every_n_steps", 20, None), ("sample_at_first", True, None)]),
+                         FakeStep("sample_smaller", [(SAMPLE_SIZE_KEY, "1024x1024", "512x512")])])
     s = state(newest_state=StateRecord("/o/s", 20, 1))
     action = decide(oom(phase="sampling"), cfg, SD15, s, facts(end_step=20), next_step=ladder)
+    assert action.move == "sample_smaller" and action.sample_size == "512x512"
+    assert [(c.key, c.old, c.new) for c in action.changes] == [("previews (--w/--h)", "1024x1024", "512x512")]
+    assert SAMPLE_SIZE_KEY not in action.config and action.config == {k: v for k, v in cfg.items()}
+    assert action.resume_from == "/o/s"
+    assert [c["only"] for c in ladder.calls] == [frozenset({"sample_smaller"})]
+    action = decide(oom(phase="sampling"), cfg, SD15, replace(s, tried=frozenset({"sample_smaller"})),
+                    facts(end_step=20), next_step=ladder)
     assert {c.key for c in action.changes} == {"sample_every_n_steps", "sample_at_first"}
-    assert action.config["train_batch_size"] == 4 and action.resume_from == "/o/s"
-    assert ladder.calls == []
+    assert action.config["train_batch_size"] == 4 and action.resume_from == "/o/s" and action.sample_size is None
+    action = decide(oom(phase="sampling"), cfg, SD15, replace(s, tried=frozenset({"sample_smaller", "sample_less"})),
+                    facts(end_step=20), next_step=ladder)
+    assert action.move == "batch_half"
+
+
+def test_sampling_oom_on_the_real_ladder_draws_smaller_previews_then_none(tmp_path):
+    """With the run's prompt file at 1024 px on SD 1.5: the real ladder's first answer is
+    previews at most 768 or 512 px; once that was tried, sampling off."""
+    from kohya_tuner import presets
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a cat --w 1024 --h 1024\n")
+    plan = presets.compose("sd15", "character", 8)
+    cfg = {**plan.config, "sample_every_n_steps": 20, "sample_prompts": str(prompts)}
+    s = state(newest_state=StateRecord("/o/s", 20, 1), sample_size="1024x1024")
+    action = decide(oom(phase="sampling", tried=3.0, free=0.2), cfg, SD15, s, facts(end_step=20))
+    assert action.move == "sample_smaller" and action.sample_size in ("768x768", "512x512")
+    assert action.config.get("sample_every_n_steps") == 20 and action.resume_from == "/o/s"
+    action = decide(oom(phase="sampling", tried=3.0, free=0.2), cfg, SD15,
+                    replace(s, tried=frozenset({"sample_smaller"})), facts(end_step=20))
+    assert action.move == "sample_less" and "sample_every_n_steps" not in action.config
+    # A prompt file kohya-tuner cannot read is not resized: sampling goes off.
+    action = decide(oom(phase="sampling", tried=3.0, free=0.2), cfg, SD15, replace(s, sample_size=None),
+                    facts(end_step=20))
+    assert action.move == "sample_less"
 
 
 def test_non_oom_failure_is_never_retried():

@@ -24,9 +24,6 @@ MAX_BATCH = 4096
 # Not an sd-scripts key: the preview size ("768x768") a plan writes into its own prompt file,
 # carried in the config dict while the planner and the ladder weigh it; never written out.
 SAMPLE_SIZE_KEY = "kohya_tuner_sample_size"
-# The size sd-scripts draws a prompt line without --w/--h at (its sample functions' defaults).
-SAMPLE_DEFAULT_SIDE = {"lumina2": 1024}
-_SAMPLE_FALLBACK_SIDE = 512
 
 
 def _prompt_file_size(path: str, side: int) -> tuple[tuple[int, int] | None, str]:
@@ -55,7 +52,9 @@ def _sample_resolution(c: dict[str, Any], family: Family) -> tuple[tuple[int, in
     except OSError:
         stamp = None
     # The ladder estimates a config many times: the file is read once per version of it.
-    size, how = _prompt_file_size_cached(path, SAMPLE_DEFAULT_SIDE.get(family.name, _SAMPLE_FALLBACK_SIDE), stamp)
+    from kohya_tuner.prompts import default_side
+
+    size, how = _prompt_file_size_cached(path, default_side(family.name), stamp)
     if size:
         return size, f"sample images counted at {size[0]}x{size[1]}: {how}"
     return None, f"sample images counted at the training resolution ({how})"

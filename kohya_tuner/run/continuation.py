@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from kohya_tuner import safeio
 from kohya_tuner.config_io import flatten
+from kohya_tuner.prompts import resizable_size
 from kohya_tuner.run.journal import AttemptRecord
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, decide
 from kohya_tuner.run.settings import RunSettings, read_config_file
@@ -55,7 +56,8 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
         state = RunState(attempt=last.attempt, attempts_left=settings.max_attempts, total_steps=settings.total_steps,
                          plan_config=settings.plan_config, tried=tried, newest_state=newest, policy=settings.policy,
                          cpu=settings.cpu, user_keys=frozenset(settings.user_keys),
-                         weights=None if newest else lineage_weights(attempts), processes=settings.num_processes)
+                         weights=None if newest else lineage_weights(attempts), processes=settings.num_processes,
+                         sample_size=resizable_size(config, settings.family.name))
         facts = AttemptFacts(exit_status=last.exit_status, end_step=last.end_step, killed=last.outcome == "cpu_oom")
         action = decide(diag, config, settings.family, state, facts, dataset=settings.dataset, next_step=next_step)
         if isinstance(action, Retry):

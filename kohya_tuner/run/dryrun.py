@@ -35,6 +35,12 @@ def continuation_preview(journal: Journal, settings: RunSettings, action: Retry,
     cfg_path = journal.config_path(attempt)
     total = settings.probe_steps if probe else settings.total_steps
     config = probe_config(action.config, total, settings.out_dir) if probe else action.config
+    if action.sample_size and config.get("sample_prompts") and not probe:
+        from kohya_tuner import prompts
+
+        # The copy with smaller previews the attempt would draw from (written only when it starts).
+        config = {**config, "sample_prompts": str(settings.out_dir / prompts.copy_name(
+            str(config["sample_prompts"]), attempt))}
     # As the loop builds it (run/loop.py, Supervisor._attempt), so the preview is the command.
     run_config = attempt_config(config, resume_from=action.resume_from, resume_step=action.start_step,
                                 total_steps=total, attempt=None if probe else attempt,

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 from kohya_tuner.run import durable
 from kohya_tuner.run import journal as jr
 from kohya_tuner.run.journal import AttemptRecord, Change, Journal, StateRecord
+from kohya_tuner.prompts import resizable_size
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, _get, decide
 from kohya_tuner.run.progress import Progress
 from kohya_tuner.run.settings import RunSettings, command_for, probe_config, read_config_file
@@ -119,6 +120,7 @@ class Supervisor:
         stop: Stop | None = None
         while True:
             launched += 1
+            plan = self._smaller_previews(plan, attempt)
             record, diagnosis, facts = self._attempt(attempt, plan, probing)
             history.append(record)
             if not probing and record.start_step == 0:
@@ -130,7 +132,8 @@ class Supervisor:
                              probe=probing, policy=self.s.policy, cpu=self.s.cpu,
                              user_keys=frozenset(self.s.user_keys), last_move_phase=_answered_phase(history),
                              weights=None if probing or newest else lineage_weights(history),
-                             processes=self.s.num_processes)
+                             processes=self.s.num_processes,
+                             sample_size=resizable_size(plan.config, self.s.family.name))
             action = decide(diagnosis, plan.config, self.s.family, state, facts, dataset=self.dataset,
                             next_step=self.next_step)
             if isinstance(action, Stop):
@@ -155,6 +158,20 @@ class Supervisor:
             plan = self._fit_environment(action)
             attempt += 1
         return self._finish(history, stop)
+
+    def _smaller_previews(self, plan: Retry, attempt: int) -> Retry:
+        """A move to smaller previews: the attempt draws them from a copy of the prompt file with
+        the new --w/--h (the user's own file is never edited), and says which."""
+        if not plan.sample_size or not plan.config.get("sample_prompts"):
+            return plan
+        from kohya_tuner import prompts
+
+        old = str(plan.config["sample_prompts"])
+        dest = self.s.out_dir / prompts.copy_name(old, attempt)
+        prompts.write_smaller(old, plan.sample_size, self.s.family.name, dest)
+        config = {**plan.config, "sample_prompts": str(dest)}
+        return replace(plan, config=config, sample_size=None,
+                       changes=list(plan.changes) + [Change("sample_prompts", old, str(dest))])
 
     def _fit_environment(self, plan: Retry) -> Retry:
         """A move may bring in what the trainer's environment lacks (an 8-bit optimizer without

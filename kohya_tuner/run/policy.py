@@ -32,6 +32,8 @@ WEIGHTS_CARRY = frozenset({
 })
 # Keys that only decide when and how sample images are made.
 SAMPLING_KEYS = ("sample_every_n_steps", "sample_every_n_epochs", "sample_at_first")
+# How a change of the previews' size is shown (it goes into a copy of the prompt file).
+PREVIEW_SIZE_LABEL = "previews (--w/--h)"
 # Keys the supervisor owns on every attempt.
 BOOKKEEPING = ("resume", "skip_until_initial_step", "initial_step")
 
@@ -64,6 +66,9 @@ class Retry:
     # The LoRA weights it continues from with a fresh optimizer (a move the state cannot
     # follow, such as another optimizer); start_step is then the step of those weights.
     weights_from: str | None = None
+    # Smaller previews ("512x512", the largest): the loop writes a copy of the prompt file
+    # with them and points sample_prompts at it.
+    sample_size: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,9 @@ class RunState:
     # With several processes (DDP) a state holds the wrapper's weights; loading them as
     # `network_weights` is unverified, so no continuation from weights then.
     processes: int = 1
+    # The largest preview of the prompt file ("1024x1024") when kohya-tuner can write a copy of
+    # it with smaller ones (prompts.preview_size_key); None: the previews cannot be resized.
+    sample_size: str | None = None
 
 
 # ---- pure helpers ---------------------------------------------------------------------------
@@ -175,11 +183,6 @@ def resume_unsafe(changes) -> list[str]:
         elif key == "mixed_precision" and new == "fp16" and old != "fp16":
             bad.append(key)  # the state has no fp16 grad-scaler to load
     return bad
-
-
-def sampling_changes(config: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """Sampling off for the rest of the run; nothing else changes."""
-    return [(k, config.get(k), None) for k in SAMPLING_KEYS if config.get(k) is not None]
 
 
 def ram_changes(config: Mapping[str, Any], family: Family, tried: frozenset[str]) -> tuple[str, list, str] | None:
@@ -323,13 +326,6 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
         return _retry(config, changes, name, f"host RAM ran out {_when(facts.end_step)}: {why}", state,
                       resume_ok=True, target_batch=target_batch, end_step=facts.end_step)
 
-    if _is_sampling(phase):
-        changes = sampling_changes(config)
-        if changes and "sample_less" not in state.tried:
-            return _retry(config, changes, "sample_less",
-                          "out of memory while generating sample images: sampling is off for the rest of the run "
-                          "(training itself fit); make previews after training", state, resume_ok=True,
-                          target_batch=target_batch, end_step=facts.end_step)
     if next_step is None:
         from kohya_tuner import ladder
 
@@ -343,6 +339,13 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     if again and need is not None:
         need += REPEAT_MARGIN_GIB
     extra = dict(cpu=state.cpu, keep=state.user_keys, one_at_a_time=again)
+    first = _phase_first(lphase, config, family, state, next_step, need, dataset, extra)
+    if first is not None:
+        name, step = first
+        why = _PHASE_FIRST_WHY.get(name, "")
+        return _retry(config, _step_changes(step), name, f"out of memory{where} {_when(facts.end_step)}: {why}",
+                      state, resume_ok=bool(_get(step, "resume_safe")), target_batch=target_batch,
+                      dataset=dataset, end_step=facts.end_step, step_note=_get(step, "note") or None)
     if resumable:
         step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
                          dataset=dataset, tried=set(state.tried), require_resume_safe=True, **extra)
@@ -377,11 +380,41 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                   target_batch=target_batch, dataset=dataset, end_step=facts.end_step, step_note=why or None)
 
 
+# Why a phase rule's move answers the phase, for the attempt's reason.
+_PHASE_FIRST_WHY = {
+    "sample_smaller": "the previews are drawn smaller for the rest of the run (training itself fit)",
+    "sample_less": "sampling is off for the rest of the run (training itself fit); make previews after training",
+}
+
+
+def _phase_first(phase: str, config: Mapping[str, Any], family: Family, state: RunState, next_step,
+                 need: float | None, dataset, extra: dict[str, Any]):
+    """The first move of the phase's rule (ladder data, [[phase_rule]]) that applies and was not
+    tried, as (name, step); None when the rule has none left."""
+    from kohya_tuner.ladder import load_ladder
+    from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY
+
+    cfg = dict(config)
+    if state.sample_size:
+        cfg[SAMPLE_SIZE_KEY] = state.sample_size  # the previews are ours to resize (a copy of the file)
+    for name in load_ladder().phase_first.get(phase, ()):
+        if name in state.tried:
+            continue
+        step = next_step(cfg, family, phase=phase, deficit_gib=need, policy=state.policy, dataset=dataset,
+                         tried=set(state.tried), require_resume_safe=False, only=frozenset({name}), **extra)
+        if step is not None:
+            return name, step
+    return None
+
+
 def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: RunState, *, resume_ok: bool,
            target_batch: int, dataset: Mapping[str, Any] | None = None, end_step: int = 0,
            step_note: str | None = None) -> Retry:
+    from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY
+
     ds_changes = [c for c in changes if str(c[0]).startswith("dataset:")]
-    changes = [c for c in changes if not str(c[0]).startswith("dataset:")]
+    size_changes = [c for c in changes if c[0] == SAMPLE_SIZE_KEY]
+    changes = [c for c in changes if not str(c[0]).startswith("dataset:") and c[0] != SAMPLE_SIZE_KEY]
     new_dataset = None
     if ds_changes and dataset is not None:
         from kohya_tuner.ladder import apply_step
@@ -424,8 +457,10 @@ def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: Ru
         start = state.newest_state.step
         note = _join(note, f"resumes from the state at step {start}" + _redone(start, end_step))
     all_changes += [Change(str(k), old, v) for k, old, v in ds_changes]
+    all_changes += [Change(PREVIEW_SIZE_LABEL, old, v) for _k, old, v in size_changes]
     return Retry(config=new, resume_from=resume_from, changes=all_changes, reason=reason, move=move,
-                 start_step=start, note=note, dataset=new_dataset, weights_from=weights_from)
+                 start_step=start, note=note, dataset=new_dataset, weights_from=weights_from,
+                 sample_size=str(size_changes[-1][2]) if size_changes else None)
 
 
 # ---- a loss that is not a number ----------------------------------------------------------
