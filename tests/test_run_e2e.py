@@ -468,6 +468,7 @@ def test_a_nan_loss_stops_the_trainer_and_the_run_fails_with_advice(tmp_path, im
     assert "learning_rate" in advice and "--set" in advice
     shown = " ".join(res.stdout.split())
     assert "FAILED" in shown and "became NaN at step" in shown and "learning rate" in shown
+    assert "stopping the trainer" in shown  # said live, as it happens
     left = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
     assert not left, "the trainer's process group was stopped"
     again = _cli(["run", "--continue", str(out)], env)

@@ -107,6 +107,8 @@ class LiveDisplay:
             when = f"after step {d.get('step')}" if d.get("step") else "before the first step"
             rank = f" on rank {d['rank']}" if d.get("rank") is not None else ""
             console.print(f"  [red]CUDA out of memory{rank} {when}{fig}[/red]")
+        elif k == "nan_loss":
+            console.print(f"  [red]the loss became NaN at step {d.get('step')}: stopping the trainer[/red]")
         elif k == "attempt_end":
             self._stop_bar()
             colour = "green" if d["outcome"] == "success" else "red"
