@@ -30,8 +30,6 @@ WEIGHTS_CARRY = frozenset({
     "optimizer_type", "optimizer_args", "use_8bit_adam", "use_lion_optimizer", "loraplus_lr_ratio",
     "loraplus_unet_lr_ratio", "loraplus_text_encoder_lr_ratio", "mixed_precision", "full_bf16", "full_fp16",
 })
-# Keys that only decide when and how sample images are made.
-SAMPLING_KEYS = ("sample_every_n_steps", "sample_every_n_epochs", "sample_at_first")
 # How a change of the previews' size is shown (it goes into a copy of the prompt file).
 PREVIEW_SIZE_LABEL = "previews (--w/--h)"
 # Keys the supervisor owns on every attempt.
@@ -127,7 +125,7 @@ class RunState:
     # `network_weights` is unverified, so no continuation from weights then.
     processes: int = 1
     # The largest preview of the prompt file ("1024x1024") when kohya-tuner can write a copy of
-    # it with smaller ones (prompts.preview_size_key); None: the previews cannot be resized.
+    # it with smaller ones (prompts.resizable_size); None: the previews cannot be resized.
     sample_size: str | None = None
 
 
@@ -232,10 +230,6 @@ def _step_changes(step: Any) -> list[tuple[str, Any, Any]]:
 
 def _moves_yours(step: Any, keys: frozenset[str]) -> bool:
     return bool(keys) and any(str(k).rsplit(".", 1)[-1] in keys for k, _o, _n in _step_changes(step))
-
-
-def _is_sampling(phase: str | None) -> bool:
-    return bool(phase) and "sampl" in str(phase).lower()
 
 
 _PHASE_WORDS = {
@@ -496,7 +490,8 @@ def _lr_text(config: Mapping[str, Any]) -> str:
     rates = [(k, config.get(k)) for k in ("learning_rate", "unet_lr", "text_encoder_lr")
              if isinstance(config.get(k), (int, float)) and not isinstance(config.get(k), bool) and config.get(k) > 0]
     if str(config.get("optimizer_type") or "").lower().startswith(("prodigy", "dadapt")):
-        return "with an adaptive optimizer (Prodigy, D-Adaptation) keep learning_rate = 1.0 and lower d_coef"
+        return ("with an adaptive optimizer (Prodigy, D-Adaptation) keep learning_rate = 1.0 and lower its step size "
+                "instead: d_coef=0.5 in optimizer_args")
     if not rates:
         return "lower learning_rate (and unet_lr / text_encoder_lr)"
     return "halve it, e.g. " + ", ".join(f"--set {k}={v / 2:g}" for k, v in rates) + \
