@@ -462,3 +462,14 @@ def family_for_config(config: dict[str, Any]) -> Family | None:
     if len(scripts) == 1:
         return FAMILIES[_SCRIPT_TO_FAMILY[scripts.pop()]]
     return None
+
+
+# What sd-scripts' loaders read as a file, whatever the rest of the name looks like.
+MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft", ".gguf")
+
+
+def looks_like_hub_id(value: str) -> bool:
+    """`stabilityai/stable-diffusion-xl-base-1.0`: a name diffusers' from_pretrained downloads
+    (sd-scripts passes a base that is not a file to it), not a path on this machine."""
+    return (value.count("/") == 1 and "\\" not in value and ":" not in value
+            and not value.startswith((".", "/", "~")) and not value.lower().endswith(MODEL_SUFFIXES))

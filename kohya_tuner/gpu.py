@@ -315,6 +315,19 @@ class GpuChoice:
         return text
 
 
+def parse_gpus(text: str | None) -> tuple[int, ...]:
+    """`--gpus 0,1` as card numbers (NVML order); () when not given."""
+    if not text:
+        return ()
+    try:
+        ids = tuple(int(p) for p in text.replace(" ", "").split(",") if p != "")
+    except ValueError:
+        raise UserError(f"--gpus {text!r} must list GPU numbers, e.g. --gpus 0,1.") from None
+    if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise UserError(f"--gpus {text!r} must list distinct GPU numbers, e.g. --gpus 0,1.")
+    return ids
+
+
 def parse_gb(text: str) -> int:
     s = str(text).strip().lower().removesuffix("gb").strip()
     try:

@@ -570,14 +570,14 @@ def _launch_fields(launch: list[str], f: dict[str, Any]) -> None:
     f["extra_accelerate_launch_args"] = " ".join(extra)
 
 
-def for_plan(plan, dataset_path: str, prompts_text: str | None) -> GuiExport:
+def for_plan(plan, dataset_path: str, prompts_text: str | None, gpu_ids: tuple[int, ...] = ()) -> GuiExport:
     """The GUI file for a composed plan (kohya_tuner.presets.Plan) written with its dataset.toml
-    at `dataset_path` and its prompt file holding `prompts_text`."""
+    at `dataset_path` and its prompt file holding `prompts_text`, on the cards `gpu_ids`."""
     from kohya_tuner.planfiles import accelerate_args
 
     schnell = plan.variant == "schnell" if plan.family.script == "flux_train_network.py" else False
     return export(plan.config, plan.family.script, dataset_config=str(dataset_path), sample_prompts=prompts_text,
-                  launch=accelerate_args(plan.config.get("mixed_precision", "no")), schnell=schnell)
+                  launch=accelerate_args(plan.config.get("mixed_precision", "no"), gpu_ids), schnell=schnell)
 
 
 def for_config(config: dict[str, Any], script: str, *, dataset_config: str | None, launch: list[str] | None,

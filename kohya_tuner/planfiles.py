@@ -21,6 +21,7 @@ class PlanFiles:
     texts: dict[str, str]  # file name -> content
     private: frozenset[str] = frozenset()  # written 0600: they hold a secret (redact.secret_keys)
     left_out: dict[str, str] = field(default_factory=dict)  # file name -> why it is not written
+    gpu_ids: tuple[int, ...] = ()  # the cards the launch scripts train on (--gpus)
 
     def paths(self, out_dir: Path) -> dict[str, Path]:
         return {name: out_dir / name for name in self.texts}
@@ -29,18 +30,37 @@ class PlanFiles:
 _SCRIPT_MARK = "@SCRIPT@"
 
 
-def accelerate_args(mixed_precision: str) -> list[str]:
-    """accelerate's own options, exactly as `kohya-tuner run` passes them (the launcher
-    builds both, so a hand-run launch.sh trains like `run` does)."""
+def accelerate_args(mixed_precision: str, gpu_ids: tuple[int, ...] = ()) -> list[str]:
+    """accelerate's own options, exactly as `kohya-tuner run` passes them for the cards of
+    `--gpus` (the launcher builds both, so a hand-run launch.sh trains like `run` does)."""
     from kohya_tuner.run.launcher import LaunchSpec, build_argv
 
     argv = build_argv(LaunchSpec(script=Path(_SCRIPT_MARK), config_file=Path("c"), dataset_config=Path("d"),
-                                 mixed_precision=mixed_precision))
+                                 mixed_precision=mixed_precision, num_processes=max(1, len(gpu_ids)),
+                                 gpu_ids=tuple(gpu_ids)))
     return argv[3:argv.index(_SCRIPT_MARK)]
 
 
-def _sh_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Path) -> str:
-    acc = " ".join(sh_quote(a) for a in accelerate_args(plan.config.get("mixed_precision", "no")))
+def _device_vars(gpu_ids: tuple[int, ...]):
+    from kohya_tuner.run.launcher import device_vars
+
+    return device_vars(tuple(gpu_ids), max(1, len(gpu_ids)))
+
+
+def _sh_devices(gpu_ids: tuple[int, ...]) -> str:
+    lines = []
+    for var in _device_vars(gpu_ids):
+        if var.default_only:
+            lines.append(f'if [ -z "${{{var.name}:-}}" ]; then\n  {var.name}={sh_quote(var.value)}\nfi\n'
+                         f"export {var.name}\n")
+        else:
+            lines.append(f"export {var.name}={sh_quote(var.value)}\n")
+    return ("# The cards of --gpus, numbered as nvidia-smi numbers them.\n" + "".join(lines)) if lines else ""
+
+
+def _sh_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Path,
+               gpu_ids: tuple[int, ...] = ()) -> str:
+    acc = " ".join(sh_quote(a) for a in accelerate_args(plan.config.get("mixed_precision", "no"), gpu_ids))
     return (
         "#!/usr/bin/env sh\n"
         f"# {comment_text(_purpose(plan))}\n"
@@ -50,6 +70,7 @@ def _sh_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Pat
         "fi\n"
         "# Lets PyTorch grow memory segments instead of fragmenting them (fewer OOMs late in a run).\n"
         "export PYTORCH_CUDA_ALLOC_CONF=\"${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}\"\n"
+        f"{_sh_devices(gpu_ids)}"
         f"exec accelerate launch {acc} \"$SD_SCRIPTS\"/{sh_quote(plan.family.script)} \\\n"
         f"  --config_file {sh_quote(str(config_path))} \\\n"
         f"  --dataset_config {sh_quote(str(dataset_path))} \"$@\"\n"
@@ -60,13 +81,17 @@ def _purpose(plan: Plan) -> str:
     return f"Trains a {plan.family.label} LoRA ({plan.job}, {plan.gpu_class} GB class) with sd-scripts."
 
 
-def _bat_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Path) -> str:
+def _bat_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Path,
+                gpu_ids: tuple[int, ...] = ()) -> str:
     acc = " ".join(cmd_quote(a, "the accelerate option") for a in
-                   accelerate_args(plan.config.get("mixed_precision", "no")))
+                   accelerate_args(plan.config.get("mixed_precision", "no"), gpu_ids))
+    devices = [(f"if not defined {v.name} " if v.default_only else "") + cmd_set(v.name, v.value)
+               for v in _device_vars(gpu_ids)]
     body = [
         f"rem {comment_text(_purpose(plan))}",
         "rem Set SD_SCRIPTS to your sd-scripts checkout if it is not the one below.",
         f"if not defined SD_SCRIPTS {cmd_set('SD_SCRIPTS', sd_scripts, 'the sd-scripts path')}",
+        *(["rem The cards of --gpus, numbered as nvidia-smi numbers them."] + devices if devices else []),
         f'accelerate launch {acc} "%SD_SCRIPTS%\\{cmd_percent(plan.family.script)}" '
         f"--config_file {cmd_quote(str(config_path), 'the config path')} "
         f"--dataset_config {cmd_quote(str(dataset_path), 'the dataset config path')} %*",
@@ -80,9 +105,11 @@ def _bat_script(plan: Plan, sd_scripts: str, config_path: Path, dataset_path: Pa
 
 
 def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str | os.PathLike | None = None,
-           assumed: dict[str, Any] | None = None) -> PlanFiles:
+           assumed: dict[str, Any] | None = None, gpu_ids: tuple[int, ...] = ()) -> PlanFiles:
     """The plan's files; `assumed` (values the fit planned for that the user has not given) is
-    recorded in config.toml as comments, so estimate and fit read the same plan back."""
+    recorded in config.toml as comments, so estimate and fit read the same plan back. The
+    launch scripts train on the cards `gpu_ids` (`--gpus`; several: one process each)."""
+    gpu_ids = tuple(gpu_ids)
     out_dir = Path(out_dir).absolute()
     config_path = out_dir / CONFIG_NAME
     dataset_path = out_dir / DATASET_NAME
@@ -94,7 +121,7 @@ def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str |
         CONFIG_NAME: config_io.dumps_config(plan.config, plan.why(), script=plan.family.script, header=header,
                                             assumed=assumed, family=plan.family),
         DATASET_NAME: config_io.dumps_dataset(dataset, header="sd-scripts --dataset_config, written by kohya-tuner."),
-        "launch.sh": _sh_script(plan, sd, config_path, dataset_path),
+        "launch.sh": _sh_script(plan, sd, config_path, dataset_path, gpu_ids),
     }
     left_out: dict[str, str] = {}
     if bad := _bat_uncarriable(sd, config_path, dataset_path):
@@ -103,13 +130,14 @@ def render(plan: Plan, dataset: dict[str, Any], out_dir: Path, sd_scripts: str |
         left_out["launch.bat"] = (f"launch.bat not written: {bad}, which cmd.exe cannot quote and Windows does "
                                   "not allow in a file name; train with launch.sh")
     else:
-        texts["launch.bat"] = _bat_script(plan, sd, config_path, dataset_path)
+        texts["launch.bat"] = _bat_script(plan, sd, config_path, dataset_path, gpu_ids)
     prompts = sample_prompts_text(plan, dataset)
     if prompts is not None:
         texts[SAMPLE_PROMPTS_NAME] = prompts
     from kohya_tuner import redact
 
-    return PlanFiles(texts, frozenset({CONFIG_NAME}) if redact.split(plan.config)[1] else frozenset(), left_out)
+    return PlanFiles(texts, frozenset({CONFIG_NAME}) if redact.split(plan.config)[1] else frozenset(), left_out,
+                     gpu_ids)
 
 
 def _bat_uncarriable(sd: str, config_path: Path, dataset_path: Path) -> str | None:
@@ -203,7 +231,8 @@ def add_gui_json(files: PlanFiles, plan: Plan, out_dir: Path, path: Path) -> Gui
     if not name.endswith(".json"):
         raise UserError(f"--gui-json {path} does not end in .json; the kohya_ss GUI opens .json files only.",
                         f"Name it {Path(name).stem or 'kohya_gui'}.json.")
-    export = gui_export.for_plan(plan, str(root / DATASET_NAME), files.texts.get(SAMPLE_PROMPTS_NAME))
+    export = gui_export.for_plan(plan, str(root / DATASET_NAME), files.texts.get(SAMPLE_PROMPTS_NAME),
+                                 gpu_ids=files.gpu_ids)
     files.texts[name] = export.dumps()
     if redact.split(plan.config)[1]:
         files.private = files.private | {name}

@@ -12,7 +12,7 @@ from typing import Any
 
 from kohya_tuner import history, ladder, memory
 from kohya_tuner.errors import UserError
-from kohya_tuner.families import FAMILIES
+from kohya_tuner.families import FAMILIES, looks_like_hub_id
 from kohya_tuner.presets import SAMPLE_PROMPTS_NAME, Plan, precision_caution, preview_size, writes_prompt_file
 
 # How the fit's change of the preview size is shown: it goes into the prompt file, not the config.
@@ -170,7 +170,8 @@ def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps,
             raise UserError(f"{flag} {value} is {kind}, not a model file or folder.",
                             f"Give {flag} the model file itself.")
         if value:
-            inputs[key] = str(Path(value).expanduser().absolute()) if not _looks_like_hub_id(value) else value
+            hub = looks_like_hub_id(value) and not os.path.exists(value)
+            inputs[key] = value if hub else str(Path(value).expanduser().absolute())
         else:
             missing.append(flag)
     extra = [k for k, v in given.items() if v and k not in family.required_files]
@@ -193,23 +194,65 @@ def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps,
     return inputs, missing
 
 
-def missing_model_files(inputs: dict[str, Any], family) -> list[str]:
-    """A warning per model file the plan names that is not on this machine (a Hugging Face id,
-    which sd-scripts downloads, is not a file)."""
-    flags = family.required_files
+# Model inputs sd-scripts opens besides the family's own files: --vae of the U-Net scripts, and
+# a LoRA to start from.
+_OTHER_MODEL_KEYS = ("vae", "network_weights")
+
+# The entry scripts whose base model may be a Hugging Face id (train_util._load_target_model
+# hands a base that is not a file to diffusers' from_pretrained).
+_HUB_SCRIPTS = ("train_network.py", "sdxl_train_network.py")
+
+
+@dataclass(frozen=True)
+class AbsentFile:
+    key: str  # the sd-scripts key
+    value: str
+    flag: str | None = None  # the flag that gave it (--base), when one did
+    layer: str | None = None  # else where it came from (--set, --preset FILE, the config)
+
+    def shown(self) -> str:
+        if self.flag:
+            return f"{self.flag} {self.value}"
+        return f"{self.key} = {self.value}" + (f" (from {self.layer})" if self.layer else "")
+
+
+def absent_model_files(config: dict[str, Any], family, layers: dict[str, str] | None = None) -> list[AbsentFile]:
+    """The model files and folders the plan names that are not on this machine. A Hugging Face
+    id (`runwayml/stable-diffusion-v1-5`, which diffusers downloads) is not a path and never
+    counted; a Diffusers folder that exists is. `layers`: key -> the plan layer that set it
+    (a value of the layer "input" came from the model flags)."""
+    keys = list(family.required_files) + [k for k in _OTHER_MODEL_KEYS if k not in family.required_files]
     out = []
-    for key, flag in flags.items():
-        value = inputs.get(key)
-        if not value or _looks_like_hub_id(str(value)) or os.path.exists(str(value)):
+    for key in keys:
+        value = config.get(key)
+        if not isinstance(value, str) or not value or looks_like_hub_id(value):
             continue
-        out.append(f"{flag} {value} does not exist on this machine: sd-scripts will fail to load it. Fix the path "
-                   "before training (or plan here for a file that lives on another machine).")
+        if os.path.exists(os.path.expanduser(value)):
+            continue
+        layer = (layers or {}).get(key, "input")
+        flag = family.required_files.get(key) if layer == "input" else None
+        out.append(AbsentFile(key, value, flag, None if flag else layer))
     return out
 
 
-def _looks_like_hub_id(value: str) -> bool:
-    # SD/SDXL also load from a Hugging Face id such as stabilityai/stable-diffusion-xl-base-1.0.
-    return value.count("/") == 1 and not os.path.exists(value) and not value.startswith((".", "/", "~"))
+def missing_model_files(inputs: dict[str, Any], family) -> list[str]:
+    """A warning per model file the plan names that is not on this machine (a Hugging Face id,
+    which sd-scripts downloads, is not a file)."""
+    return [f"{a.shown()} does not exist on this machine: sd-scripts will fail to load it. Fix the path "
+            "before training (or plan here for a file that lives on another machine)."
+            for a in absent_model_files(inputs, family) if a.key in family.required_files]
+
+
+def absent_files_refusal(absent: list[AbsentFile], family) -> UserError:
+    """One paragraph for `run`: which model paths do not exist, and what sd-scripts accepts."""
+    listed = "; ".join(a.shown() for a in absent)
+    many = len(absent) > 1
+    hub = any(a.key == "pretrained_model_name_or_path" for a in absent) and family.script in _HUB_SCRIPTS
+    return UserError(f"{listed}: {'these do' if many else 'it does'} not exist on this machine, so sd-scripts would "
+                     f"stop while loading {'them' if many else 'it'}; nothing was launched.",
+                     "Give the path of a model file that exists (check the spelling and the folder)"
+                     + (", a Diffusers folder, or a Hugging Face id such as runwayml/stable-diffusion-v1-5"
+                        if hub else "") + ".")
 
 
 def check_data(data: str | Path, family, job: str, trigger: str | None, config: dict[str, Any]):

@@ -41,28 +41,36 @@ def sh_quote(value: str) -> str:
     return "'" + value.replace("'", "'\\''") + "'"
 
 
+# What a shown command must not carry raw: control characters (a line break aside: harmless to a
+# terminal, and POSIX has no escape for it that survives command substitution), bidi overrides,
+# and the lone surrogates that stand for a file name's undecodable bytes.
+_UNSHOWABLE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\udc80-\udcff]+")
+
+
 def display_word(value: str) -> str:
-    """`value` as one word of a command shown to be copied: shlex's quoting, except that a
-    value holding control characters (ESC, BEL, CR, C1, bidi overrides) is written in the
-    $'...' form with \\xNN / \\uNNNN escapes, so showing the command never sends those
-    characters to the terminal. bash and zsh read $'...'; a plain POSIX sh does not, but no
-    form it reads could be printed safely."""
+    """`value` as one word of a command shown to be copied, in plain POSIX sh (dash reads it as
+    bash and zsh do): shlex's quoting, except that characters a terminal must not be sent
+    (ESC, BEL, CR, C1, bidi overrides, undecodable bytes) come from printf's octal escapes,
+    `"$(printf '\\033')"`, next to the quoted rest, so showing the command never sends them.
+    A line break stays itself inside single quotes."""
+    import os
     import shlex
 
-    from kohya_tuner.printable import CONTROL
-
     value = str(value)
-    if not CONTROL.search(value):
+    if not _UNSHOWABLE.search(value):
         return shlex.quote(value)
-    out = []
-    for ch in value:
-        if ch in "\\'":
-            out.append("\\" + ch)
-        elif CONTROL.fullmatch(ch):
-            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x80 else f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return "$'" + "".join(out) + "'"
+    out, at = [], 0
+    for m in _UNSHOWABLE.finditer(value):
+        if m.start() > at:
+            out.append(shlex.quote(value[at:m.start()]))
+        # The bytes the argument really holds (UTF-8, undecodable ones as they were); a command
+        # substitution drops only trailing line breaks, and none is printed here.
+        octal = "".join(f"\\{b:03o}" for b in os.fsencode(m.group()))
+        out.append(f"\"$(printf '{octal}')\"")
+        at = m.end()
+    if at < len(value):
+        out.append(shlex.quote(value[at:]))
+    return "".join(out)
 
 
 def cmd_uncarriable(value: str) -> str | None:

@@ -101,3 +101,65 @@ def test_fit_of_a_users_config_never_writes_the_plans_preview_key(tmp_path):
     again = json.loads(invoke("fit", tmp_path / "o" / "config.toml", "--gpu", "12", "--out", tmp_path / "g.toml",
                               "--json").stdout)
     assert "sample_less" not in [st["move"] for st in again["steps"]], again["steps"]
+
+
+# ---- .toml and .json prompt files (library/train_util.py load_prompts: width / height) -------
+
+_TOML_BIG = '[prompt]\nwidth = 1024\nheight = 1024\n\n[[prompt.subset]]\nprompt = "a cat"\n\n[[prompt.subset]]\nprompt = "a dog"\n'
+_TOML_SUBSETS = ('[prompt]\nsample_steps = 20\n\n[[prompt.subset]]\nprompt = "a cat"\nwidth = 512\nheight = 512\n\n'
+                 '[[prompt.subset]]\nprompt = "a dog"\nwidth = 1024\nheight = 768\n')
+_JSON_BIG = '[{"prompt": "a cat", "width": 1024, "height": 1024}, "a dog --w 512 --h 512"]'
+_JSON_LINES = '["a cat --w 512 --h 512", {"prompt": "a dog"}]'
+
+
+@pytest.mark.parametrize("name,text,size", [
+    ("shared.toml", _TOML_BIG, "1024x1024"), ("subsets.toml", _TOML_SUBSETS, "1024x768"),
+    ("big.json", _JSON_BIG, "1024x1024"), ("lines.json", _JSON_LINES, "512x512"),
+])
+def test_toml_and_json_prompt_files_are_read_for_their_sizes(tmp_path, name, text, size):
+    """sd-scripts draws the previews of a .toml / .json prompt file at its width / height; the
+    estimate counts those, not the training resolution."""
+    est, said = _sampling(_sampling_config(tmp_path, text, name))
+    w, h = (int(x) for x in size.split("x"))
+    txt, _ = _sampling(_sampling_config(tmp_path, f"a cat --w {w} --h {h}\n", f"same-{name}.txt"))
+    assert est == pytest.approx(txt)
+    assert any(size in a and name in a for a in said), said
+
+
+@pytest.mark.parametrize("name,text", [("bad.toml", "[prompt\nwidth = 1"), ("bad.json", "[{"),
+                                       ("deep.json", "[" * 5000 + "]" * 5000), ("nan.json", '[{"width": NaN}]')])
+def test_a_damaged_toml_or_json_prompt_file_counts_the_training_resolution_and_says_why(tmp_path, name, text):
+    train, _ = _sampling(_sampling_config(tmp_path, "a cat --w 1024 --h 1024\n", "train.txt"))
+    est, said = _sampling(_sampling_config(tmp_path, text, name))
+    assert est == pytest.approx(train)
+    assert any("training resolution" in a and name in a for a in said), said
+
+
+@pytest.mark.parametrize("name,text", [("p.txt", "# keep --w 4096\n\na cat --w 1024 --h 768 --d 3\na dog --w 256 --h 256\n"),
+                                       ("p.toml", _TOML_BIG), ("s.toml", _TOML_SUBSETS), ("p.json", _JSON_BIG)])
+def test_smaller_previews_rewrite_only_what_is_too_large(tmp_path, name, text):
+    from kohya_tuner import prompts
+
+    path = tmp_path / name
+    path.write_text(text)
+    before = prompts.sizes(prompts.load(str(path)), 512)
+    new = tmp_path / f"new-{name}"
+    new.write_text(prompts.smaller(prompts.load(str(path)), 512, 512))
+    after = prompts.sizes(prompts.load(str(new)), 512)
+    assert len(after) == len(before)
+    for (w, h), (nw, nh) in zip(before, after):
+        if max(w, h) <= 512:
+            assert (nw, nh) == (w, h)
+        else:
+            assert max(nw, nh) == 512 and nw % 64 == 0 and nh % 64 == 0
+            assert abs(nw / nh - w / h) < 0.2  # the aspect is kept
+    if name.endswith(".toml"):
+        import toml
+
+        doc = toml.loads(new.read_text())
+        # sd-scripts builds each prompt as dict(**shared, **subset): a size in both is a duplicate keyword.
+        for sub in doc["prompt"]["subset"]:
+            dict(**{k: v for k, v in doc["prompt"].items() if k != "subset"}, **sub)
+    if name.endswith(".txt"):
+        lines = new.read_text().splitlines()
+        assert lines[0] == "# keep --w 4096" and "--d 3" in lines[2] and lines[3] == "a dog --w 256 --h 256"

@@ -162,7 +162,10 @@ def test_oom_at_model_load_is_fixed_before_training(tmp_path, images, models):
     assert summary["status"] == "success" and _trained_steps(summary["lora"]) == 12
 
 
-def test_oom_while_sampling_changes_only_sampling(tmp_path, images, models):
+def test_oom_while_sampling_draws_smaller_previews_first(tmp_path, images, models):
+    """A sampling OOM changes the previews, smaller first (ladder data, [[phase_rule]]): the next
+    attempt draws from a copy of the prompt file with a smaller --w/--h, sampling stays on, your
+    own prompt file is untouched, and nothing is redone."""
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("mystyle, a lighthouse --w 1024 --h 1024\n", encoding="utf-8")
     # --no-fit: the preset's batch 1, so sampling (not the training step) is what overflows.
@@ -177,8 +180,21 @@ def test_oom_while_sampling_changes_only_sampling(tmp_path, images, models):
     assert len(attempts) == 2
     assert attempts[0]["outcome"] == "oom" and attempts[0]["phase"] == "sampling"
     assert attempts[0]["end_step"] == 4
-    changed = {c["key"] for c in attempts[1]["changes"]}
-    assert changed == {"sample_every_n_steps"}
+    changes = {c["key"]: c for c in attempts[1]["changes"]}
+    assert set(changes) == {"previews (--w/--h)", "sample_prompts"} and attempts[1]["move"] == "sample_smaller"
+    size = changes["previews (--w/--h)"]
+    assert size["old"] == "1024x1024" and size["new"] in ("768x768", "512x512")
+    copy = Path(changes["sample_prompts"]["new"])
+    assert copy == out / "attempt-2.sample_prompts.txt"
+    side = size["new"].split("x")[0]
+    assert copy.read_text(encoding="utf-8") == f"mystyle, a lighthouse --w {side} --h {side}\n"
+    assert prompts.read_text(encoding="utf-8") == "mystyle, a lighthouse --w 1024 --h 1024\n"
+    cfg = (out / "attempt-2.config.toml").read_text(encoding="utf-8")
+    assert "sample_every_n_steps = 4" in cfg and str(copy) in cfg
+    samples = sorted(p.name for p in (out / "output" / "sample").iterdir())
+    # The resumed attempt counts its own 8 steps: it sampled at its steps 4 and 8 (run steps 8 and 12).
+    assert [n for n in samples if n.startswith("lora-attempt2_")] == ["lora-attempt2_000004_00.png",
+                                                                       "lora-attempt2_000008_00.png"], samples
     # sd-scripts samples before it saves its state of step 4; the state saved at the failure
     # holds step 4, so nothing is redone.
     assert attempts[1]["resume_from"].endswith("lora-step00000004-state") and attempts[1]["start_step"] == 4
@@ -429,3 +445,32 @@ def test_untrainable_dataset_stops_before_anything_is_written(tmp_path, models):
     assert res.returncode == 2
     assert "cannot be trained on" in res.stderr and "Traceback" not in res.stderr
     assert not out.exists()
+
+
+def test_a_nan_loss_stops_the_trainer_and_the_run_fails_with_advice(tmp_path, images, models):
+    """From the step the progress shows `avr_loss=nan`, training on would only end in a
+    "success" with diverged weights: the trainer's process group is stopped there, the run
+    fails with the outcome nan_loss and the causes to change, and --continue is refused."""
+    out = tmp_path / "run"
+    env = _env(tmp_path, STANDIN_NAN_AT_STEP=3, STANDIN_STEP_SECONDS=0.15)
+    res = _cli(_args("sd15", out, images, models, steps=40), env)
+    assert res.returncode == 1, res.stdout + res.stderr
+    attempts = _attempts(out)
+    assert len(attempts) == 1
+    a = attempts[0]
+    assert a["outcome"] == "nan_loss" and a["error"]["kind"] == "nan_loss"
+    assert 3 <= a["end_step"] < 40, "the trainer was stopped at the NaN, not run to its end"
+    summary = _summary(out)
+    assert (summary["status"], summary["outcome"]) == ("failed", "nan_loss")
+    assert summary["lora"] is None and summary["continue_command"] is None
+    assert not (out / "output" / "lora.safetensors").exists()
+    assert "became NaN at step" in summary["reason"]
+    advice = " ".join(summary["advice"])
+    assert "learning_rate" in advice and "--set" in advice
+    shown = " ".join(res.stdout.split())
+    assert "FAILED" in shown and "became NaN at step" in shown and "learning rate" in shown
+    assert "stopping the trainer" in shown  # said live, as it happens
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+    assert not left, "the trainer's process group was stopped"
+    again = _cli(["run", "--continue", str(out)], env)
+    assert again.returncode == 2 and "became NaN" in " ".join(again.stderr.split()), again.stderr

@@ -217,6 +217,24 @@ def test_stop_event_ends_group_even_if_leader_ignores_sigint(tmp_path):
     assert _children_gone(pids + [res.pid])
 
 
+def test_halt_ends_the_group_without_calling_it_an_interruption(tmp_path):
+    """What the supervisor sees in the output (a NaN loss) ends the attempt like a stop, the
+    whole group included, but the user did not interrupt anything."""
+    script = _script(tmp_path, _TREE.format(head="", tail="time.sleep(60)"))
+    pids = []
+    halt = threading.Event()
+
+    def on_line(stream, line):
+        if line.startswith("child "):
+            pids.append(int(line.split()[1]))
+            halt.set()
+
+    res = run_process([PY, str(script)], dict(os.environ), on_line=on_line, halt=halt, grace_s=0.5)
+    assert res.stopped_by == "halt" and not res.interrupted and not res.hung
+    assert res.signals_sent and res.signals_sent[0] == "SIGINT"
+    assert _children_gone(pids + [res.pid])
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM handling is POSIX")
 def test_sigterm_to_supervisor_stops_the_child_group(tmp_path):
     script = _script(tmp_path, _TREE.format(head="", tail="time.sleep(60)"))

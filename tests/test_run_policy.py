@@ -36,10 +36,12 @@ class FakeLadder:
     moves: list[FakeStep]
     calls: list[dict] = field(default_factory=list)
 
-    def __call__(self, config, family, *, phase, deficit_gib, policy, dataset, tried, require_resume_safe, **kw):
-        self.calls.append(dict(phase=phase, deficit=deficit_gib, tried=set(tried), safe=require_resume_safe, **kw))
+    def __call__(self, config, family, *, phase, deficit_gib, policy, dataset, tried, require_resume_safe,
+                 only=None, **kw):
+        self.calls.append(dict(phase=phase, deficit=deficit_gib, tried=set(tried), safe=require_resume_safe,
+                               only=only, **kw))
         for m in self.moves:
-            if m.move in tried:
+            if m.move in tried or (only is not None and m.move not in only):
                 continue
             if require_resume_safe and not m.resume_safe:
                 continue
@@ -121,13 +123,50 @@ def test_no_state_yet_restarts_from_zero():
 
 
 def test_sampling_oom_changes_only_sampling():
+    """The sampling phase's rule (ladder data): smaller previews first, sampling off next, a
+    training setting only after both."""
+    from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY
+
     cfg = dict(PLAN, sample_every_n_steps=20, sample_prompts="p.txt", sample_at_first=True)
-    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])])
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)]),
+                         FakeStep("sample_less", [("sample_every_n_steps", 20, None), ("sample_at_first", True, None)]),
+                         FakeStep("sample_smaller", [(SAMPLE_SIZE_KEY, "1024x1024", "512x512")])])
     s = state(newest_state=StateRecord("/o/s", 20, 1))
     action = decide(oom(phase="sampling"), cfg, SD15, s, facts(end_step=20), next_step=ladder)
+    assert action.move == "sample_smaller" and action.sample_size == "512x512"
+    assert [(c.key, c.old, c.new) for c in action.changes] == [("previews (--w/--h)", "1024x1024", "512x512")]
+    assert SAMPLE_SIZE_KEY not in action.config and action.config == {k: v for k, v in cfg.items()}
+    assert action.resume_from == "/o/s"
+    assert [c["only"] for c in ladder.calls] == [frozenset({"sample_smaller"})]
+    action = decide(oom(phase="sampling"), cfg, SD15, replace(s, tried=frozenset({"sample_smaller"})),
+                    facts(end_step=20), next_step=ladder)
     assert {c.key for c in action.changes} == {"sample_every_n_steps", "sample_at_first"}
-    assert action.config["train_batch_size"] == 4 and action.resume_from == "/o/s"
-    assert ladder.calls == []
+    assert action.config["train_batch_size"] == 4 and action.resume_from == "/o/s" and action.sample_size is None
+    action = decide(oom(phase="sampling"), cfg, SD15, replace(s, tried=frozenset({"sample_smaller", "sample_less"})),
+                    facts(end_step=20), next_step=ladder)
+    assert action.move == "batch_half"
+
+
+def test_sampling_oom_on_the_real_ladder_draws_smaller_previews_then_none(tmp_path):
+    """With the run's prompt file at 1024 px on SD 1.5: the real ladder's first answer is
+    previews at most 768 or 512 px; once that was tried, sampling off."""
+    from kohya_tuner import presets
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a cat --w 1024 --h 1024\n")
+    plan = presets.compose("sd15", "character", 8)
+    cfg = {**plan.config, "sample_every_n_steps": 20, "sample_prompts": str(prompts)}
+    s = state(newest_state=StateRecord("/o/s", 20, 1), sample_size="1024x1024")
+    action = decide(oom(phase="sampling", tried=3.0, free=0.2), cfg, SD15, s, facts(end_step=20))
+    assert action.move == "sample_smaller" and action.sample_size in ("768x768", "512x512")
+    assert action.config.get("sample_every_n_steps") == 20 and action.resume_from == "/o/s"
+    action = decide(oom(phase="sampling", tried=3.0, free=0.2), cfg, SD15,
+                    replace(s, tried=frozenset({"sample_smaller"})), facts(end_step=20))
+    assert action.move == "sample_less" and "sample_every_n_steps" not in action.config
+    # A prompt file kohya-tuner cannot read is not resized: sampling goes off.
+    action = decide(oom(phase="sampling", tried=3.0, free=0.2), cfg, SD15, replace(s, sample_size=None),
+                    facts(end_step=20))
+    assert action.move == "sample_less"
 
 
 def test_non_oom_failure_is_never_retried():
@@ -507,3 +546,47 @@ def test_the_same_phase_again_asks_the_ladder_for_a_margin_over_the_shortfall():
     decide(oom(tried=0.06, free=0.0), PLAN, SD15, state(newest_state=StateRecord("/o/s", 30, 1)), facts(),
            next_step=ladder)
     assert ladder.calls[0]["deficit"] == pytest.approx(0.06)
+
+
+# ---- a loss that became NaN -------------------------------------------------------------------
+
+SDXL = get_family("sdxl")
+
+
+@pytest.mark.parametrize("exit_status,final", [(0, "/o/lora.safetensors"), (1, None), (-2, None)])
+def test_a_nan_loss_stops_the_run_whatever_the_exit(exit_status, final):
+    """Stopped at the NaN (SIGINT) or, were it to get there, finished with a model file: never a
+    success, never retried, and continuing is not offered."""
+    state = RunState(attempt=1, attempts_left=5, total_steps=100, plan_config={})
+    facts = AttemptFacts(exit_status=exit_status, end_step=7, final_model=final, nan_loss_step=7)
+    action = decide(SimpleNamespace(outcome="error", phase="training", oom=None, error=None, advice=[]),
+                    {"mixed_precision": "bf16", "learning_rate": 1e-4}, SD15, state, facts)
+    assert isinstance(action, Stop) and action.status == "failed" and not action.can_continue
+    assert "became NaN at step 7" in action.reason
+
+
+@pytest.mark.parametrize("family,config,named,not_named", [
+    (SDXL, {"mixed_precision": "fp16", "learning_rate": 1e-4}, ["no_half_vae", "mixed_precision=bf16",
+                                                               "learning_rate=5e-05"], []),
+    (SDXL, {"mixed_precision": "fp16", "no_half_vae": True, "learning_rate": 1e-4, "full_fp16": True},
+     ["mixed_precision=bf16", "full_fp16"], ["no_half_vae=true"]),
+    (SD15, {"mixed_precision": "bf16", "learning_rate": 2e-4, "unet_lr": 2e-4}, ["learning_rate=0.0001",
+                                                                                "unet_lr=0.0001"],
+     ["no_half_vae", "bf16 where"]),
+    (FLUX, {"mixed_precision": "fp16", "learning_rate": 1e-4}, ["mixed_precision=bf16"], ["no_half_vae"]),
+    (FLUX, {"mixed_precision": "bf16", "learning_rate": 1.0, "optimizer_type": "Prodigy"}, ["d_coef"],
+     ["learning_rate=0.5"]),
+    (SD15, {"mixed_precision": "bf16", "learning_rate": 1e-4, "max_grad_norm": 0}, ["max_grad_norm=1.0"], []),
+])
+def test_nan_advice_names_what_applies_to_this_config(family, config, named, not_named):
+    from kohya_tuner.run.policy import nan_advice
+
+    advice = nan_advice(config, family)
+    text = " ".join(advice)
+    for word in named:
+        assert word in text, (word, advice)
+    for word in not_named:
+        assert word not in text, (word, advice)
+    assert "new run" in advice[-1]
+    if family is SDXL and not config.get("no_half_vae"):
+        assert "VAE" in advice[0], "the most likely cause comes first"

@@ -77,3 +77,84 @@ def test_a_failed_pre_flight_carries_its_report_and_writes_nothing(inputs, tmp_p
     assert failed.value.report.failures
     assert failed.value.message.startswith("Pre-flight checks failed: ")
     assert not (tmp_path / "a" / "run.json").exists()
+
+
+# ---- model paths that are not on this machine -----------------------------------------------
+
+@pytest.mark.parametrize("how", ["absolute", "relative", "set", "preset", "several"])
+def test_a_model_path_that_does_not_exist_is_refused_before_anything_is_written(how, inputs, tmp_path,
+                                                                                monkeypatch):
+    """sd-scripts would stop while loading it, after Python, torch and accelerate start: `run`
+    refuses it first, in one paragraph, exit 2, with nothing written."""
+    data, base = inputs
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--model", "sd15", "--job", "style", "--gpu", "8", "--cpu", "--data", data, "--out",
+            tmp_path / "out", "--sd-scripts", STANDIN, "--steps", "4"]
+    shown = {"absolute": "--base /nonexistent.safetensors",
+             "relative": f"--base {tmp_path / 'models' / 'sd15.safetensors'}",
+             "set": "pretrained_model_name_or_path = /nowhere/model.ckpt (from --set)",
+             "preset": "pretrained_model_name_or_path = /nowhere/model.ckpt (from preset:mine.toml)",
+             "several": "network_weights = /nowhere/start.safetensors (from --set)"}[how]
+    if how == "absolute":
+        args += ["--base", "/nonexistent.safetensors"]
+    elif how == "relative":
+        args += ["--base", "models/sd15.safetensors"]  # a path, not a hub id: it names a .safetensors file
+    elif how == "set":
+        args += ["--base", base, "--set", "pretrained_model_name_or_path=/nowhere/model.ckpt"]
+    elif how == "preset":
+        preset = tmp_path / "mine.toml"
+        preset.write_text('[settings]\npretrained_model_name_or_path = "/nowhere/model.ckpt"\n', encoding="utf-8")
+        args += ["--base", base, "--preset", preset]
+    else:
+        args += ["--base", "/nonexistent.safetensors", "--set", "network_weights=/nowhere/start.safetensors"]
+    res = invoke(*args)
+    assert res.exit_code == 2, res.output
+    err = " ".join(res.stderr.split())
+    assert shown in err and "not exist on this machine" in err and "nothing was launched" in err, err
+    if how == "several":
+        assert "--base /nonexistent.safetensors; network_weights" in err and "these do not exist" in err
+    assert "Traceback" not in res.output and res.stderr.count("error:") == 1
+    assert "\n\n" not in res.stderr.strip()
+    assert not (tmp_path / "out").exists()
+
+
+def _diffusers_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "sd15-diffusers"
+    (folder / "unet").mkdir(parents=True)
+    (folder / "model_index.json").write_text("{}", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("given", ["hub", "folder", "file"])
+def test_what_sd_scripts_loads_is_not_refused(given, inputs, tmp_path):
+    """A local file, a Diffusers folder and a Hugging Face id (which diffusers downloads) are
+    all bases sd-scripts accepts: a real (not dry) run is prepared for each."""
+    data, base = inputs
+    value = {"hub": "runwayml/stable-diffusion-v1-5", "folder": str(_diffusers_folder(tmp_path)),
+             "file": str(base)}[given]
+    prepared = start.prepare(_request(tmp_path / "out", data, value, dry_run=False), warn=lambda _m: None)
+    assert prepared.plan.config["pretrained_model_name_or_path"] == value
+    assert not any(c.name == "model" for c in prepared.checks.checks)
+
+
+def test_a_dry_run_plans_for_a_model_elsewhere_and_says_so(inputs, tmp_path):
+    data, _base = inputs
+    prepared = start.prepare(_request(tmp_path / "out", data, "/elsewhere/sd15.safetensors"), warn=lambda _m: None)
+    warned = [c for c in prepared.checks.checks if c.name == "model"]
+    assert len(warned) == 1 and warned[0].status == "warn"
+    assert "--base /elsewhere/sd15.safetensors does not exist on this machine" in warned[0].message
+
+
+def test_continue_refuses_a_model_file_gone_since_the_plan(inputs, tmp_path):
+    data, base = inputs
+    moved = tmp_path / "moved.safetensors"
+    moved.write_bytes(base.read_bytes())
+    res = invoke("run", "--model", "sd15", "--job", "style", "--gpu", "8", "--cpu", "--data", data, "--out",
+                 tmp_path / "out", "--sd-scripts", STANDIN, "--steps", "4", "--base", moved, "--dry-run")
+    assert res.exit_code == 0, res.output
+    moved.unlink()
+    res = invoke("run", "--continue", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    err = " ".join(res.stderr.split())
+    assert f"pretrained_model_name_or_path = {moved} (from the run's plan)" in err and "nothing was launched" in err
+    assert not list((tmp_path / "out").glob("attempt-*.log"))

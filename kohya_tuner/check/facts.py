@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kohya_tuner.check import argschema
+from kohya_tuner.families import looks_like_hub_id
 
 MISSING = object()
 
@@ -353,7 +354,7 @@ class Context:
         for key in ("resume", "network_weights", "pretrained_model_name_or_path", "train_data_dir", "vae"):
             v = c.get(key)
             exists = not self.filesystem or not isinstance(v, str) or self._path(v).exists()
-            if key == "pretrained_model_name_or_path" and isinstance(v, str) and _looks_like_hub_id(v):
+            if key == "pretrained_model_name_or_path" and isinstance(v, str) and looks_like_hub_id(v):
                 exists = True
             d[f"@missing:{key}"] = not exists
         d["@no_training_data"] = self._no_training_data()
@@ -390,12 +391,3 @@ class Context:
                         f.suffix.lower() in IMAGE_SUFFIXES for f in p.iterdir()):
                     return False
         return True
-
-
-MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft", ".gguf")
-
-
-def _looks_like_hub_id(value: str) -> bool:
-    # "stabilityai/stable-diffusion-xl-base-0.9": sd-scripts (diffusers) downloads it.
-    return (value.count("/") == 1 and "\\" not in value and ":" not in value
-            and not value.startswith((".", "/", "~")) and not value.lower().endswith(MODEL_SUFFIXES))

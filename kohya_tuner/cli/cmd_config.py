@@ -35,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Model family: sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima.")
     p.add_argument("--job", "-j", required=True, help="What you train: character, style or concept.")
     plan_options.add_gpu(p, required=True, arch=True)
+    plan_options.add_gpus(p)
     p.add_argument("--out", "-o", type=out_path, required=True, metavar="DIR",
                    help="Folder for config.toml, dataset.toml, launch.sh and launch.bat.")
     plan_options.add_plan_options(p)
@@ -147,10 +148,11 @@ def run(args: argparse.Namespace) -> int:
     from kohya_tuner.config_io import show_value
     from kohya_tuner.errors import UserError
     from kohya_tuner.families import get_family
-    from kohya_tuner.gpu import choose
+    from kohya_tuner.gpu import choose, parse_gpus
 
     family = get_family(args.model)
-    choice = choose(args.gpu, arch=args.gpu_arch)
+    gpu_ids = parse_gpus(args.gpus)
+    choice = choose(args.gpu, gpu_ids[0] if gpu_ids else 0, arch=args.gpu_arch)
     data, out = args.data, args.out
     if os.path.lexists(out) and not Path(out).is_dir():
         from kohya_tuner.safeio import describe
@@ -172,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     dataset = presets.build_dataset(plan, images_dir, args.trigger)
     fitted = planning.fit_plan(plan, dataset, choice.gb, others_gib=choice.others_gib,
                                gpu_name=choice.info.name if choice.info else None, bf16=choice.bf16,
-                               do_fit=not args.no_fit, driver=choice.driver)
+                               gpus=max(1, len(gpu_ids)), do_fit=not args.no_fit, driver=choice.driver)
     dataset = fitted.dataset
     est = fitted.estimate
     if not fitted.fits and not args.no_fit:
@@ -185,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
     from kohya_tuner import outpaths
 
     outpaths.confine(plan.config, out, what="The plan")  # nothing written outside --out
-    files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute(), assumed=fitted.assumed)
+    files = planfiles.render(plan, dataset, out, sd_scripts=Path(sd_path).absolute(), assumed=fitted.assumed,
+                             gpu_ids=gpu_ids)
     gui = planfiles.add_gui_json(files, plan, out, args.gui_json) if args.gui_json else None
     written = planfiles.write(files, out, force=args.force)
     warnings = list(files.left_out.values())

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="A short trial run of N steps first, to meet an OOM early (the guides suggest 100-200).")
     p.add_argument("--emulate-vram", type=finite_float(1.0, 1024.0), metavar="GB",
                    help="Cap the trainer's CUDA memory at GB, to prove a smaller card's preset on a bigger one.")
-    p.add_argument("--gpus", metavar="LIST", help="GPUs to train on, e.g. 0,1 (multi-GPU through accelerate).")
+    plan_options.add_gpus(p)
     p.add_argument("--accelerate-config", type=Path, metavar="FILE",
                    help="accelerate config file, passed through (multi-node).")
     p.add_argument("--json-events", type=Path, metavar="FILE", help="Append one JSON object per event to FILE.")

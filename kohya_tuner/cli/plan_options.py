@@ -21,6 +21,10 @@ def add_gpu(parser: argparse.ArgumentParser, *, required: bool, default: str | N
                              "ada, hopper or blackwell (bf16 from ampere on; otherwise fp16). Wins over NVML.")
 
 
+def add_gpus(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpus", metavar="LIST", help="GPUs to train on, e.g. 0,1 (multi-GPU through accelerate).")
+
+
 def _gpu_arch(text: str) -> str:
     from kohya_tuner.errors import UserError
     from kohya_tuner.gpu import parse_arch

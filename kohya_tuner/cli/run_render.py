@@ -107,6 +107,8 @@ class LiveDisplay:
             when = f"after step {d.get('step')}" if d.get("step") else "before the first step"
             rank = f" on rank {d['rank']}" if d.get("rank") is not None else ""
             console.print(f"  [red]CUDA out of memory{rank} {when}{fig}[/red]")
+        elif k == "nan_loss":
+            console.print(f"  [red]the loss became NaN at step {d.get('step')}: stopping the trainer[/red]")
         elif k == "attempt_end":
             self._stop_bar()
             colour = "green" if d["outcome"] == "success" else "red"
@@ -210,10 +212,10 @@ def print_dry_run(p: PreparedRun) -> None:
 
 
 def print_preview(preview: dict[str, Any]) -> None:
-    where = (f"resumes from {preview['resume_from']} (step {preview['start_step']})" if preview["resume_from"]
-             else "starts from step 0")
-    console.print(f"Dry run: attempt {preview['attempt']} would start ({preview['reason']}); it {where}.",
+    console.print(f"Dry run: attempt {preview['attempt']} would start ({preview['reason']}); it {preview['starts']}.",
                   markup=False, soft_wrap=True)
+    if preview.get("note"):
+        console.print(f"  {preview['note']}", markup=False, soft_wrap=True)
     console.print("Command (nothing launched, nothing written):", markup=False)
     sys.stdout.flush()
     sys.stdout.write(preview["command_line"] + "\n")

@@ -109,6 +109,8 @@ class Ladder:
     file_swaps: tuple[FileSwap, ...] = ()
     caution_share: float = 0.95
     small_card_gb: float = 6.0
+    # phase -> the moves `run` tries first, in order, after an OOM in that phase ([[phase_rule]]).
+    phase_first: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def for_cpu(self) -> "Ladder":
         """The ladder without the moves a CPU cannot run."""
@@ -169,9 +171,17 @@ def parse_ladder(doc: dict[str, Any], where: str = "ladder") -> Ladder:
                            unless_contains=tuple(str(m).lower() for m in f.get("unless_contains") or ()))
                   for f in doc.get("file_swap") or [])
     caution = doc.get("caution") or {}
+    names = {m.name for m in moves}
+    phase_first: dict[str, tuple[str, ...]] = {}
+    for rule in doc.get("phase_rule") or []:
+        first = tuple(rule.get("first") or ())
+        unknown = [n for n in first if n not in names]
+        if unknown or not isinstance(rule.get("phase"), str):
+            raise UserError(f"{where}: phase_rule {rule.get('phase')!r} names no phase or unknown move(s) {unknown}.")
+        phase_first[rule["phase"]] = first
     return Ladder(tuple(moves), relaxes, int(floors.get("network_dim", 4)), float(tune.get("target_low", 0.75)),
                   float(tune.get("target_high", 0.92)), swaps, float(caution.get("budget_share", 0.95)),
-                  float(caution.get("small_card_gb", 6)))
+                  float(caution.get("small_card_gb", 6)), phase_first)
 
 
 @lru_cache(maxsize=None)

@@ -126,7 +126,8 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
               policy: str = "default", dataset: dict[str, Any] | None = None, tried: Iterable[str] = frozenset(),
               require_resume_safe: bool = False, history: list | None = None, gpu_name: str | None = None,
               bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
-              keep: Iterable[str] = frozenset(), one_at_a_time: bool = False) -> Step | None:
+              keep: Iterable[str] = frozenset(), one_at_a_time: bool = False,
+              only: Iterable[str] | None = None) -> Step | None:
     """The next move for a run that ran out of memory in `phase`, or None at the floor.
 
     Only moves listed for that phase are considered; moves in `tried` and, with
@@ -135,7 +136,8 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
     policy order until they do (or nothing is left); the returned Step then lists every
     change. `one_at_a_time` never combines (the estimate has already been wrong once).
     A move that changes a key in `keep` (the user's own settings) is taken only when no other
-    move is left, and the Step's note says so."""
+    move is left, and the Step's note says so. `only`: consider these moves alone (a phase
+    rule's next move)."""
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
     lad = ladder or load_ladder()
@@ -145,6 +147,7 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
     # A combined step is named "a+b"; each of its moves counts as tried.
     tried = {part for name in tried for part in str(name).split("+") if part}
     keep = frozenset(keep)
+    only = frozenset(only) if only is not None else None
     cfg = dict(config)
     ds = copy.deepcopy(dataset) if dataset is not None else None
     start = ctx.est(cfg, ds)
@@ -159,6 +162,8 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
         cands = []
         for m in ctx.ladder.moves:
             if phase not in m.phases or m.name in tried or any(c.move.name == m.name for c in chosen):
+                continue
+            if only is not None and m.name not in only:
                 continue
             if require_resume_safe and not m.resume_safe:
                 continue

@@ -14,51 +14,24 @@ from kohya_tuner.memory import finetune
 from kohya_tuner.memory.data import FamilyFacts, family_facts, lora_targets
 from kohya_tuner.memory.oft import MODULES as OFT_MODULES
 from kohya_tuner.optimizers import ResolvedOptimizer, lookup
+from kohya_tuner.prompts import MAX_SIDE
 
 BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 
 # Sanity caps for values no run could use (they keep the arithmetic and the ladder finite).
 MAX_BATCH = 4096
-MAX_SIDE = 16384
 
 # Not an sd-scripts key: the preview size ("768x768") a plan writes into its own prompt file,
 # carried in the config dict while the planner and the ladder weigh it; never written out.
 SAMPLE_SIZE_KEY = "kohya_tuner_sample_size"
-# The size sd-scripts draws a prompt line without --w/--h at (its sample functions' defaults).
-SAMPLE_DEFAULT_SIDE = {"lumina2": 1024}
-_SAMPLE_FALLBACK_SIDE = 512
-_PROMPT_FILE_LIMIT = 1 << 20
 
 
 def _prompt_file_size(path: str, side: int) -> tuple[tuple[int, int] | None, str]:
-    """The largest --w/--h of a .txt prompt file, read as sd-scripts reads it (one prompt per
-    line, '#' lines skipped, options after ' --'), and how it was found."""
-    import re
+    """The largest preview of a prompt file (.txt, .toml or .json), read as sd-scripts reads it
+    (kohya_tuner/prompts.py), and how it was found."""
+    from kohya_tuner import prompts
 
-    from kohya_tuner import safeio
-    from kohya_tuner.errors import UserError
-
-    if not path.lower().endswith(".txt"):
-        return None, f"the prompt file {path} is not a .txt file, whose sizes kohya-tuner reads"
-    try:
-        text = safeio.read_text(path, "The sample prompt file", _PROMPT_FILE_LIMIT)
-    except UserError as exc:
-        return None, exc.message.rstrip(".")
-    best: tuple[int, int] | None = None
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        w = h = side
-        for part in line.strip().split(" --")[1:]:
-            m = re.match(r"([wh]) (\d+)", part, re.IGNORECASE)
-            if m:
-                v = min(int(m.group(2)), MAX_SIDE)
-                w, h = (v, h) if m.group(1).lower() == "w" else (w, v)
-        if best is None or w * h > best[0] * best[1]:
-            best = (max(64, w), max(64, h))
-    if best is None:
-        return None, f"the prompt file {path} holds no prompt"
-    return best, f"the largest --w/--h in {path} (a line without them: {side} px, sd-scripts' default)"
+    return prompts.largest(path, side)
 
 
 @lru_cache(maxsize=64)
@@ -79,7 +52,9 @@ def _sample_resolution(c: dict[str, Any], family: Family) -> tuple[tuple[int, in
     except OSError:
         stamp = None
     # The ladder estimates a config many times: the file is read once per version of it.
-    size, how = _prompt_file_size_cached(path, SAMPLE_DEFAULT_SIDE.get(family.name, _SAMPLE_FALLBACK_SIDE), stamp)
+    from kohya_tuner.prompts import default_side
+
+    size, how = _prompt_file_size_cached(path, default_side(family.name), stamp)
     if size:
         return size, f"sample images counted at {size[0]}x{size[1]}: {how}"
     return None, f"sample images counted at the training resolution ({how})"

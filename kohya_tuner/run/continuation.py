@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from kohya_tuner import safeio
 from kohya_tuner.config_io import flatten
+from kohya_tuner.prompts import resizable_size
 from kohya_tuner.run.journal import AttemptRecord
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, decide
 from kohya_tuner.run.settings import RunSettings, read_config_file
@@ -41,6 +42,12 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
         outputs = outputs + [orphan.output] if orphan.resumed else [orphan.output]
     newest = newest_resumable(settings.plan_config.get("output_dir"), outputs, settings.total_steps)
     tried = frozenset(a.move for a in attempts if a.move)
+    if last is not None and orphan is None and last.outcome == "nan_loss":
+        from kohya_tuner.run.policy import nan_advice
+
+        # The same settings from the same states diverge again: the change belongs in a new run.
+        return Stop(f"attempt {last.attempt} was stopped because its training loss became NaN, and the same "
+                    "settings would diverge again", advice=nan_advice(config, settings.family), can_continue=False)
     if last is not None and orphan is None and last.outcome in ("oom", "cpu_oom") and not last.probe:
         from types import SimpleNamespace
 
@@ -49,7 +56,8 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
         state = RunState(attempt=last.attempt, attempts_left=settings.max_attempts, total_steps=settings.total_steps,
                          plan_config=settings.plan_config, tried=tried, newest_state=newest, policy=settings.policy,
                          cpu=settings.cpu, user_keys=frozenset(settings.user_keys),
-                         weights=None if newest else lineage_weights(attempts), processes=settings.num_processes)
+                         weights=None if newest else lineage_weights(attempts), processes=settings.num_processes,
+                         sample_size=resizable_size(config, settings.family.name))
         facts = AttemptFacts(exit_status=last.exit_status, end_step=last.end_step, killed=last.outcome == "cpu_oom")
         action = decide(diag, config, settings.family, state, facts, dataset=settings.dataset, next_step=next_step)
         if isinstance(action, Retry):

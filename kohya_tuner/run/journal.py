@@ -28,7 +28,7 @@ from kohya_tuner.run import durable
 UNFINISHED = ("running", "incomplete")
 # How an attempt ended: cpu_oom is host RAM (the kernel's OOM killer or an allocator error on
 # the CPU side), oom the GPU's.
-OUTCOMES = ("success", "oom", "cpu_oom", "error", "hang", "interrupted", "incomplete")
+OUTCOMES = ("success", "oom", "cpu_oom", "error", "hang", "interrupted", "incomplete", "nan_loss")
 
 RUN_FILE = "run.json"
 ATTEMPTS_FILE = "attempts.jsonl"
@@ -359,6 +359,8 @@ def summarize(attempts: list[AttemptRecord], *, status: str, reason: str, total_
                   if plan_config.get(k) != final_config.get(k) and k not in _BOOKKEEPING}
     return {
         "status": status,
+        # The last attempt's outcome (OUTCOMES): what `status` "failed" was, e.g. nan_loss.
+        "outcome": attempts[-1].outcome if attempts else (probes[-1].outcome if probes else None),
         "reason": reason,
         "lora": lora_path,
         "attempts": len(attempts) + len(probes),

@@ -84,6 +84,29 @@ def build_argv(spec: LaunchSpec) -> list[str]:
     return argv
 
 
+@dataclass(frozen=True)
+class DeviceVar:
+    """One environment variable that chooses the cards; `default_only`: a value the user
+    already set wins."""
+
+    name: str
+    value: str
+    default_only: bool
+
+
+def device_vars(gpu_ids: tuple[int, ...], num_processes: int = 1, cpu: bool = False) -> tuple[DeviceVar, ...]:
+    """How the cards of `--gpus` are chosen in the environment, for `run` and the launch
+    scripts alike. One process is pinned through CUDA_VISIBLE_DEVICES; several get accelerate's
+    --gpu_ids (build_argv); ranks on the CPU use no card."""
+    if not gpu_ids or (cpu and num_processes > 1):
+        return ()
+    # NVML numbers cards in PCI order; CUDA's default order differs on mixed machines.
+    out = [DeviceVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID", True)]
+    if num_processes <= 1:
+        out.append(DeviceVar("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in gpu_ids), False))
+    return tuple(out)
+
+
 def emulate_dir() -> Path:
     """The folder holding kohya-tuner's `sitecustomize` for the trainer: the CUDA memory cap
     of --emulate-vram and the state saved at an out-of-memory failure."""
@@ -92,12 +115,13 @@ def emulate_dir() -> Path:
 
 def build_env(base: Mapping[str, str], *, gpu_ids: tuple[int, ...] = (), emulate_vram_gb: float | None = None,
               extra: Mapping[str, str] | None = None, save_at_oom: bool = False,
-              cpu: bool = False) -> dict[str, str]:
+              cpu: bool = False, num_processes: int = 1) -> dict[str, str]:
     """The trainer's environment: the user's own, plus what supervision needs.
 
     Values the user set win (their allocator settings, their COLUMNS if already wide);
     PYTHONPATH is extended, never replaced. `save_at_oom`: the trainer saves its state at
-    the step an out-of-memory error ends (one process only)."""
+    the step an out-of-memory error ends (one process only). `gpu_ids` and `num_processes`
+    choose the cards (device_vars)."""
     env = dict(base)
     if "PYTORCH_CUDA_ALLOC_CONF" not in env and "PYTORCH_ALLOC_CONF" not in env:
         # Fragmentation turns a fitting run into an OOM hours in; PyTorch's own message advises this.
@@ -110,10 +134,9 @@ def build_env(base: Mapping[str, str], *, gpu_ids: tuple[int, ...] = (), emulate
         wide = False
     if not wide:
         env["COLUMNS"] = WIDE_COLUMNS
-    if gpu_ids:
-        # NVML numbers cards in PCI order; CUDA's default order differs on mixed machines.
-        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+    for var in device_vars(gpu_ids, num_processes, cpu):
+        if not (var.default_only and var.name in env):
+            env[var.name] = var.value
     if cpu:
         # What accelerate's one-process launcher sets for --cpu; its multi-process launcher
         # passes it on to every rank (build_argv).
@@ -239,7 +262,7 @@ class ProcessResult:
     pid: int
     hung: bool = False
     interrupted: bool = False
-    # What ended it when we did: "interrupt", "terminate", "hang", "log_error", "reader_error".
+    # What ended it when we did: "interrupt", "terminate", "hang", "halt", "log_error", "reader_error".
     stopped_by: str | None = None
     signals_sent: list[str] = field(default_factory=list)
     # Why supervision itself failed (the log could not be written, a pipe was lost): the
@@ -394,7 +417,8 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
                 stop: threading.Event | None = None, cwd: str | os.PathLike | None = None,
                 grace_s: float = 10.0, on_start: Callable[[subprocess.Popen], None] | None = None,
                 tick: Callable[[], None] | None = None, tick_s: float = 0.5,
-                on_interrupt: Callable[[], None] | None = None, eof_grace_s: float = 10.0) -> ProcessResult:
+                on_interrupt: Callable[[], None] | None = None, eof_grace_s: float = 10.0,
+                halt: threading.Event | None = None) -> ProcessResult:
     """Run one attempt to its end, calling `on_line(stream, line)` for every line.
 
     Ends early (and ends the whole process group) when `stop` is set, on Ctrl-C or
@@ -406,7 +430,9 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
     launcher still lives or not), EOF (both pipes closed) and the child (once it exited,
     pipes that stay open and silent for `eof_grace_s` belong to leftovers, which are
     stopped). `on_interrupt` runs first thing on Ctrl-C/SIGTERM, before the trainer is
-    stopped, so a record written there survives a second signal."""
+    stopped, so a record written there survives a second signal. `halt`: the supervisor
+    saw something in the output that ends the attempt (a loss that became NaN); the group
+    is stopped as for `stop`, but the attempt is not an interruption."""
     stop = stop or threading.Event()
     log = open(log_path, "ab") if log_path is not None else None
     log_lock = threading.Lock()
@@ -444,6 +470,10 @@ def run_process(argv: list[str], env: Mapping[str, str], *, on_line: Callable[[s
             if stop.is_set():
                 result.stopped_by = "terminate"
                 result.interrupted = True
+                result.signals_sent = stop_group(proc, grace_s)
+                break
+            if halt is not None and halt.is_set():
+                result.stopped_by = "halt"
                 result.signals_sent = stop_group(proc, grace_s)
                 break
             try:

@@ -7,6 +7,7 @@ writes the journal and the report, and appends the measured peak to the history.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -17,6 +18,7 @@ from typing import Any, Callable, Mapping
 from kohya_tuner.run import durable
 from kohya_tuner.run import journal as jr
 from kohya_tuner.run.journal import AttemptRecord, Change, Journal, StateRecord
+from kohya_tuner.prompts import resizable_size
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, _get, decide
 from kohya_tuner.run.progress import Progress
 from kohya_tuner.run.settings import RunSettings, command_for, probe_config, read_config_file
@@ -31,7 +33,7 @@ _KILLED = re.compile(r"(died with <Signals\.SIGKILL: 9>|exit status -9\b|exit st
 class RunEvent:
     """One thing that happened, for the live display and --json-events."""
 
-    kind: str  # attempt_start, progress, saved, milestone, oom, attempt_end, decision, finished, line
+    kind: str  # attempt_start, progress, saved, milestone, oom, nan_loss, attempt_end, decision, finished, line
     data: dict[str, Any]
 
 
@@ -118,6 +120,7 @@ class Supervisor:
         stop: Stop | None = None
         while True:
             launched += 1
+            plan = self._smaller_previews(plan, attempt)
             record, diagnosis, facts = self._attempt(attempt, plan, probing)
             history.append(record)
             if not probing and record.start_step == 0:
@@ -129,7 +132,8 @@ class Supervisor:
                              probe=probing, policy=self.s.policy, cpu=self.s.cpu,
                              user_keys=frozenset(self.s.user_keys), last_move_phase=_answered_phase(history),
                              weights=None if probing or newest else lineage_weights(history),
-                             processes=self.s.num_processes)
+                             processes=self.s.num_processes,
+                             sample_size=resizable_size(plan.config, self.s.family.name))
             action = decide(diagnosis, plan.config, self.s.family, state, facts, dataset=self.dataset,
                             next_step=self.next_step)
             if isinstance(action, Stop):
@@ -154,6 +158,20 @@ class Supervisor:
             plan = self._fit_environment(action)
             attempt += 1
         return self._finish(history, stop)
+
+    def _smaller_previews(self, plan: Retry, attempt: int) -> Retry:
+        """A move to smaller previews: the attempt draws them from a copy of the prompt file with
+        the new --w/--h (the user's own file is never edited), and says which."""
+        if not plan.sample_size or not plan.config.get("sample_prompts"):
+            return plan
+        from kohya_tuner import prompts
+
+        old = str(plan.config["sample_prompts"])
+        dest = self.s.out_dir / prompts.copy_name(old, attempt)
+        prompts.write_smaller(old, plan.sample_size, self.s.family.name, dest)
+        config = {**plan.config, "sample_prompts": str(dest)}
+        return replace(plan, config=config, sample_size=None,
+                       changes=list(plan.changes) + [Change("sample_prompts", old, str(dest))])
 
     def _fit_environment(self, plan: Retry) -> Retry:
         """A move may bring in what the trainer's environment lacks (an 8-bit optimizer without
@@ -260,6 +278,10 @@ class Supervisor:
         parsers = {"stdout": logparse.LogParser(), "stderr": logparse.LogParser()}
         events: list[Any] = []
         killed = {"seen": False}
+        # A loss that is not a number ends the attempt at once: training on only spends time on
+        # weights that are diverging, and would end in a "success".
+        halt = threading.Event()
+        nan_step: dict[str, int] = {}
         sampler = self._sampler()
 
         def handle(ev: Any) -> None:
@@ -268,6 +290,11 @@ class Supervisor:
             if kind == "Progress":
                 progress.on_progress(ev.step, getattr(ev, "total", None), getattr(ev, "loss", None),
                                      getattr(ev, "rate", None))
+                loss = getattr(ev, "loss", None)
+                if loss is not None and not math.isfinite(loss) and "step" not in nan_step:
+                    nan_step["step"] = progress.step
+                    halt.set()
+                    self.emit("nan_loss", attempt=attempt, step=progress.step)
                 self.emit("progress", attempt=attempt, step=progress.step, total=total, loss=progress.loss,
                           rate=progress.rate, eta_s=progress.eta_s, vram_gib=_now(sampler),
                           peak_gib=_peak(sampler))
@@ -302,7 +329,8 @@ class Supervisor:
                 argv, env, on_line=on_line, log_path=log_path, hang_timeout_s=self.s.hang_minutes * 60,
                 stop=self.stop, tick=tick, tick_s=1.0,
                 on_interrupt=lambda: durable.write_pending(self.s.out_dir,
-                                                           durable.snapshot(record, progress, "interrupted")))
+                                                           durable.snapshot(record, progress, "interrupted")),
+                halt=halt)
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -327,7 +355,8 @@ class Supervisor:
         facts = AttemptFacts(exit_status=exit_status, end_step=progress.step, hung=result.hung,
                              interrupted=result.interrupted, killed=killed["seen"] or exit_status in (137, -9),
                              final_model=final if final_exists and exit_status == 0 else None,
-                             hang_minutes=self.s.hang_minutes, failure=result.failure)
+                             hang_minutes=self.s.hang_minutes, failure=result.failure,
+                             nan_loss_step=nan_step.get("step"))
         if progress.reported_total and not probing and not plan.resume_from and not plan.weights_from:
             record.total_steps = int(progress.reported_total)
         record.duration_s = round(result.duration_s, 2)
@@ -345,6 +374,8 @@ class Supervisor:
             outcome = "interrupted"
         elif result.hung:
             outcome = "hang"
+        elif facts.nan_loss_step is not None:
+            outcome = "nan_loss"
         elif outcome != "oom" and (facts.killed or _get(_get(diagnosis, "error"), "kind") == "cpu_oom"):
             outcome = "cpu_oom"
         elif exit_status == 0 and facts.final_model:
@@ -361,6 +392,11 @@ class Supervisor:
         if result.failure:
             record.error = {"kind": "supervision", "message": result.failure}
         record.advice = list(_get(diagnosis, "advice") or [])
+        if outcome == "nan_loss":
+            from kohya_tuner.run.policy import nan_advice, nan_reason
+
+            record.error = {"kind": "nan_loss", "message": nan_reason(facts.nan_loss_step)}
+            record.advice = list(nan_advice(config, self.s.family))
         record.final_model = facts.final_model
         self.journal.append(record)
         self.emit("attempt_end", attempt=attempt, outcome=outcome, phase=record.phase, exit_status=exit_status,

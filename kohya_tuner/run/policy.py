@@ -30,8 +30,8 @@ WEIGHTS_CARRY = frozenset({
     "optimizer_type", "optimizer_args", "use_8bit_adam", "use_lion_optimizer", "loraplus_lr_ratio",
     "loraplus_unet_lr_ratio", "loraplus_text_encoder_lr_ratio", "mixed_precision", "full_bf16", "full_fp16",
 })
-# Keys that only decide when and how sample images are made.
-SAMPLING_KEYS = ("sample_every_n_steps", "sample_every_n_epochs", "sample_at_first")
+# How a change of the previews' size is shown (it goes into a copy of the prompt file).
+PREVIEW_SIZE_LABEL = "previews (--w/--h)"
 # Keys the supervisor owns on every attempt.
 BOOKKEEPING = ("resume", "skip_until_initial_step", "initial_step")
 
@@ -64,6 +64,9 @@ class Retry:
     # The LoRA weights it continues from with a fresh optimizer (a move the state cannot
     # follow, such as another optimizer); start_step is then the step of those weights.
     weights_from: str | None = None
+    # Smaller previews ("512x512", the largest): the loop writes a copy of the prompt file
+    # with them and points sample_prompts at it.
+    sample_size: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class AttemptFacts:
     hang_minutes: float | None = None
     # Supervision itself failed (the log could not be written): the trainer was stopped.
     failure: str | None = None
+    # The absolute step at which the trainer's progress showed a loss that is not a number
+    # (NaN or infinite); the supervisor stopped the trainer there.
+    nan_loss_step: int | None = None
 
 
 @dataclass
@@ -118,6 +124,9 @@ class RunState:
     # With several processes (DDP) a state holds the wrapper's weights; loading them as
     # `network_weights` is unverified, so no continuation from weights then.
     processes: int = 1
+    # The largest preview of the prompt file ("1024x1024") when kohya-tuner can write a copy of
+    # it with smaller ones (prompts.resizable_size); None: the previews cannot be resized.
+    sample_size: str | None = None
 
 
 # ---- pure helpers ---------------------------------------------------------------------------
@@ -174,11 +183,6 @@ def resume_unsafe(changes) -> list[str]:
     return bad
 
 
-def sampling_changes(config: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """Sampling off for the rest of the run; nothing else changes."""
-    return [(k, config.get(k), None) for k in SAMPLING_KEYS if config.get(k) is not None]
-
-
 def ram_changes(config: Mapping[str, Any], family: Family, tried: frozenset[str]) -> tuple[str, list, str] | None:
     """The next host-RAM move: (name, changes, why), cheapest first."""
     workers = config.get("max_data_loader_n_workers")
@@ -228,10 +232,6 @@ def _moves_yours(step: Any, keys: frozenset[str]) -> bool:
     return bool(keys) and any(str(k).rsplit(".", 1)[-1] in keys for k, _o, _n in _step_changes(step))
 
 
-def _is_sampling(phase: str | None) -> bool:
-    return bool(phase) and "sampl" in str(phase).lower()
-
-
 _PHASE_WORDS = {
     "model_load": "loading the model", "cache_latents": "caching latents",
     "cache_text_encoder": "caching text-encoder outputs", "first_step": "the first step", "training": "training",
@@ -273,6 +273,8 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                             "the newest state.",))
     if facts.interrupted:
         return Stop("interrupted; the saved states are kept", status="interrupted")
+    if facts.nan_loss_step is not None:
+        return Stop(nan_reason(facts.nan_loss_step), advice=nan_advice(config, family), can_continue=False)
     if facts.exit_status == 0 and facts.final_model and Path(facts.final_model).name:
         if state.probe:
             return Retry(config=dict(config), resume_from=None, changes=[],
@@ -318,13 +320,6 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
         return _retry(config, changes, name, f"host RAM ran out {_when(facts.end_step)}: {why}", state,
                       resume_ok=True, target_batch=target_batch, end_step=facts.end_step)
 
-    if _is_sampling(phase):
-        changes = sampling_changes(config)
-        if changes and "sample_less" not in state.tried:
-            return _retry(config, changes, "sample_less",
-                          "out of memory while generating sample images: sampling is off for the rest of the run "
-                          "(training itself fit); make previews after training", state, resume_ok=True,
-                          target_batch=target_batch, end_step=facts.end_step)
     if next_step is None:
         from kohya_tuner import ladder
 
@@ -338,6 +333,13 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     if again and need is not None:
         need += REPEAT_MARGIN_GIB
     extra = dict(cpu=state.cpu, keep=state.user_keys, one_at_a_time=again)
+    first = _phase_first(lphase, config, family, state, next_step, need, dataset, extra)
+    if first is not None:
+        name, step = first
+        why = _PHASE_FIRST_WHY.get(name, "")
+        return _retry(config, _step_changes(step), name, f"out of memory{where} {_when(facts.end_step)}: {why}",
+                      state, resume_ok=bool(_get(step, "resume_safe")), target_batch=target_batch,
+                      dataset=dataset, end_step=facts.end_step, step_note=_get(step, "note") or None)
     if resumable:
         step = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
                          dataset=dataset, tried=set(state.tried), require_resume_safe=True, **extra)
@@ -372,11 +374,41 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                   target_batch=target_batch, dataset=dataset, end_step=facts.end_step, step_note=why or None)
 
 
+# Why a phase rule's move answers the phase, for the attempt's reason.
+_PHASE_FIRST_WHY = {
+    "sample_smaller": "the previews are drawn smaller for the rest of the run (training itself fit)",
+    "sample_less": "sampling is off for the rest of the run (training itself fit); make previews after training",
+}
+
+
+def _phase_first(phase: str, config: Mapping[str, Any], family: Family, state: RunState, next_step,
+                 need: float | None, dataset, extra: dict[str, Any]):
+    """The first move of the phase's rule (ladder data, [[phase_rule]]) that applies and was not
+    tried, as (name, step); None when the rule has none left."""
+    from kohya_tuner.ladder import load_ladder
+    from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY
+
+    cfg = dict(config)
+    if state.sample_size:
+        cfg[SAMPLE_SIZE_KEY] = state.sample_size  # the previews are ours to resize (a copy of the file)
+    for name in load_ladder().phase_first.get(phase, ()):
+        if name in state.tried:
+            continue
+        step = next_step(cfg, family, phase=phase, deficit_gib=need, policy=state.policy, dataset=dataset,
+                         tried=set(state.tried), require_resume_safe=False, only=frozenset({name}), **extra)
+        if step is not None:
+            return name, step
+    return None
+
+
 def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: RunState, *, resume_ok: bool,
            target_batch: int, dataset: Mapping[str, Any] | None = None, end_step: int = 0,
            step_note: str | None = None) -> Retry:
+    from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY
+
     ds_changes = [c for c in changes if str(c[0]).startswith("dataset:")]
-    changes = [c for c in changes if not str(c[0]).startswith("dataset:")]
+    size_changes = [c for c in changes if c[0] == SAMPLE_SIZE_KEY]
+    changes = [c for c in changes if not str(c[0]).startswith("dataset:") and c[0] != SAMPLE_SIZE_KEY]
     new_dataset = None
     if ds_changes and dataset is not None:
         from kohya_tuner.ladder import apply_step
@@ -419,8 +451,59 @@ def _retry(config: Mapping[str, Any], changes, move: str, reason: str, state: Ru
         start = state.newest_state.step
         note = _join(note, f"resumes from the state at step {start}" + _redone(start, end_step))
     all_changes += [Change(str(k), old, v) for k, old, v in ds_changes]
+    all_changes += [Change(PREVIEW_SIZE_LABEL, old, v) for _k, old, v in size_changes]
     return Retry(config=new, resume_from=resume_from, changes=all_changes, reason=reason, move=move,
-                 start_step=start, note=note, dataset=new_dataset, weights_from=weights_from)
+                 start_step=start, note=note, dataset=new_dataset, weights_from=weights_from,
+                 sample_size=str(size_changes[-1][2]) if size_changes else None)
+
+
+# ---- a loss that is not a number ----------------------------------------------------------
+
+def nan_reason(step: int) -> str:
+    return (f"the training loss became NaN at step {step}, so kohya-tuner stopped the trainer: the weights are "
+            "diverging (or have), and a LoRA saved after it is not one to use. sd-scripts' average loss stays NaN "
+            "from the first NaN step on, so going on would not show a recovery either")
+
+
+# What makes a LoRA's loss NaN, each with what to change: (applies to (config, family), advice).
+# Checked in this order; the learning rate is always named, the precision causes only where they apply.
+_NAN_CAUSES: tuple[tuple[Callable[[Mapping[str, Any], Family], bool], Callable[[Mapping[str, Any], Family], str]],
+                   ...] = (
+    (lambda c, f: f.fp16_vae_overflows and c.get("mixed_precision") == "fp16" and not c.get("no_half_vae"),
+     lambda c, f: f"Likely: the {f.label} VAE overflows in fp16 (its latents turn NaN, then every loss does). "
+                  "Add --set no_half_vae=true, or use a VAE fixed for fp16 (--set vae=FILE)."),
+    (lambda c, f: c.get("mixed_precision") == "fp16",
+     lambda c, f: "Likely: fp16 overflows (its largest value is 65504). Use --set mixed_precision=bf16 where the "
+                  "card has bf16 (RTX 30 / A-series and newer)"
+                  + ("; and leave full_fp16 off (--set full_fp16=false), which keeps the weights themselves in fp16"
+                     if c.get("full_fp16") else "") + "."),
+    (lambda c, f: True,
+     lambda c, f: "A learning rate too high for this optimizer and rank also diverges: "
+                  + _lr_text(c) + "."),
+    (lambda c, f: c.get("max_grad_norm") == 0,
+     lambda c, f: "max_grad_norm = 0 turns gradient clipping off: --set max_grad_norm=1.0 keeps one bad batch from "
+                  "blowing up the weights."),
+)
+
+
+def _lr_text(config: Mapping[str, Any]) -> str:
+    rates = [(k, config.get(k)) for k in ("learning_rate", "unet_lr", "text_encoder_lr")
+             if isinstance(config.get(k), (int, float)) and not isinstance(config.get(k), bool) and config.get(k) > 0]
+    if str(config.get("optimizer_type") or "").lower().startswith(("prodigy", "dadapt")):
+        return ("with an adaptive optimizer (Prodigy, D-Adaptation) keep learning_rate = 1.0 and lower its step size "
+                "instead: d_coef=0.5 in optimizer_args")
+    if not rates:
+        return "lower learning_rate (and unet_lr / text_encoder_lr)"
+    return "halve it, e.g. " + ", ".join(f"--set {k}={v / 2:g}" for k, v in rates) + \
+        f" (now {', '.join(f'{k} {v:g}' for k, v in rates)})"
+
+
+def nan_advice(config: Mapping[str, Any], family: Family) -> tuple[str, ...]:
+    """Why a LoRA's loss became NaN with this config, most likely first, and what to change."""
+    out = [text(config, family) for applies, text in _NAN_CAUSES if applies(config, family)]
+    out.append("Start a new run with the change (`kohya-tuner run ... --set KEY=VALUE`); continuing this one "
+               "with the same settings diverges again. The states saved before the NaN step are kept.")
+    return tuple(out)
 
 
 def _keeps_shape(config: Mapping[str, Any], changes) -> bool:

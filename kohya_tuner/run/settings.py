@@ -131,17 +131,13 @@ def command_for(settings: RunSettings, config_file: Path, config: Mapping[str, A
     argv = launcher.build_argv(launch_spec(settings, config_file, str(config.get("mixed_precision") or "no"),
                                            dataset_file))
     single = settings.num_processes <= 1
-    # One process: pin the card through CUDA_VISIBLE_DEVICES. Several: accelerate's
-    # --gpu_ids does it for each process.
     from kohya_tuner.run import secretstore
 
     env = launcher.build_env(os.environ if base_env is None else base_env,
-                             gpu_ids=settings.gpu_ids if single else (),
+                             gpu_ids=settings.gpu_ids, num_processes=settings.num_processes,
                              emulate_vram_gb=settings.emulate_vram_gb,
                              extra=secretstore.environment(settings.out_dir) or None, save_at_oom=single,
                              cpu=settings.cpu and not single)
-    if settings.gpu_ids and not single and not settings.cpu:
-        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return argv, env
 
 

@@ -15,7 +15,7 @@ from kohya_tuner import gpu as gpu_mod
 from kohya_tuner import history, memory, outpaths, planfiles, planning, presets, schema
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import Family, get_family
-from kohya_tuner.gpu import GpuChoice, GpuInfo
+from kohya_tuner.gpu import GpuChoice, GpuInfo, parse_gpus
 from kohya_tuner.planfiles import Written
 from kohya_tuner.planning import FittedPlan
 from kohya_tuner.presets import Plan
@@ -30,18 +30,6 @@ if TYPE_CHECKING:
     from kohya_tuner.dataset.models import DatasetReport
     from kohya_tuner.memory import Estimate
     from kohya_tuner.run.loop import Outcome, RunEvent
-
-
-def parse_gpus(text: str | None) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        ids = tuple(int(p) for p in text.replace(" ", "").split(",") if p != "")
-    except ValueError:
-        raise UserError(f"--gpus {text!r} must list GPU numbers, e.g. --gpus 0,1.") from None
-    if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-        raise UserError(f"--gpus {text!r} must list distinct GPU numbers, e.g. --gpus 0,1.")
-    return ids
 
 
 def check_out_dir(out: Path) -> None:
@@ -89,6 +77,7 @@ class _Planned:
     fit_lines: list[str]
     total: int
     est: Estimate
+    absent: list[planning.AbsentFile]  # model paths not on this machine (a dry run only warns)
 
 
 def _target(req: RunRequest) -> _Target:
@@ -145,6 +134,10 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
         plan.set(key, new, "--cpu", why)
         if new is None:  # a key left out has no provenance to show it: said here instead
             plan.notes.append(f"--cpu: {key} = {old} left out: {why}")
+    absent = planning.absent_model_files(plan.config, family, {k: src.layer for k, src in plan.provenance.items()})
+    if absent and not req.dry_run:
+        # sd-scripts would find out only after starting Python, torch and accelerate.
+        raise planning.absent_files_refusal(absent, family)
     ds = presets.build_dataset(plan, req.data, req.trigger)
     gpu_name = choice.info.name if choice.info else (card.name if card else None)
     driver = choice.driver or (card.driver or None if card else None)
@@ -169,7 +162,7 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
     est = memory.estimate({**fitted.assumed, **plan.config, **planning.sample_size_key(plan)}, family, dataset=ds,
                           gpus=t.num_processes, history=hist, gpu_name=gpu_name, driver=driver)
     return _Planned(plan=plan, dataset=ds, data_report=report, checked=checked, images=len(report.trainable),
-                    user_keys=user_keys, fitted=fitted, fit_lines=fit_lines, total=total, est=est)
+                    user_keys=user_keys, fitted=fitted, fit_lines=fit_lines, total=total, est=est, absent=absent)
 
 
 def _preflight(req: RunRequest, t: _Target, p: _Planned) -> tuple[preflight.Facts, preflight.Report]:
@@ -181,6 +174,9 @@ def _preflight(req: RunRequest, t: _Target, p: _Planned) -> tuple[preflight.Fact
                                 strict=req.strict, strict_pin=req.strict_pin, cpu=req.cpu, dry_run=req.dry_run)
     for key, _old, new, why in checks.changes:
         p.plan.set(key, new, "pre-flight", why)
+    for a in p.absent:
+        checks.checks.append(preflight.Check("model", "warn", f"{a.shown()} does not exist on this machine",
+                                             "A run refuses to launch until the path is right."))
     for f in p.data_report.findings:
         if f.severity == "warn":
             checks.checks.append(preflight.Check("dataset", "warn", f.message))
@@ -198,7 +194,8 @@ def _write(req: RunRequest, t: _Target, p: _Planned, facts: preflight.Facts) -> 
     secretstore.withhold(plan, out)  # the trainer gets them through its environment
 
     checkout = Path(facts.checkout_path or preflight.PLACEHOLDER)
-    files = planfiles.render(plan, p.dataset, out, sd_scripts=checkout, assumed=p.fitted.assumed)
+    files = planfiles.render(plan, p.dataset, out, sd_scripts=checkout, assumed=p.fitted.assumed,
+                             gpu_ids=t.gpu_ids)
     written = planfiles.write(files, out, force=req.force)
     gpu_info = None
     info = t.choice.info or t.card
@@ -279,6 +276,11 @@ def prepare_continue(req: ContinueRequest) -> Continuation:
     action = continuation(attempts, settings)
     if isinstance(action, Stop):
         raise UserError(f"Cannot continue {out}: {action.reason}.", " ".join(action.advice) or None)
+    if not req.dry_run:
+        config = getattr(action, "config", None) or settings.plan_config
+        absent = planning.absent_model_files(config, settings.family, {k: "the run's plan" for k in config})
+        if absent:
+            raise planning.absent_files_refusal(absent, settings.family)
     # A run planned with --dry-run --probe-steps starts with its probe.
     probe = not attempts and bool(settings.probe_steps)
     if req.dry_run:

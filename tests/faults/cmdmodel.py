@@ -132,8 +132,10 @@ def crt_split(cmdline: str) -> list[str]:
     return args
 
 
-def run_batch(text: str, env: dict[str, str], args: list[str]) -> list[list[str]]:
-    """Run launch.bat's lines; returns the argv of every external program started."""
+def run_batch(text: str, env: dict[str, str], args: list[str],
+              envs: list[dict[str, str]] | None = None) -> list[list[str]]:
+    """Run launch.bat's lines; returns the argv of every external program started (and
+    appends the environment each one starts with to `envs`)."""
     env = dict(env)
     started: list[list[str]] = []
     if "\r\n" not in text or re.search(r"(?<!\r)\n", text):
@@ -169,4 +171,6 @@ def run_batch(text: str, env: dict[str, str], args: list[str]) -> list[list[str]
         if not delayed_off:
             raise Unmodelled("delayed expansion is not switched off before a command runs")
         started.append(crt_split(cmd))
+        if envs is not None:
+            envs.append(dict(env))
     return started

@@ -208,3 +208,102 @@ def test_setting_values_are_quoted_in_launch_bat(tmp_path):
     text = planfiles._bat_script(plan, "C:\\sd", Path("D:/o/config.toml"), Path("D:/o/dataset.toml"))
     started = run_batch(text, env={"PATH": "C:\\Windows"}, args=[])
     assert "fp16 & calc %PATH% ^x" in started[0]
+
+
+# ---- the cards of --gpus: the launch scripts start what `run` starts ----------------------
+
+GPU_SETS = [(), (0,), (1,), (0, 1), (2, 0, 3)]
+_DEVICE_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+
+
+def _run_command(plan, sd: str, out_dir: Path, gpu_ids):
+    """What `kohya-tuner run --gpus ...` launches for this plan: its accelerate options and the
+    device variables it adds to a bare environment."""
+    from kohya_tuner.families import get_family
+    from kohya_tuner.run.settings import RunSettings, command_for
+
+    settings = RunSettings(out_dir=out_dir, family=get_family("sd15"), script=Path(sd) / plan.family.script,
+                           dataset_file=out_dir / "dataset.toml", plan_config=dict(plan.config), total_steps=4,
+                           python="python", num_processes=max(1, len(gpu_ids)), gpu_ids=tuple(gpu_ids))
+    argv, env = command_for(settings, out_dir / "config.toml", plan.config, base_env={})
+    assert argv[1:3] == ["-m", "accelerate.commands.launch"]
+    return ["launch", *argv[3:]], {k: env[k] for k in _DEVICE_NAMES if k in env}
+
+
+@pytest.mark.parametrize("gpu_ids", GPU_SETS)
+def test_launch_sh_starts_the_ranks_and_cards_run_starts(gpu_ids, tmp_path):
+    """launch.sh, executed, gives accelerate the argv and the device variables `run` gives it
+    (several cards: --multi_gpu --num_processes N --gpu_ids; one: CUDA_VISIBLE_DEVICES)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "accelerate"
+    exe.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                   f"json.dump([sys.argv[1:], {{k: os.environ[k] for k in {_DEVICE_NAMES!r} if k in os.environ}}],"
+                   " open(os.environ['ARGV_OUT'], 'w'))\n")
+    exe.chmod(0o755)
+    out_dir = (tmp_path / "o").absolute()
+    plan = _plan(tmp_path)
+    script = tmp_path / "launch.sh"
+    script.write_text(planfiles.render(plan, {"datasets": []}, out_dir, sd_scripts="/sd",
+                                       gpu_ids=gpu_ids).texts["launch.sh"])
+    record = tmp_path / "rec.json"
+    want = _run_command(plan, "/sd", out_dir, gpu_ids)
+    for shell in SHELLS:
+        res = subprocess.run([shell, str(script)], env={"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+                                                        "ARGV_OUT": str(record)},
+                             capture_output=True, text=True, timeout=30)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(record.read_text()) == [want[0], want[1]], shell
+    if len(gpu_ids) > 1:
+        assert want[0][want[0].index("--num_processes") + 1] == str(len(gpu_ids)) and "--multi_gpu" in want[0]
+
+
+@pytest.mark.parametrize("gpu_ids", GPU_SETS)
+def test_launch_bat_starts_the_ranks_and_cards_run_starts(gpu_ids, tmp_path):
+    out_dir = Path("D:/runs/o")
+    plan = _plan(tmp_path)
+    text = planfiles._bat_script(plan, "C:\\sd", out_dir / "config.toml", out_dir / "dataset.toml", gpu_ids)
+    envs: list[dict[str, str]] = []
+    started = run_batch(text, env={}, args=[], envs=envs)
+    argv, env = _run_command(plan, "C:\\sd", out_dir, gpu_ids)
+    script_at = argv.index(str(Path("C:\\sd") / plan.family.script))
+    assert started[0][:script_at + 2] == ["accelerate", *argv[:script_at], f"C:\\sd\\{plan.family.script}"]
+    assert {k: envs[0][k] for k in _DEVICE_NAMES if k in envs[0]} == env
+
+
+def test_the_users_card_order_wins_in_launch_scripts_as_in_run(tmp_path):
+    plan = _plan(tmp_path)
+    text = planfiles._bat_script(plan, "C:\\sd", Path("D:/o/config.toml"), Path("D:/o/dataset.toml"), (1,))
+    envs: list[dict[str, str]] = []
+    run_batch(text, env={"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}, args=[], envs=envs)
+    assert envs[0]["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST" and envs[0]["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_config_and_run_write_multi_gpu_launch_scripts(tmp_path):
+    """`config --gpus 0,1` and `run --gpus 0,1` write launch scripts that start both ranks."""
+    from tests.clihelp import invoke
+
+    cfg = invoke("config", "--model", "sd15", "--job", "style", "--gpu", "12", "--gpus", "0,1",
+                 "--out", tmp_path / "cfg", "--json")
+    assert cfg.exit_code == 0, cfg.output
+    one = invoke("config", "--model", "sd15", "--job", "style", "--gpu", "12", "--out", tmp_path / "one", "--json")
+    steps = {json.loads(r.stdout)["config"]["max_train_steps"] for r in (cfg, one)}
+    assert len(steps) == 2, "two ranks train the same image passes in fewer steps"
+    for name in ("launch.sh", "launch.bat"):
+        text = (tmp_path / "cfg" / name).read_text(encoding="utf-8")
+        assert "--multi_gpu --num_processes 2 --gpu_ids" in text, name
+    base = tmp_path / "base.safetensors"
+    base.write_bytes(b"\0" * 64)
+    data = tmp_path / "imgs"
+    data.mkdir()
+    from PIL import Image
+
+    for i in range(4):
+        Image.new("RGB", (512, 512), (40 * i, 120, 200)).save(data / f"i{i}.png")
+        (data / f"i{i}.txt").write_text("a picture", encoding="utf-8")
+    standin = Path(__file__).resolve().parents[1] / "standin"
+    run = invoke("run", "--model", "sd15", "--job", "style", "--gpu", "12", "--cpu", "--gpus", "0,1", "--data", data,
+                 "--out", tmp_path / "run", "--sd-scripts", standin, "--steps", "4", "--base", base, "--dry-run",
+                 "--json")
+    assert run.exit_code == 0, run.output
+    assert "--multi_gpu --num_processes 2 --gpu_ids 0,1" in (tmp_path / "run" / "launch.sh").read_text()

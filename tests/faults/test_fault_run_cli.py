@@ -159,3 +159,37 @@ def test_lock_is_released_and_refused_runs_leave_no_folder(tmp_path):
                  "--out", tmp_path / "new")
     assert res.exit_code == 2
     assert not (tmp_path / "new").exists()
+
+
+def test_continue_dry_run_says_it_continues_from_saved_weights(planned):
+    """The last attempt continued from the LoRA weights of step 4 with a fresh optimizer (an
+    optimizer move) and was interrupted before it saved a state: continuing starts from those
+    weights again, not from step 0, and the dry run says so."""
+    from kohya_tuner import config_io
+    from kohya_tuner.run.journal import AttemptRecord, Journal
+    from kohya_tuner.run.settings import RunSettings
+    from kohya_tuner.run.states import attempt_config
+
+    out = planned["out"]
+    j = Journal(out)
+    settings = RunSettings.from_json(out.absolute(), j.read_run())
+    weights = Path(settings.plan_config["output_dir"]) / "lora-step00000004-state" / "model.safetensors"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"\0" * 64)
+    second = attempt_config(settings.plan_config, resume_from=None, resume_step=4, total_steps=12, attempt=2,
+                            weights_from=str(weights))
+    config_io.write_new(j.config_path(2), config_io.dumps_config(second, script=settings.family.script), force=True)
+    j.append(AttemptRecord(attempt=1, started="t", config_file=str(j.config_path(1)), log_file=str(j.log_path(1)),
+                           reason="the fitted plan", end_step=5, total_steps=12, outcome="oom", exit_status=1))
+    j.append(AttemptRecord(attempt=2, started="t", config_file=str(j.config_path(2)), log_file=str(j.log_path(2)),
+                           reason="out of memory: optimizer move", move="optimizer", start_step=4, end_step=5,
+                           total_steps=12, outcome="interrupted", exit_status=130))
+    res = invoke("run", "--continue", out, "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert (data["weights_from"], data["start_step"], data["resume_from"]) == (str(weights), 4, None)
+    res = invoke("run", "--continue", out, "--dry-run")
+    text = " ".join(res.output.split())
+    assert "starts from step 0" not in text
+    assert f"continues from the LoRA weights {weights} of step 4 with a fresh optimizer" in text
+    assert "trains the 8 steps left" in text
