@@ -210,3 +210,46 @@ def test_a_panel_cut_before_its_bottom_does_not_swallow_what_follows():
             "│   Epoch 0 / 20    Step 0  |  ETA --        │\n" + OOM)
     d = diagnose(parse_text(text))
     assert (d.outcome, d.phase) == ("oom", "first_step")
+
+
+@pytest.mark.parametrize("prefix", ["mpi-x1y2-launcher: ", "node01: ", "worker-0: ", "10.0.0.5: "])
+def test_a_launchers_host_prefix_before_every_line(prefix):
+    text = "".join(prefix + line for line in (
+        "Traceback (most recent call last):\n",
+        '  File "train.py", line 9, in <module>\n',
+        "    loss.backward()\n",
+        OOM))
+    d = diagnose(parse_text(text))
+    assert d.outcome == "oom"
+    assert d.phase == "first_step"
+
+
+def test_an_exception_name_or_script_is_not_a_host_prefix():
+    (fail,) = [e for e in parse_text("train_network.py: error: unrecognized arguments: --foo\n")
+               if type(e).__name__ == "Failure"]
+    assert fail.kind == "bad_argument"
+    assert diagnose(parse_text("RuntimeError: Expected all tensors to be on the same device\n")).outcome == "error"
+
+
+@pytest.mark.parametrize("head", ["[E ProcessGroupNCCL.cpp:1414] ", "[E1003 04:22:11.123456789 ProcessGroupNCCL.cpp:616] "])
+def test_an_nccl_allreduce_timeout_in_a_c10_error_record(head):
+    text = (TRAIN_BAR + "[rank1]:" + head + "[PG 0 Rank 1] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=90, OpType=ALLREDUCE, NumelIn=10, NumelOut=10, Timeout(ms)=600000) ran for 600010 "
+            "milliseconds before timing out.\n")
+    d = diagnose(parse_text(text))
+    assert d.outcome == "error" and d.error.kind == "distributed"
+    assert d.phase == "training"
+
+
+def test_a_c10_warning_record_is_not_a_failure():
+    text = "[W socket.cpp:663] [c10d] The client socket has failed to connect to [localhost]:29500.\n"
+    assert diagnose(parse_text(text)).outcome == "incomplete"
+
+
+@pytest.mark.parametrize("line,phase", [
+    ("(id=my-set) Bucket 0.75 caching results: {'cached': 3, 'total': 9}\n", "cache_latents"),
+    ("Aspect bucket 1.0 encoding 40 images\n", "cache_latents"),
+    ("bucket 0: resolution (512, 512), count: 10\n", "unknown"),
+])
+def test_a_bucket_being_cached_is_the_vae_pass(line, phase):
+    assert _phase(line) == phase

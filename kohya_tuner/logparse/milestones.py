@@ -164,6 +164,11 @@ class Milestones:
                         self._train_bar_total = 0
                     out.append(Milestone(phase=phase, name=name, line=s))
                     return True
+        if "bucket" in low:
+            found = PW.phrase_phase(s[:120].lower())
+            if found is not None:
+                out.append(Milestone(phase=found[0], name=found[1], line=s))
+                return True
         c = low[:1]
         if "node type:" in low:
             m = NODE_TYPE_RE.search(s)

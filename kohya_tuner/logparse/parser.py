@@ -188,6 +188,11 @@ class LogParser(BarRuns, RecordNames, Milestones):
             cleaned = False
         if not cleaned:
             self._line_rank = None
+            if line[:1].isalnum() and ": " in line[:64]:
+                # A launcher's host or worker name before every line ("node-1: [rank1]:…").
+                end = P.host_prefix_end(line)
+                if end:
+                    line = line[end:]
             if line[:5] == "[rank":
                 self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
@@ -229,6 +234,11 @@ class LogParser(BarRuns, RecordNames, Milestones):
             m = P.RICH_HEAD_RE.match(line)
             if m:
                 self._start_rich(m.group(1), line, out)
+                return
+        elif line[:2] in ("[E", "[W", "[I", "[F"):
+            m = P.C10_LOG_RE.match(line)
+            if m:
+                self._logical(line[m.end():], P.C10_LEVELS[m.group(1)], out)
                 return
         elif line[:1] in ("D", "I", "W", "E", "C"):
             m = P.PYLOG_RE.match(line)
@@ -447,6 +457,10 @@ class LogParser(BarRuns, RecordNames, Milestones):
             out.append(Failure(kind="cpu_oom", message=s[:500], line=s))
             return
         kind = P.error_kind(s)
+        if kind == "distributed" and "allreduce" in low and P.NCCL_ALLREDUCE_TIMEOUT_RE.search(low):
+            out.append(Failure(kind=kind, message=s[:500], where="training", line=s,
+                               frame="a gradient all-reduce timed out (NCCL's watchdog)", frame_level=2))
+            return
         if kind == "bad_argument" and ".py: error:" in s:
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return
