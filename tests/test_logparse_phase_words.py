@@ -212,7 +212,8 @@ def test_a_panel_cut_before_its_bottom_does_not_swallow_what_follows():
     assert (d.outcome, d.phase) == ("oom", "first_step")
 
 
-@pytest.mark.parametrize("prefix", ["mpi-x1y2-launcher: ", "node01: ", "worker-0: ", "10.0.0.5: "])
+@pytest.mark.parametrize("prefix", ["mpi-x1y2-launcher: ", "node01: ", "worker-0: ", "10.0.0.5: ", "kohya-1  | ",
+                                    "trainer_1 | "])
 def test_a_launchers_host_prefix_before_every_line(prefix):
     text = "".join(prefix + line for line in (
         "Traceback (most recent call last):\n",

@@ -136,7 +136,7 @@ class BarRuns:
             if len(line) > MAX_LINE:
                 line = line[:MAX_LINE]
             self._line_rank = None
-            if line[:1].isalnum() and ": " in line[:64]:
+            if line[:1].isalnum() and (": " in line[:64] or " | " in line[:64]):
                 end = P.host_prefix_end(line)
                 if end:
                     line = line[end:]

@@ -32,18 +32,23 @@ _HOST_RE = re.compile(r"[A-Za-z0-9][\w.\-]*[A-Za-z0-9]")
 
 def host_prefix_end(line: str) -> int:
     """Where a launcher's host or worker name before the line ends ("mpi-…-launcher: ", pdsh's
-    "node01: ", DeepSpeed's "worker-0: ", "10.0.0.5: "), else 0. The name is one token of
+    "node01: ", DeepSpeed's "worker-0: ", "10.0.0.5: ", docker compose's "kohya-1  | "), else 0. The name is one token of
     letters, digits, dots, dashes and underscores holding a digit or a dash, so that an exception
     name ("RuntimeError: …") or a script ("train.py: error: …") is never taken for one."""
     i = line.find(": ", 1, 64)
-    if i < 0:
+    end = i + 2
+    # docker compose's "service-1  | " (padded to the longest service name).
+    j = line.find(" | ", 1, i if i > 0 else 64)
+    if j > 0:
+        i, end = j, j + 3
+    elif i < 0:
         return 0
-    token = line[:i]
+    token = line[:i].rstrip(" ")
     if not ("-" in token or any(ch.isdigit() for ch in token)) or token.endswith(".py"):
         return 0
     if not _HOST_RE.fullmatch(token):
         return 0
-    return i + 2
+    return end
 
 
 def clean(line: str) -> str:

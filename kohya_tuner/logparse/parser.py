@@ -188,7 +188,7 @@ class LogParser(BarRuns, RecordNames, Milestones):
             cleaned = False
         if not cleaned:
             self._line_rank = None
-            if line[:1].isalnum() and ": " in line[:64]:
+            if line[:1].isalnum() and (": " in line[:64] or " | " in line[:64]):
                 # A launcher's host or worker name before every line ("node-1: [rank1]:…").
                 end = P.host_prefix_end(line)
                 if end:
