@@ -28,7 +28,9 @@ KIND_MISSES = {
              "the label calls the cut log truncated" for name in
        ("public/140", "public/143", "public/145", "public/152", "public/155", "public/156", "public/158",
         "public/159", "public/160", "public/162", "public/163", "public/164", "public/165", "public/167",
-        "public/168", "public/170", "public/171", "public/172", "public/173", "public/174")},
+        "public/168", "public/170", "public/171", "public/172", "public/173", "public/174", "public/181",
+        "public/182", "public/185", "public/186", "public/187", "public/188", "public/189", "public/190",
+        "public/199", "public/201", "public/202")},
     "public/151": "a traceback's tail without its header ('[Previous line repeated …]' and one cut frame) is "
                   "not read as a traceback, so the cut log is read as an unfinished run",
 }
@@ -38,6 +40,14 @@ PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
                 "public/112": KIND_MISSES["public/112"],
                 "public/140": "sd-scripts' dataset records ('loading image sizes', 'make buckets', the bucket list) "
                               "with no caching line or error yet are read as model loading",
+                "public/185": "OneTrainer's start (cache cleared, files fetched, a 'config.json' download bar) cut before "
+                              "any loading line is read as nothing: no phase",
+                "public/197": "the web UI's safe unpickler (modules/safe.py check_pt) refusing a text encoder's weights "
+                              "file is not read as loading the model",
+                "public/201": "the text encoders loaded to cache the sample prompts' outputs ('cache Text Encoder outputs "
+                              "for sample prompt') are read as model loading",
+                "public/202": "a 'Downloading shards' bar of the pretrained model after accelerate's start-up records is "
+                              "not read as model loading",
                 "public/176": "NCCL's watchdog timing out an all-reduce is read as a training step, but with no bar "
                               "or step count shown it is called the first step; the label (collective number 635) "
                               "says a later one",
