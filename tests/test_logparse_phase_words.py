@@ -254,3 +254,39 @@ def test_a_c10_warning_record_is_not_a_failure():
 ])
 def test_a_bucket_being_cached_is_the_vae_pass(line, phase):
     assert _phase(line) == phase
+
+
+@pytest.mark.parametrize("text,phase", [
+    # huggingface_hub's and transformers' download bars come before the model is loaded.
+    ("Starting UI...\nFetching 4 files: 100%|##########| 4/4 [00:00<00:00, 100.00it/s]\n", "model_load"),
+    ("08/01/2024 10:00:00 - INFO - __main__ - Distributed environment: NO\n"
+     "Downloading shards: 100%|##########| 2/2 [00:10<00:00,  5.00s/it]\n", "model_load"),
+    ("Downloading shards:  50%|#####", "model_load"),
+])
+def test_download_bars_are_model_loading(text, phase):
+    assert _phase(text) == phase
+
+
+def test_the_web_uis_safe_unpickler_is_loading_weights():
+    text = ('Traceback (most recent call last):\n'
+            '  File "/ui/modules/safe.py", line 131, in load_with_extra\n'
+            '    check_pt(filename, extra_handler)\n'
+            'Exception: bad file inside /models/x/unet/model.bin: data.pkl\n')
+    d = diagnose(parse_text(text))
+    assert d.outcome == "error" and d.phase == "model_load"
+
+
+@pytest.mark.parametrize("loading,phase", [
+    ("INFO:trainer.utils:Loading state dict from /models/text_encoders/umt5_xxl.safetensors\n", "cache_text_encoder"),
+    ("INFO:trainer.utils:Loading tokenizer from google/byt5-small\n", "cache_text_encoder"),
+    # The DiT loaded after the caching is model loading again.
+    ("INFO:trainer.utils:Loading tokenizer from google/byt5-small\n"
+     "INFO:trainer.main:Loading DiT model from /models/dit.safetensors\n", "model_load"),
+])
+def test_a_text_encoder_loaded_to_cache_its_outputs_is_part_of_the_caching(loading, phase):
+    text = "INFO:trainer.main:cache Text Encoder outputs for sample prompt: /data/prompts.txt\n" + loading
+    assert _phase(text) == phase
+
+
+def test_a_text_encoder_loaded_before_any_caching_is_model_loading():
+    assert _phase("INFO:trainer.utils:Loading tokenizer from google/byt5-small\n") == "model_load"

@@ -40,14 +40,6 @@ PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
                 "public/112": KIND_MISSES["public/112"],
                 "public/140": "sd-scripts' dataset records ('loading image sizes', 'make buckets', the bucket list) "
                               "with no caching line or error yet are read as model loading",
-                "public/185": "OneTrainer's start (cache cleared, files fetched, a 'config.json' download bar) cut before "
-                              "any loading line is read as nothing: no phase",
-                "public/197": "the web UI's safe unpickler (modules/safe.py check_pt) refusing a text encoder's weights "
-                              "file is not read as loading the model",
-                "public/201": "the text encoders loaded to cache the sample prompts' outputs ('cache Text Encoder outputs "
-                              "for sample prompt') are read as model loading",
-                "public/202": "a 'Downloading shards' bar of the pretrained model after accelerate's start-up records is "
-                              "not read as model loading",
                 "public/176": "NCCL's watchdog timing out an all-reduce is read as a training step, but with no bar "
                               "or step count shown it is called the first step; the label (collective number 635) "
                               "says a later one",

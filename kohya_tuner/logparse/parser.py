@@ -98,6 +98,8 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._last_logger: str | None = None
         # Inside a titled box that is not a traceback (a progress panel).
         self._panel = False
+        # The last phase-word milestone was text-encoder caching (a text encoder loaded next is for it).
+        self._caching_te = False
         self._last_func: str | None = None
         self._nan_reported = False
         self._zero_steps: set[int] = set()

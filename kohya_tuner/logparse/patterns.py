@@ -164,6 +164,10 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
 ) + phase_words.prefixes()
 MILESTONE_HEADS = tuple(p for p, _, _ in MILESTONE_PREFIXES)
 
+# Words that name a text encoder or its tokenizer in a loading line (not the DiT or the VAE).
+TEXT_ENCODER_WORDS_RE = re.compile(
+    r"text[_ ]?encoder|tokenizer|\bclip|\bt5|umt5|byt5|\bllm\b|_vl_|-vl\b|qwen2|qwen3|gemma|llama|llava|mistral")
+
 # How many training processes a run has: sd-scripts' "loading model for process 0/2",
 # accelerate's "--num_processes 2" / "Num processes: 2", torchrun's "--nproc_per_node 2".
 PROCESSES_RE = re.compile(r"(?:for process \d+/|num[_ ]processes\W{1,3}|nproc_per_node\W{1,3})(\d+)\b", re.I)
