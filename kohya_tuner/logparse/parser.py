@@ -558,6 +558,9 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 self._flush_oom(out)
             return
         kind = P.error_kind(s, exc_type)
+        if kind == "other" and P.exit_status(s) is not None:  # a wrapper raising the trainer's exit status
+            out.append(Exited(status=P.exit_status(s), line=s))
+            return
         if kind == "other":
             kind = self._context_kind(frames)
         out.append(Failure(kind=kind, message=s[:500], where=where, frame=ev.what if ev else None,

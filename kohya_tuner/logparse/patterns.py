@@ -231,6 +231,8 @@ _EXIT_PATTERNS = (
     (re.compile(r"failed \(exitcode: (-?\d+)\)"), 1),
     (re.compile(r"Signals\.SIG\w+: (\d+)"), -1),
     (re.compile(r"^\s*exitcode\s*:\s*(-?\d+)"), 1),
+    # A GUI's or node's own report of the trainer process: "Command failed with exit code 3221225477".
+    (re.compile(r"(?:failed|exited|terminated) with (?:exit )?(?:code|status) (-?\d+)"), 1),
 )
 
 
@@ -478,7 +480,10 @@ _KIND_RULES: tuple[tuple[str, re.Pattern], ...] = (
         r"torch not compiled with cuda|no cuda gpus are available|found no nvidia driver|nvidia driver on your system"
         r"|cuda driver version is insufficient|no cuda-capable device|torch\.cuda\.is_available\(\) is false"
         r"|cuda unknown error|cudagetdevicecount|no kernel image is available|requires a gpu|invalid device ordinal"
-        r"|is not compatible with the current pytorch installation|cuda initialization")),
+        r"|is not compatible with the current pytorch installation|cuda initialization"
+        r"|hiperrornobinaryforgpu|unable to find code object")),
+    # Any other "CUDA error: …" (or HIP's) that is not out of memory is a kernel or driver failure.
+    ("cuda_error", re.compile(r"\b(?:cuda|hip) error: (?!out of memory)")),
     ("distributed", re.compile(
         r"nccl|c10d|rendezvous|init_process_group|diststoreerror|distbackenderror|distnetworkerror|processgroup"
         r"|use_libuv|address already in use|eaddrinuse|master_addr|master_port|torch\.distributed\.\w*error"
