@@ -538,3 +538,25 @@ def test_a_process_output_re_logged_by_a_logger_is_read_as_written():
     text = "".join(f"2023-07-12 02:50:34 | ERROR | stderr | {r}\n" for r in rows)
     d = diagnose(parse_text(text))
     assert (d.error.kind, d.phase) == ("truncated", "model_load")
+
+
+@pytest.mark.parametrize("line,outcome,kind", [
+    ("RuntimeError: CUDA error: operation not supported\n", "error", "cuda_error"),
+    ("RuntimeError: HIP error: hipErrorNoBinaryForGpu: Unable to find code object for all current devices!\n",
+     "error", "cuda_unavailable"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device\n", "error",
+     "cuda_unavailable"),
+    ("RuntimeError: CUDA error: out of memory\n", "oom", None),
+])
+def test_any_cuda_or_hip_error_that_is_not_memory_is_a_kernel_failure(line, outcome, kind):
+    d = diagnose(parse_text(line))
+    assert d.outcome == outcome
+    assert (d.error.kind if d.error else None) == kind
+
+
+def test_a_wrappers_exit_code_report_is_the_trainers_exit_status():
+    d = diagnose(parse_text("RuntimeError: Command failed with exit code 3221225477\n"))
+    assert d.outcome == "error"
+    assert "access violation" in " ".join(d.advice)
+    d = diagnose(parse_text("Training failed with exit code 137\n"))
+    assert d.outcome == "cpu_oom"

@@ -210,3 +210,83 @@ def test_a_panel_cut_before_its_bottom_does_not_swallow_what_follows():
             "│   Epoch 0 / 20    Step 0  |  ETA --        │\n" + OOM)
     d = diagnose(parse_text(text))
     assert (d.outcome, d.phase) == ("oom", "first_step")
+
+
+@pytest.mark.parametrize("prefix", ["mpi-x1y2-launcher: ", "node01: ", "worker-0: ", "10.0.0.5: ", "kohya-1  | ",
+                                    "trainer_1 | "])
+def test_a_launchers_host_prefix_before_every_line(prefix):
+    text = "".join(prefix + line for line in (
+        "Traceback (most recent call last):\n",
+        '  File "train.py", line 9, in <module>\n',
+        "    loss.backward()\n",
+        OOM))
+    d = diagnose(parse_text(text))
+    assert d.outcome == "oom"
+    assert d.phase == "first_step"
+
+
+def test_an_exception_name_or_script_is_not_a_host_prefix():
+    (fail,) = [e for e in parse_text("train_network.py: error: unrecognized arguments: --foo\n")
+               if type(e).__name__ == "Failure"]
+    assert fail.kind == "bad_argument"
+    assert diagnose(parse_text("RuntimeError: Expected all tensors to be on the same device\n")).outcome == "error"
+
+
+@pytest.mark.parametrize("head", ["[E ProcessGroupNCCL.cpp:1414] ", "[E1003 04:22:11.123456789 ProcessGroupNCCL.cpp:616] "])
+def test_an_nccl_allreduce_timeout_in_a_c10_error_record(head):
+    text = (TRAIN_BAR + "[rank1]:" + head + "[PG 0 Rank 1] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=90, OpType=ALLREDUCE, NumelIn=10, NumelOut=10, Timeout(ms)=600000) ran for 600010 "
+            "milliseconds before timing out.\n")
+    d = diagnose(parse_text(text))
+    assert d.outcome == "error" and d.error.kind == "distributed"
+    assert d.phase == "training"
+
+
+def test_a_c10_warning_record_is_not_a_failure():
+    text = "[W socket.cpp:663] [c10d] The client socket has failed to connect to [localhost]:29500.\n"
+    assert diagnose(parse_text(text)).outcome == "incomplete"
+
+
+@pytest.mark.parametrize("line,phase", [
+    ("(id=my-set) Bucket 0.75 caching results: {'cached': 3, 'total': 9}\n", "cache_latents"),
+    ("Aspect bucket 1.0 encoding 40 images\n", "cache_latents"),
+    ("bucket 0: resolution (512, 512), count: 10\n", "unknown"),
+])
+def test_a_bucket_being_cached_is_the_vae_pass(line, phase):
+    assert _phase(line) == phase
+
+
+@pytest.mark.parametrize("text,phase", [
+    # huggingface_hub's and transformers' download bars come before the model is loaded.
+    ("Starting UI...\nFetching 4 files: 100%|##########| 4/4 [00:00<00:00, 100.00it/s]\n", "model_load"),
+    ("08/01/2024 10:00:00 - INFO - __main__ - Distributed environment: NO\n"
+     "Downloading shards: 100%|##########| 2/2 [00:10<00:00,  5.00s/it]\n", "model_load"),
+    ("Downloading shards:  50%|#####", "model_load"),
+])
+def test_download_bars_are_model_loading(text, phase):
+    assert _phase(text) == phase
+
+
+def test_the_web_uis_safe_unpickler_is_loading_weights():
+    text = ('Traceback (most recent call last):\n'
+            '  File "/ui/modules/safe.py", line 131, in load_with_extra\n'
+            '    check_pt(filename, extra_handler)\n'
+            'Exception: bad file inside /models/x/unet/model.bin: data.pkl\n')
+    d = diagnose(parse_text(text))
+    assert d.outcome == "error" and d.phase == "model_load"
+
+
+@pytest.mark.parametrize("loading,phase", [
+    ("INFO:trainer.utils:Loading state dict from /models/text_encoders/umt5_xxl.safetensors\n", "cache_text_encoder"),
+    ("INFO:trainer.utils:Loading tokenizer from google/byt5-small\n", "cache_text_encoder"),
+    # The DiT loaded after the caching is model loading again.
+    ("INFO:trainer.utils:Loading tokenizer from google/byt5-small\n"
+     "INFO:trainer.main:Loading DiT model from /models/dit.safetensors\n", "model_load"),
+])
+def test_a_text_encoder_loaded_to_cache_its_outputs_is_part_of_the_caching(loading, phase):
+    text = "INFO:trainer.main:cache Text Encoder outputs for sample prompt: /data/prompts.txt\n" + loading
+    assert _phase(text) == phase
+
+
+def test_a_text_encoder_loaded_before_any_caching_is_model_loading():
+    assert _phase("INFO:trainer.utils:Loading tokenizer from google/byt5-small\n") == "model_load"

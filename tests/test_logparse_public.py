@@ -28,9 +28,9 @@ KIND_MISSES = {
              "the label calls the cut log truncated" for name in
        ("public/140", "public/143", "public/145", "public/152", "public/155", "public/156", "public/158",
         "public/159", "public/160", "public/162", "public/163", "public/164", "public/165", "public/167",
-        "public/168", "public/170", "public/171", "public/172", "public/173", "public/174")},
-    "public/176": "NCCL watchdog lines behind an MPI launcher's own 'host-launcher: ' prefix are not read, so "
-                  "the collective timeout is not seen",
+        "public/168", "public/170", "public/171", "public/172", "public/173", "public/174", "public/181",
+        "public/182", "public/185", "public/186", "public/187", "public/188", "public/189", "public/190",
+        "public/199", "public/201", "public/202")},
     "public/151": "a traceback's tail without its header ('[Previous line repeated …]' and one cut frame) is "
                   "not read as a traceback, so the cut log is read as an unfinished run",
 }
@@ -40,11 +40,12 @@ PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
                 "public/112": KIND_MISSES["public/112"],
                 "public/140": "sd-scripts' dataset records ('loading image sizes', 'make buckets', the bucket list) "
                               "with no caching line or error yet are read as model loading",
+                "public/176": "NCCL's watchdog timing out an all-reduce is read as a training step, but with no bar "
+                              "or step count shown it is called the first step; the label (collective number 635) "
+                              "says a later one",
                 "public/154": "a trainer GUI's backend raising FileNotFoundError for its training script, before any "
                               "trainer runs, is read as model loading (an object built at start-up)",
-                "public/167": "SimpleTuner's '(id=…) Bucket … caching results' records are not read as its VAE cache "
-                              "pass",
-                "public/176": KIND_MISSES["public/176"]}
+}
 STEP_MISSES = {
     "public/002": "ACE-Step's 'Step 0:' in its failure report is not read as a step count",
     "public/056": "ai-toolkit's job-named bar at 0% (no loss postfix yet) is not read as the training bar",

@@ -136,6 +136,10 @@ class BarRuns:
             if len(line) > MAX_LINE:
                 line = line[:MAX_LINE]
             self._line_rank = None
+            if line[:1].isalnum() and (": " in line[:64] or " | " in line[:64]):
+                end = P.host_prefix_end(line)
+                if end:
+                    line = line[end:]
             if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
                 if line[:5] == "[rank":
                     self._note_rank(line, out)

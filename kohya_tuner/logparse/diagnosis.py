@@ -154,11 +154,14 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
     ev = f.event
     where = ev.where
     level = ev.frame_level if ev.frame_level is not None else _STRONG_FRAME
-    if where is None and isinstance(ev, Oom):
+    if where is None:
         # The OOM message printed before its own traceback (stderr order) and the traceback
-        # then cut: the frames of the cut traceback that follows are this OOM's.
+        # then cut: the frames of the cut traceback that follows are this OOM's. A failure
+        # reported in several lines (NCCL's watchdog: "Some NCCL operations have failed", then
+        # which collective timed out) takes the evidence of the later line of its kind.
+        same = "truncated" if isinstance(ev, Oom) else ev.kind
         after = next((g.event for g in run.failures if g.index > f.index and isinstance(g.event, Failure)
-                      and g.event.kind == "truncated" and g.event.where), None)
+                      and g.event.kind == same and g.event.where), None)
         if after is not None:
             where, level = after.where, after.frame_level if after.frame_level is not None else _STRONG_FRAME
             f.borrowed_frame = after.frame

@@ -162,8 +162,18 @@ class Milestones:
                         self._new_run()
                     elif phase == "training":
                         self._train_bar_total = 0
+                    if phase == "model_load" and self._caching_te and P.TEXT_ENCODER_WORDS_RE.search(s.lower()):
+                        # musubi-tuner loads a text encoder to cache its outputs (the sample
+                        # prompts') and frees it again: that loading is part of the caching.
+                        phase, name = "cache_text_encoder", "loading a text encoder to cache its outputs"
+                    self._caching_te = phase == "cache_text_encoder"
                     out.append(Milestone(phase=phase, name=name, line=s))
                     return True
+        if "bucket" in low or "files" in low:
+            found = PW.phrase_phase(s[:120].lower())
+            if found is not None:
+                out.append(Milestone(phase=found[0], name=found[1], line=s))
+                return True
         c = low[:1]
         if "node type:" in low:
             m = NODE_TYPE_RE.search(s)
@@ -180,6 +190,10 @@ class Milestones:
                 return True
         if "ncoder" in s[:120]:
             m = P.LOADING_TEXT_ENCODER_RE.search(s[:120].lower())
+            if m and self._caching_te:
+                out.append(Milestone(phase="cache_text_encoder", name="loading a text encoder to cache its outputs",
+                                     line=s))
+                return True
             if m:
                 # Any trainer's "… loading the T5 text encoder …", wherever its logger puts the words.
                 out.append(Milestone(phase="model_load", name="loading the text encoder", line=s))

@@ -98,6 +98,8 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._last_logger: str | None = None
         # Inside a titled box that is not a traceback (a progress panel).
         self._panel = False
+        # The last phase-word milestone was text-encoder caching (a text encoder loaded next is for it).
+        self._caching_te = False
         self._last_func: str | None = None
         self._nan_reported = False
         self._zero_steps: set[int] = set()
@@ -188,6 +190,11 @@ class LogParser(BarRuns, RecordNames, Milestones):
             cleaned = False
         if not cleaned:
             self._line_rank = None
+            if line[:1].isalnum() and (": " in line[:64] or " | " in line[:64]):
+                # A launcher's host or worker name before every line ("node-1: [rank1]:…").
+                end = P.host_prefix_end(line)
+                if end:
+                    line = line[end:]
             if line[:5] == "[rank":
                 self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
@@ -229,6 +236,11 @@ class LogParser(BarRuns, RecordNames, Milestones):
             m = P.RICH_HEAD_RE.match(line)
             if m:
                 self._start_rich(m.group(1), line, out)
+                return
+        elif line[:2] in ("[E", "[W", "[I", "[F"):
+            m = P.C10_LOG_RE.match(line)
+            if m:
+                self._logical(line[m.end():], P.C10_LEVELS[m.group(1)], out)
                 return
         elif line[:1] in ("D", "I", "W", "E", "C"):
             m = P.PYLOG_RE.match(line)
@@ -447,6 +459,10 @@ class LogParser(BarRuns, RecordNames, Milestones):
             out.append(Failure(kind="cpu_oom", message=s[:500], line=s))
             return
         kind = P.error_kind(s)
+        if kind == "distributed" and "allreduce" in low and P.NCCL_ALLREDUCE_TIMEOUT_RE.search(low):
+            out.append(Failure(kind=kind, message=s[:500], where="training", line=s,
+                               frame="a gradient all-reduce timed out (NCCL's watchdog)", frame_level=2))
+            return
         if kind == "bad_argument" and ".py: error:" in s:
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return
@@ -542,6 +558,9 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 self._flush_oom(out)
             return
         kind = P.error_kind(s, exc_type)
+        if kind == "other" and P.exit_status(s) is not None:  # a wrapper raising the trainer's exit status
+            out.append(Exited(status=P.exit_status(s), line=s))
+            return
         if kind == "other":
             kind = self._context_kind(frames)
         out.append(Failure(kind=kind, message=s[:500], where=where, frame=ev.what if ev else None,

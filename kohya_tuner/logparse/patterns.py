@@ -9,54 +9,12 @@ PyTorch/accelerate messages users post; nothing here is copied code.
 from __future__ import annotations
 
 import re
-import unicodedata
 from functools import lru_cache
 
 from kohya_tuner.logparse import phase_words
+# Cleaning a line lives in cleaning.py; the parser reaches it through this module.
+from kohya_tuner.logparse.cleaning import cell_len, clean, host_prefix_end  # noqa: F401
 from kohya_tuner.logparse.events import OomFigures
-
-# ---- cleaning --------------------------------------------------------------------------------
-
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-# Colour codes whose ESC byte was lost when a user pasted a log ("[32mINFO[0m").
-_BARE_SGR_RE = re.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m")
-
-# Prefixes other tools put before each line. Rich's own time column ("2026-01-01 12:00:00 INFO")
-# is not among them: it is how sd-scripts records start.
-_PREFIX_RE = re.compile(
-    r"(?:"
-    r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]"  # [2024-09-18 08:19:50]
-    r"|\[(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|FATAL|STDOUT|STDERR|stdout|stderr)\]"  # [INFO]
-    r"|\[(?:rank|default)\d+\]:"  # [rank1]: / torchrun's [default0]:
-    r"|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,]\d{3,}(?:Z|[+-]\d{2}:?\d{2})?(?= )"  # 2024-06-30 23:45:34,053
-    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})(?= )"  # docker-style ISO time
-    r"|\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}(?= - )"  # accelerate's get_logger: 08/08/2024 04:37:22 - INFO -
-    r") ?"
-)
-
-
-def clean(line: str) -> str:
-    """One physical line without colour codes and without other tools' prefixes."""
-    if "\x1b" in line:
-        line = _ANSI_RE.sub("", line)
-    if "[0m" in line:
-        line = _BARE_SGR_RE.sub("", line)
-    for _ in range(4):
-        if not line or not (line[0] == "[" or line[0].isdigit()):
-            break
-        m = _PREFIX_RE.match(line)
-        if not m:
-            break
-        line = line[m.end():]
-    return line
-
-
-def cell_len(text: str) -> int:
-    """Terminal columns `text` takes (East Asian wide characters take two)."""
-    if text.isascii():
-        return len(text)
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
 
 # ---- Rich log records ---------------------------------------------------------------------
 
@@ -84,6 +42,14 @@ BAR_RE = re.compile(
 BAR_START_RE = re.compile(r"(?P<desc>[^|\r\n]*?)\s*0%\|\s*$")
 # vLLM's and glog-style records: "ERROR 07-30 18:15:55 engine.py:400] <text>", after the level.
 GLOG_REST_RE = re.compile(r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.\-]+:\d+\] ?")
+# PyTorch's C++ log records (c10, NCCL's watchdog): "[E ProcessGroupNCCL.cpp:577] …", newer with
+# date, time and thread: "[E1003 04:22:11.123456789 ProcessGroupNCCL.cpp:616] …". The letter is
+# the level.
+C10_LOG_RE = re.compile(r"\[([EWIF])(?:\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?)? ?[\w.\-]+\.(?:cpp|cc|cu|h|hpp):\d+\] ?")
+C10_LEVELS = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL"}
+# A collective that timed out in NCCL's watchdog: an all-reduce is the gradient sync of a
+# training step (the process group was up long before), whatever the job.
+NCCL_ALLREDUCE_TIMEOUT_RE = re.compile(r"optype=allreduce\b.*\btim(?:ed|ing) out|watchdog.*optype=allreduce")
 
 
 def bar_numbers(m: re.Match) -> tuple[float | None, float | None]:
@@ -198,6 +164,10 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
 ) + phase_words.prefixes()
 MILESTONE_HEADS = tuple(p for p, _, _ in MILESTONE_PREFIXES)
 
+# Words that name a text encoder or its tokenizer in a loading line (not the DiT or the VAE).
+TEXT_ENCODER_WORDS_RE = re.compile(
+    r"text[_ ]?encoder|tokenizer|\bclip|\bt5|umt5|byt5|\bllm\b|_vl_|-vl\b|qwen2|qwen3|gemma|llama|llava|mistral")
+
 # How many training processes a run has: sd-scripts' "loading model for process 0/2",
 # accelerate's "--num_processes 2" / "Num processes: 2", torchrun's "--nproc_per_node 2".
 PROCESSES_RE = re.compile(r"(?:for process \d+/|num[_ ]processes\W{1,3}|nproc_per_node\W{1,3})(\d+)\b", re.I)
@@ -261,6 +231,8 @@ _EXIT_PATTERNS = (
     (re.compile(r"failed \(exitcode: (-?\d+)\)"), 1),
     (re.compile(r"Signals\.SIG\w+: (\d+)"), -1),
     (re.compile(r"^\s*exitcode\s*:\s*(-?\d+)"), 1),
+    # A GUI's or node's own report of the trainer process: "Command failed with exit code 3221225477".
+    (re.compile(r"(?:failed|exited|terminated) with (?:exit )?(?:code|status) (-?\d+)"), 1),
 )
 
 
@@ -508,7 +480,10 @@ _KIND_RULES: tuple[tuple[str, re.Pattern], ...] = (
         r"torch not compiled with cuda|no cuda gpus are available|found no nvidia driver|nvidia driver on your system"
         r"|cuda driver version is insufficient|no cuda-capable device|torch\.cuda\.is_available\(\) is false"
         r"|cuda unknown error|cudagetdevicecount|no kernel image is available|requires a gpu|invalid device ordinal"
-        r"|is not compatible with the current pytorch installation|cuda initialization")),
+        r"|is not compatible with the current pytorch installation|cuda initialization"
+        r"|hiperrornobinaryforgpu|unable to find code object")),
+    # Any other "CUDA error: …" (or HIP's) that is not out of memory is a kernel or driver failure.
+    ("cuda_error", re.compile(r"\b(?:cuda|hip) error: (?!out of memory)")),
     ("distributed", re.compile(
         r"nccl|c10d|rendezvous|init_process_group|diststoreerror|distbackenderror|distnetworkerror|processgroup"
         r"|use_libuv|address already in use|eaddrinuse|master_addr|master_port|torch\.distributed\.\w*error"

@@ -21,7 +21,8 @@ SCRIPT_RE = re.compile(r"([\w\-]+)\.py\b")
 # Leading tags of a record (SimpleTuner's "(VAECache) (Rank: 0) message").
 # Leading bracketed tags of a record: "[logging.py:96:log_dist] [Rank 0] message".
 BRACKETS_RE = re.compile(r"(?:\[[^\]\n]{1,48}\]:?\s*)+")
-TAGS_RE = re.compile(r"(?:\((?P<tag>[\w.]+)\)\s*|\((?:rank|Rank):?\s*\d+\)\s*)+")
+# A "(key=value)" tag (SimpleTuner's "(id=my-dataset)") names an object, not a phase.
+TAGS_RE = re.compile(r"(?:\((?P<tag>[\w.]+)\)\s*|\((?:rank|Rank):?\s*\d+\)\s*|\([\w.\-]{1,32}=[^()\s]{1,64}\)\s*)+")
 
 
 @lru_cache(maxsize=1)
@@ -56,3 +57,17 @@ def command_phase(low: str) -> tuple[str, str] | None:
         return None
     m = SCRIPT_RE.search(low)
     return source_phase(m.group(1)) if m else None
+
+
+@lru_cache(maxsize=1)
+def _phrases() -> tuple[tuple[str, re.Pattern, str, str], ...]:
+    return tuple((r["needle"], re.compile(r["match"]), r["phase"], r["name"]) for r in _data().get("phrase", ()))
+
+
+def phrase_phase(low: str) -> tuple[str, str] | None:
+    """(phase, milestone name) when a lower-cased message matches a [[phrase]] entry (words
+    that say the phase but not at the message's start), else None."""
+    for needle, rx, phase, what in _phrases():
+        if needle in low and rx.search(low):
+            return phase, what
+    return None

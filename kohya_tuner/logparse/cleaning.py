@@ -1,0 +1,78 @@
+"""Cleaning one physical line of a log: colour codes and the prefixes other tools put before
+each line (a timestamp, a level in brackets, a rank, a launcher's host name). Pure functions.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+
+
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# Colour codes whose ESC byte was lost when a user pasted a log ("[32mINFO[0m").
+_BARE_SGR_RE = re.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m")
+
+# Prefixes other tools put before each line. Rich's own time column ("2026-01-01 12:00:00 INFO")
+# is not among them: it is how sd-scripts records start.
+_PREFIX_RE = re.compile(
+    r"(?:"
+    r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]"  # [2024-09-18 08:19:50]
+    r"|\[(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|FATAL|STDOUT|STDERR|stdout|stderr)\]"  # [INFO]
+    r"|\[(?:rank|default)\d+\]:"  # [rank1]: / torchrun's [default0]:
+    r"|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,]\d{3,}(?:Z|[+-]\d{2}:?\d{2})?(?= )"  # 2024-06-30 23:45:34,053
+    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})(?= )"  # docker-style ISO time
+    r"|\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}(?= - )"  # accelerate's get_logger: 08/08/2024 04:37:22 - INFO -
+    r") ?"
+)
+
+
+_HOST_RE = re.compile(r"[A-Za-z0-9][\w.\-]*[A-Za-z0-9]")
+
+
+def host_prefix_end(line: str) -> int:
+    """Where a launcher's host or worker name before the line ends ("mpi-…-launcher: ", pdsh's
+    "node01: ", DeepSpeed's "worker-0: ", "10.0.0.5: ", docker compose's "kohya-1  | "), else 0. The name is one token of
+    letters, digits, dots, dashes and underscores holding a digit or a dash, so that an exception
+    name ("RuntimeError: …") or a script ("train.py: error: …") is never taken for one."""
+    i = line.find(": ", 1, 64)
+    end = i + 2
+    # docker compose's "service-1  | " (padded to the longest service name).
+    j = line.find(" | ", 1, i if i > 0 else 64)
+    if j > 0:
+        i, end = j, j + 3
+    elif i < 0:
+        return 0
+    token = line[:i].rstrip(" ")
+    if not ("-" in token or any(ch.isdigit() for ch in token)) or token.endswith(".py"):
+        return 0
+    if not _HOST_RE.fullmatch(token):
+        return 0
+    return end
+
+
+def clean(line: str) -> str:
+    """One physical line without colour codes and without other tools' prefixes."""
+    if "\x1b" in line:
+        line = _ANSI_RE.sub("", line)
+    if "[0m" in line:
+        line = _BARE_SGR_RE.sub("", line)
+    if line[:1].isalnum():
+        end = host_prefix_end(line)
+        if end:
+            line = line[end:]
+    for _ in range(4):
+        if not line or not (line[0] == "[" or line[0].isdigit()):
+            break
+        m = _PREFIX_RE.match(line)
+        if not m:
+            break
+        line = line[m.end():]
+    return line
+
+
+def cell_len(text: str) -> int:
+    """Terminal columns `text` takes (East Asian wide characters take two)."""
+    if text.isascii():
+        return len(text)
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
