@@ -3,7 +3,8 @@
 Each builder runs once into a fresh temporary folder with the real trainer's interpreter; the
 figures are the child's own (`resource.getrusage(RUSAGE_CHILDREN)` peak RSS, wall clock) and the
 size of what it wrote. Prints figures only; no pass/fail. Needs the realtrainer harness
-variables (KOHYA_TUNER_REAL_PYTHON, _SDSCRIPTS, _TOKCACHE) and about 7 GB of free disk per build.
+variables (KOHYA_TUNER_REAL_PYTHON, _SDSCRIPTS, _TOKCACHE) and about 7 GB of free disk per build
+(SDXL 6.9 GB, FLUX.1 6.4 GB).
 
     python benchmarks/realmodel_builders.py [--keep DIR]
 """
@@ -22,7 +23,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # name -> (builder, the folder it builds under the cache, as .ci/run names it)
-BUILDERS = {"sdxl": (REPO / "tools" / "realmodels" / "build_sdxl_random.py", "sdxl-random")}
+BUILDERS = {"sdxl": (REPO / "tools" / "realmodels" / "build_sdxl_random.py", "sdxl-random"),
+            "flux": (REPO / "tools" / "realmodels" / "build_flux_random.py", "flux-random")}
 
 
 def measure(name: str, builder: Path, dest: Path) -> dict:
