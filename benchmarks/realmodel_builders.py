@@ -6,7 +6,7 @@ size of what it wrote. Prints figures only; no pass/fail. Needs the realtrainer 
 variables (KOHYA_TUNER_REAL_PYTHON, _SDSCRIPTS, _TOKCACHE) and about 7 GB of free disk per build
 (SDXL 6.9 GB, FLUX.1 6.4 GB).
 
-    python benchmarks/realmodel_builders.py [--keep DIR]
+    python benchmarks/realmodel_builders.py [--keep DIR] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keep", type=Path, help="build into this cache folder and keep it (a finished build there is "
                                               "kept as it is and measures nothing); default: a temporary folder")
+    ap.add_argument("--only", nargs="+", choices=sorted(BUILDERS), help="measure only these builders")
     a = ap.parse_args()
     missing = [v for v in ("KOHYA_TUNER_REAL_PYTHON", "KOHYA_TUNER_REAL_SDSCRIPTS", "KOHYA_TUNER_REAL_TOKCACHE")
                if not os.environ.get(v)]
@@ -61,6 +62,8 @@ def main() -> int:
         print(f"needs the realtrainer harness: {', '.join(missing)} unset")
         return 2
     for name, (builder, folder) in BUILDERS.items():
+        if a.only and name not in a.only:
+            continue
         root = a.keep or Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
         dest = root / folder
         dest.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import shutil
@@ -138,9 +139,16 @@ def build(dest: Path, sd_scripts: Path) -> dict:
     with torch.device("meta"):
         flux = flux_models.Flux(params)
         ae = flux_models.AutoEncoder(spec.ae_params)
-    # The text encoders of the configs sd-scripts' own loaders build, with nothing loaded (meta).
-    clip_l = flux_utils.load_clip_l(None, bf16, "cpu", state_dict={})
-    t5xxl = flux_utils.load_t5xxl(None, None, "cpu", state_dict={})
+    # The text encoders of the configs sd-scripts' own loaders build, with nothing loaded (meta);
+    # their log would list every key as missing.
+    quiet = logging.getLogger(flux_utils.__name__)
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        clip_l = flux_utils.load_clip_l(None, bf16, "cpu", state_dict={})
+        t5xxl = flux_utils.load_t5xxl(None, None, "cpu", state_dict={})
+    finally:
+        quiet.setLevel(level)
     parts = (("model", flux, bf16), ("clip_l", clip_l, bf16), ("ae", ae, bf16), ("t5xxl", t5xxl, torch.float8_e4m3fn))
     record: dict = {**BUILD, "files": {}}
     for i, (key, model, dtype) in enumerate(parts):
