@@ -3,9 +3,10 @@
 Each builder runs once into a fresh temporary folder with the real trainer's interpreter; the
 figures are the child's own (`resource.getrusage(RUSAGE_CHILDREN)` peak RSS, wall clock) and the
 size of what it wrote. Prints figures only; no pass/fail. Needs the realtrainer harness
-variables (KOHYA_TUNER_REAL_PYTHON, _SDSCRIPTS, _TOKCACHE) and about 7 GB of free disk per build.
+variables (KOHYA_TUNER_REAL_PYTHON, _SDSCRIPTS, _TOKCACHE) and about 7 GB of free disk per build
+(SDXL 6.9 GB, FLUX.1 6.4 GB).
 
-    python benchmarks/realmodel_builders.py [--keep DIR]
+    python benchmarks/realmodel_builders.py [--keep DIR] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # name -> (builder, the folder it builds under the cache, as .ci/run names it)
-BUILDERS = {"sdxl": (REPO / "tools" / "realmodels" / "build_sdxl_random.py", "sdxl-random")}
+BUILDERS = {"sdxl": (REPO / "tools" / "realmodels" / "build_sdxl_random.py", "sdxl-random"),
+            "flux": (REPO / "tools" / "realmodels" / "build_flux_random.py", "flux-random")}
 
 
 def measure(name: str, builder: Path, dest: Path) -> dict:
@@ -52,6 +54,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keep", type=Path, help="build into this cache folder and keep it (a finished build there is "
                                               "kept as it is and measures nothing); default: a temporary folder")
+    ap.add_argument("--only", nargs="+", choices=sorted(BUILDERS), help="measure only these builders")
     a = ap.parse_args()
     missing = [v for v in ("KOHYA_TUNER_REAL_PYTHON", "KOHYA_TUNER_REAL_SDSCRIPTS", "KOHYA_TUNER_REAL_TOKCACHE")
                if not os.environ.get(v)]
@@ -59,6 +62,8 @@ def main() -> int:
         print(f"needs the realtrainer harness: {', '.join(missing)} unset")
         return 2
     for name, (builder, folder) in BUILDERS.items():
+        if a.only and name not in a.only:
+            continue
         root = a.keep or Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
         dest = root / folder
         dest.mkdir(parents=True, exist_ok=True)

@@ -158,3 +158,28 @@ def test_continue_refuses_a_model_file_gone_since_the_plan(inputs, tmp_path):
     err = " ".join(res.stderr.split())
     assert f"pretrained_model_name_or_path = {moved} (from the run's plan)" in err and "nothing was launched" in err
     assert not list((tmp_path / "out").glob("attempt-*.log"))
+
+
+def test_a_cpu_run_fits_the_cards_plan_then_switches_what_the_cpu_cannot_run(inputs, tmp_path):
+    """FLUX.1 on 12 GB fits with fp8 weights and block swap. `--cpu` stands in for that card: the
+    fit and the estimate are the card's plan, and only then are fp8_base and block swap left out
+    (with a note each). Switched before the fit, the plan looked 22 GiB large, the fit spent
+    every CPU-runnable move before the first launch and the first OOM found the ladder empty."""
+    data, base = inputs
+    t5 = tmp_path / "t5xxl_fp8_e4m3fn.safetensors"
+    t5.write_bytes(b"\0" * 64)
+    req = _request(tmp_path / "a", data, base, model="flux", gpu="12", clip_l=str(base), t5xxl=str(t5), ae=str(base))
+    warnings: list[str] = []
+    prepared = start.prepare(req, warn=warnings.append)
+    assert warnings == []
+    fit = prepared.fitted.fit
+    assert fit is not None and fit.fits, fit.message
+    assert prepared.summary["predicted_peak_gib"] <= prepared.fitted.budget_gib
+    launched = (tmp_path / "a" / "attempt-1.config.toml").read_text(encoding="utf-8")
+    assert "fp8_base" not in launched and "blocks_to_swap" not in launched, launched
+    assert 'mixed_precision = "bf16"' in launched, launched
+    # The card's plan needed no downgrade, so none was made: the LoRA is the preset's.
+    changed = {str(c[0]) for st in fit.steps for c in st.changes}
+    assert not changed & {"network_dim", "network_args", "full_bf16", "sample_every_n_steps"}, fit.steps
+    notes = " ".join(prepared.plan.notes)
+    assert "--cpu: fp8_base = True left out" in notes and "--cpu: blocks_to_swap" in notes, notes

@@ -130,10 +130,6 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
     plan = presets.compose(family.name, req.job, t.plan_gb, preset_file=req.preset, sets=sets, variant=req.variant,
                            inputs=inputs, bf16=None if emulate_vram is not None and choice.info is None else choice.bf16,
                            network=req.network)
-    for key, old, new, why in preflight.cpu_switches(plan.config) if cpu else ():
-        plan.set(key, new, "--cpu", why)
-        if new is None:  # a key left out has no provenance to show it: said here instead
-            plan.notes.append(f"--cpu: {key} = {old} left out: {why}")
     absent = planning.absent_model_files(plan.config, family, {k: src.layer for k, src in plan.provenance.items()})
     if absent and not req.dry_run:
         # sd-scripts would find out only after starting Python, torch and accelerate.
@@ -161,6 +157,13 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
             plan.set(key, value, "run", "Resumable states so an OOM costs minutes, not the run.")
     est = memory.estimate({**fitted.assumed, **plan.config, **planning.sample_size_key(plan)}, family, dataset=ds,
                           gpus=t.num_processes, history=hist, gpu_name=gpu_name, driver=driver)
+    # A CPU run stands in for the card's: the fit and the estimate are the card's plan (fp8 weights
+    # and block swap included, without which a FLUX plan cannot fit 12 GB and the fit would spend
+    # the whole ladder before the first launch); only then is what the CPU cannot execute switched.
+    for key, old, new, why in preflight.cpu_switches(plan.config) if cpu else ():
+        plan.set(key, new, "--cpu", why)
+        if new is None:  # a key left out has no provenance to show it: said here instead
+            plan.notes.append(f"--cpu: {key} = {old} left out: {why}")
     return _Planned(plan=plan, dataset=ds, data_report=report, checked=checked, images=len(report.trainable),
                     user_keys=user_keys, fitted=fitted, fit_lines=fit_lines, total=total, est=est, absent=absent)
 
