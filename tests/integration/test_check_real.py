@@ -10,8 +10,8 @@ each breaks one of their start-up rules, most before the model loads (the traine
 run on the random-weight SDXL (skipped without it); the FLUX ones on flux_standin(), whose
 model file holds only the key names the trainer reads first: the stand-in control below shows
 that the trainer passes its start-up rules with it and fails only when it loads the weights.
-A FLUX config headed `# needs: model` breaks a rule checked after the weights load: it runs on
-the random-weight FLUX.1 (skipped without it).
+A config headed `# needs: model` breaks a rule checked after the weights load (a FLUX one then
+runs on the random-weight FLUX.1, skipped without it).
 
 Runs only with the KOHYA_TUNER_REAL_* variables of ../shared/realtrainer/README.md set;
 the launches run one after another (the machine is small), each in its own folder.
@@ -64,8 +64,9 @@ def test_the_real_trainer_refuses_what_check_refuses(path, tmp_path):
 def test_the_real_family_script_refuses_what_check_refuses(path, tmp_path):
     name = family_of(path)
     family = FAMILIES[name]
-    # A FLUX refusal before the weights runs on the stand-in; one after them (`# needs: model`) on the model.
-    standin = name == "flux" and not re.search(r"^# needs: model$", path.read_text(), re.M)
+    # `# needs: model`: refused once the weights are loaded. A FLUX refusal before that runs on the stand-in.
+    late = bool(re.search(r"^# needs: model$", path.read_text(), re.M))
+    standin = name == "flux" and not late
     if not standin and family_missing(name):
         pytest.skip(f"no random-weight {family.model} ({', '.join(family_missing(name))} unset)")
     cfg = filled(path, tmp_path, standin=standin)
@@ -76,8 +77,7 @@ def test_the_real_family_script_refuses_what_check_refuses(path, tmp_path):
     run = launch(cfg, script=family.script)
     out = run.stdout + run.stderr
     assert run.returncode == 1 and says in out, out[-3000:]
-    before_load = name == "sdxl" or standin
-    assert (PAST_START_UP not in out) == before_load, out[-3000:]
+    assert (PAST_START_UP in out) == late, out[-3000:]
     ledger = tmp_path / "backward.ledger"
     if INJECT.is_dir():
         assert not ledger.exists() or ledger.read_text() == ""
