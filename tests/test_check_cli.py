@@ -13,6 +13,8 @@ from tests.clihelp import invoke as _invoke_cli
 
 DATA = Path(__file__).parent / "data"
 REFUSED = sorted((DATA / "refused_configs").glob("*.toml"))
+# sdxl/ and flux/: start-up rules of sdxl_train_network.py and flux_train_network.py (--model is the folder)
+FAMILY_REFUSED = sorted((DATA / "refused_configs").glob("*/*.toml"))
 
 
 def invoke(*args):
@@ -34,8 +36,12 @@ def realish(tmp_path):
         (img / f"{i}.txt").write_text("mytoken style\n")
     (tmp_path / "tok").mkdir()
     (tmp_path / "out").mkdir()
+    files = {}
+    for name in ("clip_l", "t5xxl", "ae"):  # FLUX's other model files
+        (tmp_path / f"{name}.safetensors").write_bytes(b"0")
+        files[f"@{name.upper()}@"] = str(tmp_path / f"{name}.safetensors")
     return {"@MODEL@": str(model), "@DATA@": str(tmp_path / "img"), "@TOKCACHE@": str(tmp_path / "tok"),
-            "@OUT@": str(tmp_path / "out")}
+            "@OUT@": str(tmp_path / "out"), **files}
 
 
 def fill(src: Path, subs: dict[str, str], dest: Path) -> Path:
@@ -85,6 +91,24 @@ def test_each_refused_config_exits_2_naming_its_key(path, realish, tmp_path):
     for p in data["problems"] + data["warnings"]:
         assert set(p) == {"keys", "message", "where", "path"}
         assert p["path"] in ("config_file", "command_line", "dataset_config")
+
+
+@pytest.mark.parametrize("path", FAMILY_REFUSED, ids=lambda p: f"{p.parent.name}-{p.stem}")
+def test_each_family_refused_config_breaks_its_rule_alone(path, realish, tmp_path):
+    """One refusal, by the rule the header names, whose line in rules.toml is the one the header
+    cites (the real trainer's message is checked by tests/integration/test_check_real.py)."""
+    from kohya_tuner.check import rules
+
+    cfg = fill(path, realish, tmp_path / path.name)
+    key, rule = header(path, "offending"), header(path, "rule")
+    res = invoke("check", cfg, "--model", path.parent.name)
+    assert res.exit_code == 2, res.output
+    refusals = [ln for ln in res.stdout.splitlines() if ln.startswith("refused")]
+    assert len(refusals) == 1 and f"[{rule}]" in res.stdout.replace("\n  ", " "), res.stdout
+    data = json.loads(invoke("check", cfg, "--model", path.parent.name, "--json").stdout)
+    assert [key in p["keys"] for p in data["problems"]] == [True], data
+    (found,) = [r for r in rules() if r.id == rule]
+    assert header(path, "line").split()[0] == found.line and path.parent.name in data["script"]
 
 
 def test_command_line_and_gui_json_inputs_are_checked(tmp_path, realish):

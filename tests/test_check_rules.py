@@ -113,6 +113,7 @@ EXAMPLES = {
     "fp8_base_needs_mixed_precision": (FX, {"fp8_base_unet": True}, {"fp8_base_unet": True, "mixed_precision": "bf16"}, None),
     "initial_step_reaches_max_train_steps": (SD, {"initial_step": 100, "max_train_steps": 100}, {"initial_step": 99, "max_train_steps": 100}, None),
     "network_module_for_other_model": (FX, {"network_module": "networks.lora"}, {"network_module": "networks.lora_flux"}, None),
+    "network_module_for_other_model_text_encoders_only": (XL, {"network_module": "networks.lora_sd3"}, {"network_module": "networks.lora"}, None),
     "lora_network_args_integers": (FX, {"network_args": ["img_attn_dim=8.5"]}, {"network_args": ["img_attn_dim=8"]}, None),
     "lora_network_args_numbers": (SD, {"network_args": ["conv_dim=4", "conv_alpha=half"]}, {"network_args": ["conv_dim=4", "conv_alpha=0.5"]}, None),
     "lora_block_dims_count_sd": (SD, {"network_args": ["block_dims=" + ",".join(["4"] * 23)]}, {"network_args": ["block_dims=" + ",".join(["4"] * 25)]}, None),

@@ -3,26 +3,65 @@
 Shared by test_check_real.py (configs the trainer refuses) and test_accepted_real.py (configs it
 trains). The variables are those ../shared/realtrainer/build.sh prints; `configured()` says
 whether they are all set.
+
+A config in a folder named after a family (`sdxl/`, `flux/`) is for that family's script and its
+random-weight model, named by the variables tools/realmodels/ prints (`family_missing()` says which
+are unset). A FLUX config the trainer refuses before it reads any weight runs on `flux_standin()`.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import struct
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 ENV = {k: os.environ.get(f"KOHYA_TUNER_REAL_{k}") for k in ("SDSCRIPTS", "PYTHON", "MODEL", "TOKCACHE", "DATA")}
 INJECT = Path(__file__).resolve().parents[3] / "shared" / "realtrainer" / "inject"
 
 
+@dataclass(frozen=True)
+class Family:
+    script: str
+    model: str  # check's --model
+    # placeholder -> the variable that names its file (the family's own model and tokenizers)
+    files: dict[str, str]
+
+
+FAMILIES = {
+    "sd15": Family("train_network.py", "sd15", {"@MODEL@": "KOHYA_TUNER_REAL_MODEL",
+                                                "@TOKCACHE@": "KOHYA_TUNER_REAL_TOKCACHE"}),
+    "sdxl": Family("sdxl_train_network.py", "sdxl", {"@MODEL@": "KOHYA_TUNER_REAL_SDXL_MODEL",
+                                                     "@TOKCACHE@": "KOHYA_TUNER_REAL_SDXL_TOKCACHE"}),
+    "flux": Family("flux_train_network.py", "flux", {
+        "@MODEL@": "KOHYA_TUNER_REAL_FLUX_MODEL", "@CLIP_L@": "KOHYA_TUNER_REAL_FLUX_CLIP_L",
+        "@T5XXL@": "KOHYA_TUNER_REAL_FLUX_T5XXL", "@AE@": "KOHYA_TUNER_REAL_FLUX_AE",
+        "@TOKCACHE@": "KOHYA_TUNER_REAL_FLUX_TOKCACHE"}),
+}
+
+
+def family_of(config: Path) -> str:
+    """The family a test config is for: the name of its folder when that is one, else SD 1.5."""
+    return config.parent.name if config.parent.name in FAMILIES else "sd15"
+
+
+def family_missing(family: str) -> list[str]:
+    return [v for v in FAMILIES[family].files.values() if not os.environ.get(v)]
+
+
 def configured() -> bool:
     return all(ENV.values())
 
 
-def fill(text: str, out_dir: Path, config_dir: Path | None = None) -> str:
-    """The text with @MODEL@, @DATA@, @TOKCACHE@, @OUT@ (out_dir/output) and @CONFIGDIR@ filled in."""
-    values = {"@MODEL@": ENV["MODEL"], "@DATA@": ENV["DATA"], "@TOKCACHE@": ENV["TOKCACHE"],
-              "@OUT@": str(out_dir / "output")}
+def fill(text: str, out_dir: Path, config_dir: Path | None = None, *, files: dict[str, str] | None = None,
+         data: Path | None = None) -> str:
+    """The text with @MODEL@, @DATA@, @TOKCACHE@, @OUT@ (out_dir/output) and @CONFIGDIR@ filled in;
+    `files` gives the model placeholders of another family (default: the SD 1.5 harness's)."""
+    values = {"@MODEL@": ENV["MODEL"], "@TOKCACHE@": ENV["TOKCACHE"], **(files or {}),
+              "@DATA@": str(data or ENV["DATA"]), "@OUT@": str(out_dir / "output")}
     if config_dir is not None:
         values["@CONFIGDIR@"] = str(config_dir)
     for key, value in values.items():
@@ -30,18 +69,58 @@ def fill(text: str, out_dir: Path, config_dir: Path | None = None) -> str:
     return text
 
 
-def filled(src: Path, dest_dir: Path, name: str = "config.toml") -> Path:
+def filled(src: Path, dest_dir: Path, name: str = "config.toml", *, standin: bool = False) -> Path:
+    """src filled in as dest_dir/name. A family config gets its family's files (or, with
+    `standin`, FLUX stand-ins) and its own copy of the images (so a cache written to disk
+    stays in the test's folder)."""
+    family = family_of(src)
+    files = data = None
+    if family != "sd15":
+        files = flux_standin(dest_dir / "standin") if standin else {
+            k: os.environ[v] for k, v in FAMILIES[family].files.items()}
+        data = dest_dir / "data"
+        shutil.copytree(ENV["DATA"], data)
     dest = dest_dir / name
-    dest.write_text(fill(src.read_text(), dest_dir, src.parent))
+    dest.write_text(fill(src.read_text(), dest_dir, src.parent, files=files, data=data))
     return dest
+
+
+# The keys flux_utils.analyze_checkpoint_state reads (library/flux_utils.py:55-71): a double and a
+# single block, and the guidance embedding of a dev model.
+_FLUX_KEYS = ("double_blocks.0.img_attn.proj.bias", "single_blocks.0.modulation.lin.bias", "guidance_in.in_layer.bias")
+
+
+def flux_standin(dest: Path) -> dict[str, str]:
+    """Files for a FLUX config the trainer refuses before reading any weight, as placeholder ->
+    path. flux_train_network.py opens two things first: the checkpoint's key names (in
+    get_tokenize_strategy, before assert_extra_args) and the CLIP-L and T5 tokenizers. So the
+    model is a safetensors file holding those keys as 1-element tensors (the U-Net loader would
+    fail on it), CLIP-L, T5-XXL and the AE are empty files, and the tokenizer cache holds the
+    harness's CLIP tokenizer and the T5 tokenizer files sd-scripts ships in configs/t5_old."""
+    dest.mkdir(parents=True, exist_ok=True)
+    head = {k: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i, k in enumerate(_FLUX_KEYS)}
+    raw = json.dumps(head).encode()
+    raw += b" " * (-len(raw) % 8)
+    model = dest / "flux-standin.safetensors"
+    model.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(4 * len(_FLUX_KEYS)))
+    files = {"@MODEL@": str(model)}
+    for name in ("clip_l", "t5xxl", "ae"):
+        (dest / f"{name}.safetensors").write_bytes(b"")
+        files[f"@{name.upper()}@"] = str(dest / f"{name}.safetensors")
+    tok = dest / "tokcache"
+    tok.mkdir(exist_ok=True)
+    (tok / "openai_clip-vit-large-patch14").symlink_to(Path(ENV["TOKCACHE"]) / "openai_clip-vit-large-patch14")
+    (tok / "google_t5-v1_1-xxl").symlink_to(Path(ENV["SDSCRIPTS"]) / "configs" / "t5_old")
+    files["@TOKCACHE@"] = str(tok)
+    return files
 
 
 def accelerate() -> Path:
     return Path(ENV["PYTHON"]).parent / "accelerate"
 
 
-def train_script() -> Path:
-    return Path(ENV["SDSCRIPTS"]) / "train_network.py"
+def train_script(script: str = "train_network.py") -> Path:
+    return Path(ENV["SDSCRIPTS"]) / script
 
 
 def launch_argv(argv: list[str], cwd: Path, timeout: int = 420) -> subprocess.CompletedProcess:
@@ -54,8 +133,8 @@ def launch_argv(argv: list[str], cwd: Path, timeout: int = 420) -> subprocess.Co
                           timeout=timeout)
 
 
-def launch(cfg: Path, timeout: int = 420) -> subprocess.CompletedProcess:
-    """`accelerate launch --cpu … train_network.py --config_file cfg`, in cfg's folder."""
+def launch(cfg: Path, timeout: int = 420, script: str = "train_network.py") -> subprocess.CompletedProcess:
+    """`accelerate launch --cpu … SCRIPT --config_file cfg`, in cfg's folder."""
     cmd = [str(accelerate()), "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", str(train_script()), "--config_file", str(cfg)]
+           "--mixed_precision", "no", "--dynamo_backend", "no", str(train_script(script)), "--config_file", str(cfg)]
     return launch_argv(cmd, cfg.parent, timeout)

@@ -10,6 +10,12 @@ the LoRA file. A false refusal (check exit 2 on a config that trains) fails here
 
 The launches need the KOHYA_TUNER_REAL_* variables of ../shared/realtrainer/README.md (marker
 `realtrainer`, skipped without them by conftest); they run one after another, each in its own folder.
+
+The TOMLs in `sdxl/` and `flux/` are for sdxl_train_network.py and flux_train_network.py on their
+random-weight models (tools/realmodels/; skipped while the family's variables are unset), checked
+with `--model sdxl` / `--model flux`, each with its own copy of the images: `# caches:` names files
+the trainer must have written beside them. For these the launch must also have run a backward pass
+(the ledger of ../shared/realtrainer/inject): the trainer got past start-up and trained a step.
 """
 
 from __future__ import annotations
@@ -23,8 +29,11 @@ from pathlib import Path
 
 import pytest
 from realtrainer_launch import (
+    FAMILIES,
     INJECT,
     accelerate,
+    family_missing,
+    family_of,
     filled,
     launch,
     launch_argv,
@@ -35,6 +44,12 @@ from tests.clihelp import invoke
 
 ACCEPTED = Path(__file__).resolve().parent.parent / "data" / "accepted_configs"
 CONFIGS = sorted([*ACCEPTED.glob("*.toml"), *ACCEPTED.glob("*.sh")])
+FAMILY_CONFIGS = sorted(ACCEPTED.glob("*/*.toml"))
+REFUSED = ACCEPTED.parent / "refused_configs"
+
+
+def config_id(path: Path) -> str:
+    return path.name if family_of(path) == "sd15" else f"{path.parent.name}-{path.name}"
 
 
 def header(path: Path, field: str) -> str | None:
@@ -73,6 +88,18 @@ def test_the_suite_has_its_configs():
         assert "max_train_steps" in p.read_text(encoding="utf-8"), f"{p.name}: keep the launch at 1 step"
 
 
+@pytest.mark.parametrize("family", ["sdxl", "flux"])
+def test_each_family_has_five_accepted_and_five_refused_configs(family):
+    accepted = sorted((ACCEPTED / family).glob("*.toml"))
+    refused = sorted((REFUSED / family).glob("*.toml"))
+    assert len(accepted) >= 5 and len(refused) >= 5, (len(accepted), len(refused))
+    for p in accepted:
+        text = p.read_text(encoding="utf-8")
+        assert header(p, "why") and "max_train_steps = 1\n" in text and "sample_every_n" not in text, p.name
+    for p in refused:  # one rule each, with what sd-scripts says and where
+        assert all(header(p, f) for f in ("offending", "rule", "sd-scripts says", "line")), p.name
+
+
 def _png(path: Path, side: int) -> None:
     """A grey side x side PNG (what the harness's images are: 128 px), written without Pillow."""
     def chunk(kind: bytes, data: bytes) -> bytes:
@@ -82,7 +109,7 @@ def _png(path: Path, side: int) -> None:
                      + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CONFIGS + FAMILY_CONFIGS, ids=config_id)
 def test_check_passes_every_accepted_config_without_the_trainer(path, tmp_path):
     """The check half on a stand-in tree shaped like the harness's (a model file, 128 px images in a
     `2_mytoken style` folder with captions, a tokenizer folder), so a false refusal shows without the
@@ -95,12 +122,16 @@ def test_check_passes_every_accepted_config_without_the_trainer(path, tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"0")
     (tmp_path / "tokcache").mkdir()
     text = path.read_text(encoding="utf-8")
+    for name in ("clip_l", "t5xxl", "ae"):
+        (tmp_path / f"{name}.safetensors").write_bytes(b"0")
     for key, value in {"@MODEL@": tmp_path / "model.safetensors", "@DATA@": tmp_path / "data",
-                       "@TOKCACHE@": tmp_path / "tokcache", "@OUT@": tmp_path / "output", "@CONFIGDIR@": path.parent}.items():
+                       "@TOKCACHE@": tmp_path / "tokcache", "@OUT@": tmp_path / "output", "@CONFIGDIR@": path.parent,
+                       "@CLIP_L@": tmp_path / "clip_l.safetensors", "@T5XXL@": tmp_path / "t5xxl.safetensors",
+                       "@AE@": tmp_path / "ae.safetensors"}.items():
         text = text.replace(key, str(value))
     cfg = tmp_path / ("command.sh" if path.suffix == ".sh" else "config.toml")
     cfg.write_text(text, encoding="utf-8")
-    res = invoke("check", str(cfg), "--model", "sd15", "--json")
+    res = invoke("check", str(cfg), "--model", FAMILIES[family_of(path)].model, "--json")
     data = json.loads(res.stdout)
     assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
 
@@ -125,4 +156,28 @@ def test_check_passes_what_the_real_trainer_trains(path, tmp_path):
         downs = [shape[0] for k, shape in tensors.items() if k.endswith("lora_down.weight")]
         assert not rank or (downs and set(downs) == {int(rank)}), f"LoRA ranks {sorted(set(downs))}, expected {rank}"
     if INJECT.is_dir() and path.suffix == ".toml":  # the ledger names the --config_file of each backward pass
+        assert (tmp_path / "backward.ledger").read_text().strip(), "no backward pass ran"
+
+
+@pytest.mark.realtrainer
+@pytest.mark.parametrize("path", FAMILY_CONFIGS, ids=config_id)
+def test_check_passes_what_the_real_family_script_trains(path, tmp_path):
+    family = FAMILIES[family_of(path)]
+    missing = family_missing(family_of(path))
+    if missing:
+        pytest.skip(f"no random-weight {family.model} ({', '.join(missing)} unset): build it with tools/realmodels/")
+    cfg = filled(path, tmp_path)
+    res = invoke("check", str(cfg), "--model", family.model, "--json")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
+    run = launch(cfg, timeout=600, script=family.script)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    lora = tmp_path / "output" / "probe.safetensors"
+    assert lora.is_file() and lora.stat().st_size > 0, out[-2000:]
+    for pattern in (header(path, "caches") or "").split():
+        assert list((tmp_path / "data").glob(pattern)), f"no {pattern} cached; {out[-2000:]}"
+    has = header(path, "lora has")
+    assert not has or any(has in k for k in lora_tensors(lora)), f"no LoRA tensor named like {has!r}"
+    if INJECT.is_dir():  # a step really trained, not only a start-up passed
         assert (tmp_path / "backward.ledger").read_text().strip(), "no backward pass ran"

@@ -4,6 +4,15 @@ Each config in tests/data/refused_configs breaks one rule; the real trainer must
 with the message its header quotes, and `kohya-tuner check` must refuse it (exit 2)
 naming the same key. The harness config trains (exit 0) and passes the check.
 
+The configs in `sdxl/` and `flux/` are for sdxl_train_network.py and flux_train_network.py and
+each breaks one of their start-up rules, most before the model loads (the trainer never logs
+"preparing accelerator", train_network.py:593, which follows assert_extra_args). The SDXL ones
+run on the random-weight SDXL (skipped without it); the FLUX ones on flux_standin(), whose
+model file holds only the key names the trainer reads first: the stand-in control below shows
+that the trainer passes its start-up rules with it and fails only when it loads the weights.
+A config headed `# needs: model` breaks a rule checked after the weights load (a FLUX one then
+runs on the random-weight FLUX.1, skipped without it).
+
 Runs only with the KOHYA_TUNER_REAL_* variables of ../shared/realtrainer/README.md set;
 the launches run one after another (the machine is small), each in its own folder.
 """
@@ -15,7 +24,7 @@ import re
 from pathlib import Path
 
 import pytest
-from realtrainer_launch import INJECT, configured, filled, launch
+from realtrainer_launch import FAMILIES, INJECT, configured, family_missing, family_of, filled, launch
 
 from tests.clihelp import invoke
 
@@ -26,6 +35,9 @@ if not configured():
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 REFUSED = sorted((DATA / "refused_configs").glob("*.toml"))
+FAMILY_REFUSED = sorted((DATA / "refused_configs").glob("*/*.toml"))
+# Logged by train_network.py:593 right after assert_extra_args, before the model loads.
+PAST_START_UP = "preparing accelerator"
 
 
 def header(path: Path, field: str) -> str:
@@ -48,11 +60,37 @@ def test_the_real_trainer_refuses_what_check_refuses(path, tmp_path):
         assert not ledger.exists() or ledger.read_text() == ""
 
 
-def test_the_harness_config_trains_and_passes_the_check(tmp_path):
-    cfg = filled(DATA / "realtrainer_harness.toml", tmp_path)
-    assert invoke("check", str(cfg), "--model", "sd15").exit_code == 0
-    run = launch(cfg, timeout=900)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
-    assert list((tmp_path / "output").glob("probe*.safetensors"))
-    if INJECT.is_dir():  # the ledger that proves the refusals ran no step does record real steps
-        assert (tmp_path / "backward.ledger").read_text().strip()
+@pytest.mark.parametrize("path", FAMILY_REFUSED, ids=lambda p: f"{p.parent.name}-{p.stem}")
+def test_the_real_family_script_refuses_what_check_refuses(path, tmp_path):
+    name = family_of(path)
+    family = FAMILIES[name]
+    # `# needs: model`: refused once the weights are loaded. A FLUX refusal before that runs on the stand-in.
+    late = bool(re.search(r"^# needs: model$", path.read_text(), re.M))
+    standin = name == "flux" and not late
+    if not standin and family_missing(name):
+        pytest.skip(f"no random-weight {family.model} ({', '.join(family_missing(name))} unset)")
+    cfg = filled(path, tmp_path, standin=standin)
+    key, says = header(path, "offending"), header(path, "sd-scripts says")
+    res = invoke("check", str(cfg), "--model", family.model, "--json")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 2 and any(key in p["keys"] for p in data["problems"]), data
+    run = launch(cfg, script=family.script)
+    out = run.stdout + run.stderr
+    assert run.returncode == 1 and says in out, out[-3000:]
+    assert (PAST_START_UP in out) == late, out[-3000:]
+    ledger = tmp_path / "backward.ledger"
+    if INJECT.is_dir():
+        assert not ledger.exists() or ledger.read_text() == ""
+
+
+def test_the_flux_standin_passes_the_start_up_rules_and_fails_only_at_the_weights(tmp_path):
+    """The control for the FLUX refusals: the FLUX harness config (accepted_configs/flux/harness.toml,
+    what the refused ones vary), on the same stand-in, passes the check and the trainer's start-up
+    rules, and stops only where it loads the transformer's weights."""
+    cfg = filled(DATA / "accepted_configs" / "flux" / "harness.toml", tmp_path, standin=True)
+    res = invoke("check", str(cfg), "--model", "flux", "--json")
+    assert res.exit_code == 0, res.stdout
+    run = launch(cfg, script="flux_train_network.py")
+    out = run.stdout + run.stderr
+    assert run.returncode == 1 and PAST_START_UP in out, out[-3000:]
+    assert "Error(s) in loading state_dict for Flux" in out, out[-3000:]
