@@ -24,10 +24,12 @@ from pathlib import Path
 import pytest
 from realtrainer_launch import (
     INJECT,
+    Prelaunched,
     accelerate,
     filled,
     launch,
     launch_argv,
+    selected,
     train_script,
 )
 
@@ -105,14 +107,34 @@ def test_check_passes_every_accepted_config_without_the_trainer(path, tmp_path):
     assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
 
 
+@pytest.fixture(scope="module")
+def launched(request, tmp_path_factory):
+    """Every real launch this session runs from this module, started at once and run `workers()` at a
+    time: name -> folder."""
+    pool, folders = Prelaunched(), {}
+    wanted = {item.callspec.params["path"].name for item in request.session.items
+              if getattr(item, "originalname", "") == "test_check_passes_what_the_real_trainer_trains"}
+    for path in [p for p in CONFIGS if p.name in wanted]:
+        folders[path.name] = folder = tmp_path_factory.mktemp(path.stem)
+        cfg = filled(path, folder, "command.sh" if path.suffix == ".sh" else "config.toml")
+        if path.suffix == ".sh":
+            pool.submit(path.name, launch_argv, command_argv(cfg), folder, extra_env=pool.env())
+        else:
+            pool.submit(path.name, launch, cfg, extra_env=pool.env())
+    yield pool, folders
+    pool.close()
+
+
 @pytest.mark.realtrainer
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_check_passes_what_the_real_trainer_trains(path, tmp_path):
-    cfg = filled(path, tmp_path, "command.sh" if path.suffix == ".sh" else "config.toml")
+def test_check_passes_what_the_real_trainer_trains(path, launched):
+    pool, folders = launched
+    tmp_path = folders[path.name]
+    cfg = tmp_path / ("command.sh" if path.suffix == ".sh" else "config.toml")
     res = invoke("check", str(cfg), "--model", "sd15", "--json")
     data = json.loads(res.stdout)
     assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
-    run = launch_argv(command_argv(cfg), tmp_path) if path.suffix == ".sh" else launch(cfg)
+    run = pool.result(path.name)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
     for pattern in (header(path, "writes") or "probe.safetensors").split():

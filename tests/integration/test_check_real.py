@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from realtrainer_launch import INJECT, configured, filled, launch
+from realtrainer_launch import INJECT, Prelaunched, configured, filled, launch, selected
 
 from tests.clihelp import invoke
 
@@ -32,14 +32,31 @@ def header(path: Path, field: str) -> str:
     return re.search(rf"^# {field}: (.+)$", path.read_text(), re.M).group(1).strip()
 
 
+@pytest.fixture(scope="module")
+def launched(request, tmp_path_factory):
+    """Every launch this session runs from this module, started at once and run `workers()` at a time:
+    name -> its folder."""
+    pool, folders = Prelaunched(), {}
+    wanted = selected(request)
+    harness_too = any(item.name == "test_the_harness_config_trains_and_passes_the_check"
+                      for item in request.session.items)
+    for path in [p for p in REFUSED if p.name in wanted] + [DATA / "realtrainer_harness.toml"] * harness_too:
+        folders[path.name] = folder = tmp_path_factory.mktemp(path.stem)
+        pool.submit(path.name, launch, filled(path, folder), timeout=900, extra_env=pool.env())
+    yield pool, folders
+    pool.close()
+
+
 @pytest.mark.parametrize("path", REFUSED, ids=lambda p: header(p, "rule"))
-def test_the_real_trainer_refuses_what_check_refuses(path, tmp_path):
-    cfg = filled(path, tmp_path)
+def test_the_real_trainer_refuses_what_check_refuses(path, launched):
+    pool, folders = launched
+    tmp_path = folders[path.name]
+    cfg = tmp_path / "config.toml"
     key, rule, says = header(path, "offending"), header(path, "rule"), header(path, "sd-scripts says")
     res = invoke("check", str(cfg), "--model", "sd15", "--json")
     data = json.loads(res.stdout)
     assert res.exit_code == 2 and any(key in p["keys"] for p in data["problems"]), data
-    run = launch(cfg)
+    run = pool.result(path.name)
     out = run.stdout + run.stderr
     assert run.returncode == 1, out[-3000:]
     assert says in out, out[-3000:]
@@ -48,10 +65,12 @@ def test_the_real_trainer_refuses_what_check_refuses(path, tmp_path):
         assert not ledger.exists() or ledger.read_text() == ""
 
 
-def test_the_harness_config_trains_and_passes_the_check(tmp_path):
-    cfg = filled(DATA / "realtrainer_harness.toml", tmp_path)
+def test_the_harness_config_trains_and_passes_the_check(launched):
+    pool, folders = launched
+    tmp_path = folders["realtrainer_harness.toml"]
+    cfg = tmp_path / "config.toml"
     assert invoke("check", str(cfg), "--model", "sd15").exit_code == 0
-    run = launch(cfg, timeout=900)
+    run = pool.result("realtrainer_harness.toml")
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     assert list((tmp_path / "output").glob("probe*.safetensors"))
     if INJECT.is_dir():  # the ledger that proves the refusals ran no step does record real steps
