@@ -123,9 +123,11 @@ def train_script(script: str = "train_network.py") -> Path:
     return Path(ENV["SDSCRIPTS"]) / script
 
 
-def launch_argv(argv: list[str], cwd: Path, timeout: int = 420) -> subprocess.CompletedProcess:
+def launch_argv(argv: list[str], cwd: Path, timeout: int = 420,
+                extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run argv as it is (under nice), with the harness's environment, in cwd."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1",
+           **(extra_env or {})}
     if INJECT.is_dir():
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env["SDS_BACKWARD_LEDGER"] = str(cwd / "backward.ledger")
@@ -133,8 +135,90 @@ def launch_argv(argv: list[str], cwd: Path, timeout: int = 420) -> subprocess.Co
                           timeout=timeout)
 
 
-def launch(cfg: Path, timeout: int = 420, script: str = "train_network.py") -> subprocess.CompletedProcess:
+def launch(cfg: Path, timeout: int = 420, script: str = "train_network.py",
+           extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`accelerate launch --cpu … SCRIPT --config_file cfg`, in cfg's folder."""
     cmd = [str(accelerate()), "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", str(train_script(script)), "--config_file", str(cfg)]
-    return launch_argv(cmd, cfg.parent, timeout)
+    return launch_argv(cmd, cfg.parent, timeout, extra_env)
+
+
+# Peak RSS of one launch with the CLI around it, GiB, as measured on the harness at 64 px: SD 1.5 6.3
+# (test_accepted_real), the random SDXL 11.3 (test_real_sdxl), the random FLUX.1 with its fp8 T5-XXL
+# 11.1 (test_real_flux); the FLUX stand-in stops before any weight is read.
+PEAK_GIB = {"sd15": 6.5, "sdxl": 11.5, "flux": 11.5, "standin": 2.0}
+
+
+def workers() -> int:
+    """How many launches may run at once: KOHYA_TUNER_REAL_WORKERS, else 2 where the machine has two
+    cores, else 1 (`Prelaunched` also keeps their summed peak RSS inside the free memory).
+
+    A launch spends most of its wall time in one thread (imports, reading the checkpoint, building the
+    models), so two at once on two cores finish the suites sooner; each then gets half the cores for
+    torch's own threads, so neither oversubscribes them."""
+    given = os.environ.get("KOHYA_TUNER_REAL_WORKERS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+class Prelaunched:
+    """Launches started ahead of the tests that read them, `workers()` at a time, in submission order,
+    and only as many at once as the free memory holds (each job names its peak GiB; one runs alone
+    whatever its size).
+
+    A parametrized test submits every case on its first call and then waits only for its own, so the
+    suite's order and per-test reports are unchanged while the trainer runs in parallel."""
+
+    def __init__(self) -> None:
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        import psutil
+
+        self.n = workers()
+        self._pool = ThreadPoolExecutor(max_workers=self.n, thread_name_prefix="realtrainer")
+        self._jobs: dict[str, object] = {}
+        self._room = threading.Condition()
+        self._held = 0.0
+        self._running = 0
+        self._budget = psutil.virtual_memory().available / 2**30 - 2.0
+
+    def env(self) -> dict[str, str]:
+        if self.n <= 1:
+            return {}
+        return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // self.n))}
+
+    def _admitted(self, gib: float, fn, args, kwargs):
+        with self._room:
+            self._room.wait_for(lambda: self._running == 0 or self._held + gib <= self._budget)
+            self._held += gib
+            self._running += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._room:
+                self._held -= gib
+                self._running -= 1
+                self._room.notify_all()
+
+    def submit(self, key: str, gib: float, fn, *args, **kwargs) -> None:
+        if key not in self._jobs:
+            self._jobs[key] = self._pool.submit(self._admitted, gib, fn, args, kwargs)
+
+    def result(self, key: str) -> subprocess.CompletedProcess:
+        return self._jobs[key].result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def session_cases(request) -> list[tuple[str, Path | None]]:
+    """(test function, its `path` parameter or None) for each test of request's module that this
+    session runs, in order, so a module's prelaunch fixture starts only what `-k` selects."""
+    cases = []
+    for item in request.session.items:
+        if getattr(item, "module", None) is request.module:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            cases.append((getattr(item, "originalname", item.name), params.get("path")))
+    return cases

@@ -31,12 +31,15 @@ import pytest
 from realtrainer_launch import (
     FAMILIES,
     INJECT,
+    PEAK_GIB,
+    Prelaunched,
     accelerate,
     family_missing,
     family_of,
     filled,
     launch,
     launch_argv,
+    session_cases,
     train_script,
 )
 
@@ -136,14 +139,39 @@ def test_check_passes_every_accepted_config_without_the_trainer(path, tmp_path):
     assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
 
 
+@pytest.fixture(scope="module")
+def launched(request, tmp_path_factory):
+    """Every real launch this session runs from this module, started at once (in test order) and run
+    as Prelaunched allows: config name -> its folder."""
+    pool, folders = Prelaunched(), {}
+    for test, path in session_cases(request):
+        if test == "test_check_passes_what_the_real_trainer_trains":
+            folders[path.name] = folder = tmp_path_factory.mktemp(path.stem)
+            cfg = filled(path, folder, "command.sh" if path.suffix == ".sh" else "config.toml")
+            if path.suffix == ".sh":
+                pool.submit(path.name, PEAK_GIB["sd15"], launch_argv, command_argv(cfg), folder,
+                            extra_env=pool.env())
+            else:
+                pool.submit(path.name, PEAK_GIB["sd15"], launch, cfg, extra_env=pool.env())
+        elif test == "test_check_passes_what_the_real_family_script_trains" and not family_missing(family_of(path)):
+            key = f"{family_of(path)}/{path.name}"
+            folders[key] = folder = tmp_path_factory.mktemp(path.stem)
+            pool.submit(key, PEAK_GIB[family_of(path)], launch, filled(path, folder), timeout=600,
+                        script=FAMILIES[family_of(path)].script, extra_env=pool.env())
+    yield pool, folders
+    pool.close()
+
+
 @pytest.mark.realtrainer
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_check_passes_what_the_real_trainer_trains(path, tmp_path):
-    cfg = filled(path, tmp_path, "command.sh" if path.suffix == ".sh" else "config.toml")
+def test_check_passes_what_the_real_trainer_trains(path, launched):
+    pool, folders = launched
+    tmp_path = folders[path.name]
+    cfg = tmp_path / ("command.sh" if path.suffix == ".sh" else "config.toml")
     res = invoke("check", str(cfg), "--model", "sd15", "--json")
     data = json.loads(res.stdout)
     assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
-    run = launch_argv(command_argv(cfg), tmp_path) if path.suffix == ".sh" else launch(cfg)
+    run = pool.result(path.name)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
     for pattern in (header(path, "writes") or "probe.safetensors").split():
@@ -161,16 +189,19 @@ def test_check_passes_what_the_real_trainer_trains(path, tmp_path):
 
 @pytest.mark.realtrainer
 @pytest.mark.parametrize("path", FAMILY_CONFIGS, ids=config_id)
-def test_check_passes_what_the_real_family_script_trains(path, tmp_path):
+def test_check_passes_what_the_real_family_script_trains(path, launched):
     family = FAMILIES[family_of(path)]
     missing = family_missing(family_of(path))
     if missing:
         pytest.skip(f"no random-weight {family.model} ({', '.join(missing)} unset): build it with tools/realmodels/")
-    cfg = filled(path, tmp_path)
+    pool, folders = launched
+    key = f"{family_of(path)}/{path.name}"
+    tmp_path = folders[key]
+    cfg = tmp_path / "config.toml"
     res = invoke("check", str(cfg), "--model", family.model, "--json")
     data = json.loads(res.stdout)
     assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
-    run = launch(cfg, timeout=600, script=family.script)
+    run = pool.result(key)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
     lora = tmp_path / "output" / "probe.safetensors"

@@ -14,7 +14,8 @@ A config headed `# needs: model` breaks a rule checked after the weights load (a
 runs on the random-weight FLUX.1, skipped without it).
 
 Runs only with the KOHYA_TUNER_REAL_* variables of ../shared/realtrainer/README.md set;
-the launches run one after another (the machine is small), each in its own folder.
+the launches start ahead of the tests that read them, two at a time where the machine has the cores
+and the memory (realtrainer_launch.Prelaunched), each in its own folder.
 """
 
 from __future__ import annotations
@@ -24,7 +25,18 @@ import re
 from pathlib import Path
 
 import pytest
-from realtrainer_launch import FAMILIES, INJECT, configured, family_missing, family_of, filled, launch
+from realtrainer_launch import (
+    FAMILIES,
+    INJECT,
+    PEAK_GIB,
+    Prelaunched,
+    configured,
+    family_missing,
+    family_of,
+    filled,
+    launch,
+    session_cases,
+)
 
 from tests.clihelp import invoke
 
@@ -44,14 +56,48 @@ def header(path: Path, field: str) -> str:
     return re.search(rf"^# {field}: (.+)$", path.read_text(), re.M).group(1).strip()
 
 
+def _late(path: Path) -> bool:
+    """`# needs: model`: refused once the weights are loaded. A FLUX refusal before that runs on the stand-in."""
+    return bool(re.search(r"^# needs: model$", path.read_text(), re.M))
+
+
+@pytest.fixture(scope="module")
+def launched(request, tmp_path_factory):
+    """Every launch this session runs from this module, started at once (in test order) and run as
+    Prelaunched allows: (test, config name) -> its folder; a test reads its result by the same key."""
+    pool, folders = Prelaunched(), {}
+    for test, path in session_cases(request):
+        script, gib, standin = "train_network.py", PEAK_GIB["sd15"], False
+        if test == "test_the_real_family_script_refuses_what_check_refuses":
+            name = family_of(path)
+            standin = name == "flux" and not _late(path)
+            if not standin and family_missing(name):
+                continue  # the test skips itself
+            script, gib = FAMILIES[name].script, PEAK_GIB["standin" if standin else name]
+        elif test == "test_the_flux_standin_passes_the_start_up_rules_and_fails_only_at_the_weights":
+            path, script, gib, standin = DATA / "accepted_configs" / "flux" / "harness.toml", \
+                "flux_train_network.py", PEAK_GIB["standin"], True
+        if path is None:
+            continue
+        key = (test, path.name)
+        folders[key] = folder = tmp_path_factory.mktemp(path.stem)
+        pool.submit(key, gib, launch, filled(path, folder, standin=standin), timeout=900, script=script,
+                    extra_env=pool.env())
+    yield pool, folders
+    pool.close()
+
+
 @pytest.mark.parametrize("path", REFUSED, ids=lambda p: header(p, "rule"))
-def test_the_real_trainer_refuses_what_check_refuses(path, tmp_path):
-    cfg = filled(path, tmp_path)
+def test_the_real_trainer_refuses_what_check_refuses(path, launched):
+    pool, folders = launched
+    job = ("test_the_real_trainer_refuses_what_check_refuses", path.name)
+    tmp_path = folders[job]
+    cfg = tmp_path / "config.toml"
     key, rule, says = header(path, "offending"), header(path, "rule"), header(path, "sd-scripts says")
     res = invoke("check", str(cfg), "--model", "sd15", "--json")
     data = json.loads(res.stdout)
     assert res.exit_code == 2 and any(key in p["keys"] for p in data["problems"]), data
-    run = launch(cfg)
+    run = pool.result(job)
     out = run.stdout + run.stderr
     assert run.returncode == 1, out[-3000:]
     assert says in out, out[-3000:]
@@ -61,20 +107,22 @@ def test_the_real_trainer_refuses_what_check_refuses(path, tmp_path):
 
 
 @pytest.mark.parametrize("path", FAMILY_REFUSED, ids=lambda p: f"{p.parent.name}-{p.stem}")
-def test_the_real_family_script_refuses_what_check_refuses(path, tmp_path):
+def test_the_real_family_script_refuses_what_check_refuses(path, launched):
     name = family_of(path)
     family = FAMILIES[name]
-    # `# needs: model`: refused once the weights are loaded. A FLUX refusal before that runs on the stand-in.
-    late = bool(re.search(r"^# needs: model$", path.read_text(), re.M))
+    late = _late(path)
     standin = name == "flux" and not late
     if not standin and family_missing(name):
         pytest.skip(f"no random-weight {family.model} ({', '.join(family_missing(name))} unset)")
-    cfg = filled(path, tmp_path, standin=standin)
+    pool, folders = launched
+    job = ("test_the_real_family_script_refuses_what_check_refuses", path.name)
+    tmp_path = folders[job]
+    cfg = tmp_path / "config.toml"
     key, says = header(path, "offending"), header(path, "sd-scripts says")
     res = invoke("check", str(cfg), "--model", family.model, "--json")
     data = json.loads(res.stdout)
     assert res.exit_code == 2 and any(key in p["keys"] for p in data["problems"]), data
-    run = launch(cfg, script=family.script)
+    run = pool.result(job)
     out = run.stdout + run.stderr
     assert run.returncode == 1 and says in out, out[-3000:]
     assert (PAST_START_UP in out) == late, out[-3000:]
@@ -83,14 +131,16 @@ def test_the_real_family_script_refuses_what_check_refuses(path, tmp_path):
         assert not ledger.exists() or ledger.read_text() == ""
 
 
-def test_the_flux_standin_passes_the_start_up_rules_and_fails_only_at_the_weights(tmp_path):
+def test_the_flux_standin_passes_the_start_up_rules_and_fails_only_at_the_weights(launched):
     """The control for the FLUX refusals: the FLUX harness config (accepted_configs/flux/harness.toml,
     what the refused ones vary), on the same stand-in, passes the check and the trainer's start-up
     rules, and stops only where it loads the transformer's weights."""
-    cfg = filled(DATA / "accepted_configs" / "flux" / "harness.toml", tmp_path, standin=True)
+    pool, folders = launched
+    job = ("test_the_flux_standin_passes_the_start_up_rules_and_fails_only_at_the_weights", "harness.toml")
+    cfg = folders[job] / "config.toml"
     res = invoke("check", str(cfg), "--model", "flux", "--json")
     assert res.exit_code == 0, res.stdout
-    run = launch(cfg, script="flux_train_network.py")
+    run = pool.result(job)
     out = run.stdout + run.stderr
     assert run.returncode == 1 and PAST_START_UP in out, out[-3000:]
     assert "Error(s) in loading state_dict for Flux" in out, out[-3000:]
