@@ -229,3 +229,29 @@ def cli(run: Run, args: list[str], timeout: float = 900) -> subprocess.Completed
 
 def explain(res: subprocess.CompletedProcess) -> str:
     return f"exit {res.returncode}\n--- stdout ---\n{res.stdout[-6000:]}\n--- stderr ---\n{res.stderr[-4000:]}"
+
+
+def check_accounting(run, name: str, planned: int) -> dict:
+    """The invariants of every finished scenario; returns the summary."""
+    summary = run.summary()
+    attempts = run.attempts()
+    trained = run.trained()
+    # Each attempt's own count of steps agrees with the ledger's.
+    for a in attempts:
+        assert trained.get(a["attempt"], 0) == a["end_step"] - a["start_step"], (a["attempt"], trained, a)
+    total = sum(trained.values())
+    redone = summary["steps_redone"]
+    assert total == planned + redone, (trained, summary)
+    assert summary["steps_done"] == total and summary["total_steps"] == planned
+    if summary["status"] == "success":
+        assert summary["reached_step"] == planned
+        lora = Path(summary["lora"])
+        assert lora.is_file() and lora.name == "lora.safetensors" and lora.parent == run.output
+        assert lora_metadata(lora)["ss_steps"] == str(planned)
+        page = (run.out / "report.html").read_text(encoding="utf-8")
+        assert f"{planned} of {planned} planned; {total} trained, {redone} of them redone" in page
+    checked = run.earlier_files_untouched()
+    SCENARIOS.append({"scenario": name, "planned": planned, "trained": total, "redone": redone,
+                      "attempts": len(attempts), "wall_s": round(run.wall_s, 1), "files_hashed": checked,
+                      "peak_rss_gib": round(run.peak_rss / 2**30, 2)})
+    return summary

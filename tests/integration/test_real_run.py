@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import SCENARIOS, Real, cli, explain, image_folder, lora_metadata, new_run, run_args
+from harness import SCENARIOS, Real, check_accounting, cli, explain, image_folder, new_run, run_args
 
 pytestmark = pytest.mark.realtrainer
 
@@ -43,32 +43,6 @@ SMALL_OOM_10GB = ("CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a 
                   "unallocated.")
 
 
-def _check_accounting(run, name: str, planned: int) -> dict:
-    """The invariants of every finished scenario; returns the summary."""
-    summary = run.summary()
-    attempts = run.attempts()
-    trained = run.trained()
-    # Each attempt's own count of steps agrees with the ledger's.
-    for a in attempts:
-        assert trained.get(a["attempt"], 0) == a["end_step"] - a["start_step"], (a["attempt"], trained, a)
-    total = sum(trained.values())
-    redone = summary["steps_redone"]
-    assert total == planned + redone, (trained, summary)
-    assert summary["steps_done"] == total and summary["total_steps"] == planned
-    if summary["status"] == "success":
-        assert summary["reached_step"] == planned
-        lora = Path(summary["lora"])
-        assert lora.is_file() and lora.name == "lora.safetensors" and lora.parent == run.output
-        assert lora_metadata(lora)["ss_steps"] == str(planned)
-        page = (run.out / "report.html").read_text(encoding="utf-8")
-        assert f"{planned} of {planned} planned; {total} trained, {redone} of them redone" in page
-    checked = run.earlier_files_untouched()
-    SCENARIOS.append({"scenario": name, "planned": planned, "trained": total, "redone": redone,
-                      "attempts": len(attempts), "wall_s": round(run.wall_s, 1), "files_hashed": checked,
-                      "peak_rss_gib": round(run.peak_rss / 2**30, 2)})
-    return summary
-
-
 def test_users_run_oom_at_the_6th_backward_trains_exactly_8_steps(real, twelve, tmp_path):
     """The reported case: 12 images, batch 4 (3 batches an epoch), OOM at the 6th backward,
     between two cadence saves (every 3 steps): the trainer saves the state of step 5 as the
@@ -86,7 +60,7 @@ def test_users_run_oom_at_the_6th_backward_trains_exactly_8_steps(real, twelve, 
     assert state["current_step"] == 5
     log1 = (run.out / "attempt-1.log").read_text(encoding="utf-8", errors="replace")
     assert "state saved at the failure, step 5" in log1
-    summary = _check_accounting(run, "user: --steps 8, OOM at backward 6, saved at 5", 8)
+    summary = check_accounting(run, "user: --steps 8, OOM at backward 6, saved at 5", 8)
     assert summary["steps_done"] == 8 and summary["steps_redone"] == 0
     assert "steps: 8 of 8" in res.stdout
 
@@ -101,7 +75,7 @@ def test_oom_in_the_first_epoch_with_quiet_logs_resumes_from_the_state_on_disk(r
     attempts = run.attempts()
     assert [a["outcome"] for a in attempts] == ["oom", "success"]
     assert attempts[1]["start_step"] == 2 and attempts[1]["resume_from"].endswith("lora-step00000002-state")
-    summary = _check_accounting(run, "first epoch, console_log_level WARNING", 6)
+    summary = check_accounting(run, "first epoch, console_log_level WARNING", 6)
     assert summary["steps_redone"] == 0
 
 
@@ -128,7 +102,7 @@ def test_oom_at_load_then_a_save_at_the_failure_that_fails_falls_back_to_the_cad
     assert "could not save the state at the failure" in log2 and "No space left on device" in log2
     assert not [p for p in run.output.iterdir() if "step00000003" in p.name], sorted(run.output.iterdir())
     assert "step 3 is redone" in (attempts[2]["note"] or "")
-    summary = _check_accounting(run, "OOM at load, then the save at the failure fails", 4)
+    summary = check_accounting(run, "OOM at load, then the save at the failure fails", 4)
     assert summary["steps_redone"] == 1
 
 
@@ -150,7 +124,7 @@ def test_oom_while_sampling_continues_from_the_step_it_sampled_at(real, tmp_path
     assert [a["outcome"] for a in attempts] == ["oom", "success"]
     assert attempts[0]["phase"] == "sampling" and attempts[1]["move"] == "sample_less"
     assert attempts[1]["start_step"] == 2 and attempts[1]["resume_from"].endswith("lora-step00000002-state")
-    summary = _check_accounting(run, "OOM while sampling at step 2", 3)
+    summary = check_accounting(run, "OOM while sampling at step 2", 3)
     assert summary["steps_redone"] == 0
 
 
@@ -177,7 +151,7 @@ def test_gradient_accumulation_past_an_epoch_boundary(real, twelve, tmp_path):
     assert "train_batch_size = 2" in first and "gradient_accumulation_steps = 2" in first
     assert attempts[1]["resume_from"] and attempts[1]["resume_from"].endswith("step00000004-state"), attempts[1]
     assert attempts[0]["end_step"] == 4 and attempts[1]["start_step"] == 4
-    summary = _check_accounting(run, "accumulation 2, resume past an epoch", 5)
+    summary = check_accounting(run, "accumulation 2, resume past an epoch", 5)
     assert summary["steps_redone"] == 0
 
 
@@ -224,7 +198,7 @@ def test_ctrl_c_then_continue_finishes_the_run(real, twelve, tmp_path):
     attempts = run.attempts()
     assert [a["outcome"] for a in attempts] == ["interrupted", "success"]
     assert attempts[1]["start_step"] >= 1 and attempts[1]["resume_from"]
-    _check_accounting(run, "Ctrl-C, then run --continue", 6)
+    check_accounting(run, "Ctrl-C, then run --continue", 6)
 
 
 def test_cpu_run_with_accumulation_4_survives_two_ooms_in_a_row(real, tmp_path):
@@ -264,5 +238,5 @@ def test_cpu_run_with_accumulation_4_survives_two_ooms_in_a_row(real, tmp_path):
     if attempts[2]["resume_from"] is None:  # a move the state cannot follow
         assert "lora-attempt2-step00000001-state/model.safetensors" in third and "network_weights" in third
         assert "continues from the LoRA weights of the state at step 2" in attempts[2]["note"]
-    summary = _check_accounting(run, "--cpu, accumulation 4, two OOMs in a row", 3)
+    summary = check_accounting(run, "--cpu, accumulation 4, two OOMs in a row", 3)
     assert summary["steps_redone"] == 0
