@@ -154,8 +154,7 @@ def workers() -> int:
     cores, else 1 (`Prelaunched` also keeps their summed peak RSS inside the free memory).
 
     A launch spends most of its wall time in one thread (imports, reading the checkpoint, building the
-    models), so two at once on two cores finish the suites sooner; each then gets half the cores for
-    torch's own threads, so neither oversubscribes them."""
+    models), so two at once on two cores finish the suites sooner."""
     given = os.environ.get("KOHYA_TUNER_REAL_WORKERS", "").strip()
     if given.isdigit() and int(given) > 0:
         return int(given)
@@ -184,18 +183,17 @@ class Prelaunched:
         self._running = 0
         self._budget = psutil.virtual_memory().available / 2**30 - 2.0
 
-    def env(self) -> dict[str, str]:
-        if self.n <= 1:
-            return {}
-        return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // self.n))}
-
     def _admitted(self, gib: float, fn, args, kwargs):
         with self._room:
             self._room.wait_for(lambda: self._running == 0 or self._held + gib <= self._budget)
             self._held += gib
             self._running += 1
+            # torch's threads: the cores shared among the launches running now (a launch that runs
+            # alone, as a large one often must, gets them all).
+            threads = max(1, (os.cpu_count() or 1) // self._running)
+        env = {**(kwargs.pop("extra_env", None) or {}), "OMP_NUM_THREADS": str(threads)}
         try:
-            return fn(*args, **kwargs)
+            return fn(*args, extra_env=env, **kwargs)
         finally:
             with self._room:
                 self._held -= gib

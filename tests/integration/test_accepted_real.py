@@ -149,15 +149,14 @@ def launched(request, tmp_path_factory):
             folders[path.name] = folder = tmp_path_factory.mktemp(path.stem)
             cfg = filled(path, folder, "command.sh" if path.suffix == ".sh" else "config.toml")
             if path.suffix == ".sh":
-                pool.submit(path.name, PEAK_GIB["sd15"], launch_argv, command_argv(cfg), folder,
-                            extra_env=pool.env())
+                pool.submit(path.name, PEAK_GIB["sd15"], launch_argv, command_argv(cfg), folder)
             else:
-                pool.submit(path.name, PEAK_GIB["sd15"], launch, cfg, extra_env=pool.env())
+                pool.submit(path.name, PEAK_GIB["sd15"], launch, cfg)
         elif test == "test_check_passes_what_the_real_family_script_trains" and not family_missing(family_of(path)):
             key = f"{family_of(path)}/{path.name}"
             folders[key] = folder = tmp_path_factory.mktemp(path.stem)
             pool.submit(key, PEAK_GIB[family_of(path)], launch, filled(path, folder), timeout=600,
-                        script=FAMILIES[family_of(path)].script, extra_env=pool.env())
+                        script=FAMILIES[family_of(path)].script)
     yield pool, folders
     pool.close()
 

@@ -81,8 +81,7 @@ def launched(request, tmp_path_factory):
             continue
         key = (test, path.name)
         folders[key] = folder = tmp_path_factory.mktemp(path.stem)
-        pool.submit(key, gib, launch, filled(path, folder, standin=standin), timeout=900, script=script,
-                    extra_env=pool.env())
+        pool.submit(key, gib, launch, filled(path, folder, standin=standin), timeout=900, script=script)
     yield pool, folders
     pool.close()
 
