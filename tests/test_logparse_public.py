@@ -52,18 +52,8 @@ PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
                               "'Error running job' on the same line is read as sampling",
                 "public/209": "diffusers' FluxPipeline.from_pretrained for the final inference after 'Model weights saved' "
                               "and a finished training bar is read as model loading",
-                "public/211": "'caching latents with caching strategy.' behind ComfyUI's timestamp prefix ('<ISO time> - ') "
-                              "is not read as latent caching",
-                "public/213": "'caching Text Encoder outputs...' behind ComfyUI's timestamp prefix ('<ISO time> - ') is not "
-                              "read as text-encoder caching",
                 "public/215": "DeepSpeed records and a traceback flattened onto one line by a markdown quote are read as "
                               "nothing: no phase",
-                "public/217": "DeepSpeed's configuration print (config.py print) while deepspeed.initialize builds the engine "
-                              "is not read as start-up",
-                "public/219": "deepspeed.init_distributed -> TorchBackend (the process group's start-up) is not read as "
-                              "start-up",
-                "public/223": "DeepSpeed building its optimizer ('DeepSpeed Basic/Final Optimizer') with no step yet is not "
-                              "read as start-up",
                 "public/176": "NCCL's watchdog timing out an all-reduce is read as a training step, but with no bar "
                               "or step count shown it is called the first step; the label (collective number 635) "
                               "says a later one",
