@@ -336,3 +336,20 @@ def test_deepspeeds_process_group_start_up_is_model_loading():
             "RuntimeError: the process group could not be made\n")
     d = diagnose(parse_text(text))
     assert (d.phase, d.details.phase_evidence) == ("model_load", "frames")
+
+
+def test_a_wrappers_bracketed_tool_name_before_every_line_is_stripped():
+    text = ("[sd-scripts]                     INFO     caching latents...              train_util.py:1094\n"
+            "[sd-scripts]   0%|          | 0/4 [00:00<?, ?it/s]\n"
+            "[sd-scripts] Traceback (most recent call last):\n"
+            '[sd-scripts]   File "/opt/sd-scripts/sdxl_train_network.py", line 184, in <module>\n'
+            "[sd-scripts]     trainer.train(args)\n")
+    d = diagnose(parse_text(text))
+    assert (d.phase, d.outcome, d.error.kind) == ("cache_latents", "error", "truncated")
+
+
+def test_a_bracketed_tag_without_a_hyphen_is_not_a_tool_name():
+    from kohya_tuner.logparse.cleaning import clean
+    assert clean("[sd-scripts] caching latents...") == "caching latents..."
+    assert clean("[Dataset 0]") == "[Dataset 0]"
+    assert clean("[VAECache] x") == "[VAECache] x"

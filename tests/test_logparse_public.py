@@ -33,8 +33,6 @@ KIND_MISSES = {
         "public/199", "public/201", "public/202", "public/204", "public/205", "public/206",
         "public/211", "public/212", "public/213", "public/216", "public/217", "public/222",
         "public/223", "public/224")},
-    "public/203": "a traceback behind a wrapper node's '[sd-scripts]' prefix on every line, cut before its error "
-                  "line, is read as an unfinished run",
     "public/215": "a traceback flattened onto one line with DeepSpeed's records (a markdown quote) is not read as a "
                   "traceback, so the cut log is read as an unfinished run",
     "public/151": "a traceback's tail without its header ('[Previous line repeated …]' and one cut frame) is "
@@ -46,8 +44,6 @@ PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
                 "public/112": KIND_MISSES["public/112"],
                 "public/140": "sd-scripts' dataset records ('loading image sizes', 'make buckets', the bucket list) "
                               "with no caching line or error yet are read as model loading",
-                "public/203": "a traceback's first lines behind a wrapper node's '[sd-scripts]' prefix, right after "
-                              "'caching latents...' and its bar, are read as model loading",
                 "public/208": "ai-toolkit's baseline-sample bar followed by its job-named training bar at 0/4000 and "
                               "'Error running job' on the same line is read as sampling",
                 "public/209": "diffusers' FluxPipeline.from_pretrained for the final inference after 'Model weights saved' "
