@@ -290,3 +290,66 @@ def test_a_text_encoder_loaded_to_cache_its_outputs_is_part_of_the_caching(loadi
 
 def test_a_text_encoder_loaded_before_any_caching_is_model_loading():
     assert _phase("INFO:trainer.utils:Loading tokenizer from google/byt5-small\n") == "model_load"
+
+
+@pytest.mark.parametrize("line,phase", [
+    ("2025-03-01T09:15:02.114205 -                     INFO     caching latents with caching strategy.   "
+     "train_util.py:989\n", "cache_latents"),
+    ("2025-03-01T09:15:02.114205 - 2025-03-01 09:15:02 INFO     caching Text Encoder outputs...          "
+     "train_util.py:1164\n", "cache_text_encoder"),
+])
+def test_comfyuis_iso_time_prefix_is_stripped(line, phase):
+    """ComfyUI's console puts "<isoformat time> - " before every line a node's trainer prints."""
+    assert _phase("2025-03-01T09:15:01.000001 - loading model\n" + line) == phase
+
+
+def test_comfyuis_prefix_leaves_the_message_and_a_records_own_time():
+    from kohya_tuner.logparse.cleaning import clean
+    assert clean("2025-03-01T09:15:02.114205 - caching latents.") == "caching latents."
+    # The record's own Rich time column after the prefix is how sd-scripts records start: kept.
+    assert clean("2025-03-01T09:15:02.114205 - 2025-03-01 09:15:02 INFO     x") == "2025-03-01 09:15:02 INFO     x"
+
+
+@pytest.mark.parametrize("line", [
+    "[2025-05-05 11:00:00,001] [INFO] [logging.py:107:log_dist] [Rank 0] DeepSpeed Final Optimizer = AdamW\n",
+    "[2025-05-05 11:00:00,001] [INFO] [logging.py:107:log_dist] [Rank 0] Using client callable to create basic "
+    "optimizer\n",
+    "[2025-05-05 11:00:00,001] [INFO] [config.py:1001:print]   gradient_accumulation_steps  4\n"
+    "[2025-05-05 11:00:00,001] [INFO] [config.py:1001:print]   zero_enabled ................. False\n",
+])
+def test_deepspeeds_engine_start_up_is_model_loading(line):
+    assert _phase(line) == "model_load"
+
+
+def test_deepspeeds_engine_start_up_then_a_step_is_the_training_step():
+    text = ("[2025-05-05 11:00:00,001] [INFO] [logging.py:107:log_dist] [Rank 0] DeepSpeed Final Optimizer = AdamW\n"
+            + TRAIN_BAR + OOM)
+    assert _phase(text) == "training"
+
+
+def test_deepspeeds_process_group_start_up_is_model_loading():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/srv/trainer/train.py", line 90, in <module>\n'
+            "    deepspeed.init_distributed()\n"
+            '  File "/srv/venv/site-packages/deepspeed/comm/comm.py", line 800, in init_distributed\n'
+            "    cdb = TorchBackend(dist_backend, timeout, init_method, rank, world_size)\n"
+            "RuntimeError: the process group could not be made\n")
+    d = diagnose(parse_text(text))
+    assert (d.phase, d.details.phase_evidence) == ("model_load", "frames")
+
+
+def test_a_wrappers_bracketed_tool_name_before_every_line_is_stripped():
+    text = ("[sd-scripts]                     INFO     caching latents...              train_util.py:1094\n"
+            "[sd-scripts]   0%|          | 0/4 [00:00<?, ?it/s]\n"
+            "[sd-scripts] Traceback (most recent call last):\n"
+            '[sd-scripts]   File "/opt/sd-scripts/sdxl_train_network.py", line 184, in <module>\n'
+            "[sd-scripts]     trainer.train(args)\n")
+    d = diagnose(parse_text(text))
+    assert (d.phase, d.outcome, d.error.kind) == ("cache_latents", "error", "truncated")
+
+
+def test_a_bracketed_tag_without_a_hyphen_is_not_a_tool_name():
+    from kohya_tuner.logparse.cleaning import clean
+    assert clean("[sd-scripts] caching latents...") == "caching latents..."
+    assert clean("[Dataset 0]") == "[Dataset 0]"
+    assert clean("[VAECache] x") == "[VAECache] x"

@@ -30,7 +30,11 @@ KIND_MISSES = {
         "public/159", "public/160", "public/162", "public/163", "public/164", "public/165", "public/167",
         "public/168", "public/170", "public/171", "public/172", "public/173", "public/174", "public/181",
         "public/182", "public/185", "public/186", "public/187", "public/188", "public/189", "public/190",
-        "public/199", "public/201", "public/202")},
+        "public/199", "public/201", "public/202", "public/204", "public/205", "public/206",
+        "public/211", "public/212", "public/213", "public/216", "public/217", "public/222",
+        "public/223", "public/224")},
+    "public/215": "a traceback flattened onto one line with DeepSpeed's records (a markdown quote) is not read as a "
+                  "traceback, so the cut log is read as an unfinished run",
     "public/151": "a traceback's tail without its header ('[Previous line repeated …]' and one cut frame) is "
                   "not read as a traceback, so the cut log is read as an unfinished run",
 }
@@ -40,6 +44,12 @@ PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
                 "public/112": KIND_MISSES["public/112"],
                 "public/140": "sd-scripts' dataset records ('loading image sizes', 'make buckets', the bucket list) "
                               "with no caching line or error yet are read as model loading",
+                "public/208": "ai-toolkit's baseline-sample bar followed by its job-named training bar at 0/4000 and "
+                              "'Error running job' on the same line is read as sampling",
+                "public/209": "diffusers' FluxPipeline.from_pretrained for the final inference after 'Model weights saved' "
+                              "and a finished training bar is read as model loading",
+                "public/215": "DeepSpeed records and a traceback flattened onto one line by a markdown quote are read as "
+                              "nothing: no phase",
                 "public/176": "NCCL's watchdog timing out an all-reduce is read as a training step, but with no bar "
                               "or step count shown it is called the first step; the label (collective number 635) "
                               "says a later one",
@@ -52,6 +62,8 @@ STEP_MISSES = {
     "public/161": "the user's markdown fence split 'steps' from its bar (':   0%|…| 0/8'), so the bar has no name "
                   "and is not read as the training bar",
     "public/165": "a progress panel's 'Step 0' is not read as a step count (its 'Epoch 0 / 500' is)",
+    "public/208": "ai-toolkit's job-named bar at 0/4000 with the job's error glued to it is not read as the "
+                  "training bar",
 }
 
 

@@ -20,6 +20,8 @@ _PREFIX_RE = re.compile(
     r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]"  # [2024-09-18 08:19:50]
     r"|\[(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|FATAL|STDOUT|STDERR|stdout|stderr)\]"  # [INFO]
     r"|\[(?:rank|default)\d+\]:"  # [rank1]: / torchrun's [default0]:
+    r"|\[[A-Za-z][\w.]*(?:-[\w.]+)+\](?= )"  # a wrapper's hyphenated tool name: "[sd-scripts] "
+    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)? -(?= |$)"  # ComfyUI's console: "2024-12-04T15:03:20.583535 - "
     r"|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,]\d{3,}(?:Z|[+-]\d{2}:?\d{2})?(?= )"  # 2024-06-30 23:45:34,053
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})(?= )"  # docker-style ISO time
     r"|\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}(?= - )"  # accelerate's get_logger: 08/08/2024 04:37:22 - INFO -

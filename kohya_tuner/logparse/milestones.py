@@ -169,7 +169,7 @@ class Milestones:
                     self._caching_te = phase == "cache_text_encoder"
                     out.append(Milestone(phase=phase, name=name, line=s))
                     return True
-        if "bucket" in low or "files" in low:
+        if any(needle in low for needle in PW.phrase_needles()):
             found = PW.phrase_phase(s[:120].lower())
             if found is not None:
                 out.append(Milestone(phase=found[0], name=found[1], line=s))

@@ -64,6 +64,12 @@ def _phrases() -> tuple[tuple[str, re.Pattern, str, str], ...]:
     return tuple((r["needle"], re.compile(r["match"]), r["phase"], r["name"]) for r in _data().get("phrase", ()))
 
 
+@lru_cache(maxsize=1)
+def phrase_needles() -> tuple[str, ...]:
+    """The words a message must hold for any [[phrase]] entry to be tried (a cheap first test)."""
+    return tuple({r["needle"] for r in _data().get("phrase", ())})
+
+
 def phrase_phase(low: str) -> tuple[str, str] | None:
     """(phase, milestone name) when a lower-cased message matches a [[phrase]] entry (words
     that say the phase but not at the message's start), else None."""
