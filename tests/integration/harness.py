@@ -21,6 +21,11 @@ HERE = Path(__file__).resolve().parent
 # One row per finished scenario, printed by conftest at the end of the session.
 SCENARIOS: list[dict] = []
 INJECT = HERE / "inject"
+# A 20 MiB shortfall on the 12 GB card the plan is for: the ladder's cheapest move answers it.
+SMALL_OOM_12GB = ("CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of 11.75 GiB of which "
+                  "20.00 MiB is free. Including non-PyTorch memory, this process has 11.71 GiB memory in use. Of the "
+                  "allocated memory 11.20 GiB is allocated by PyTorch, and 310.00 MiB is reserved by PyTorch but "
+                  "unallocated.")
 
 
 @dataclass

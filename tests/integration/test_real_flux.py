@@ -28,18 +28,24 @@ import re
 from pathlib import Path
 
 import pytest
-from harness import CPU_SETS, Real, check_accounting, cli, explain, image_folder, lora_metadata, new_run, run_args
+from harness import (
+    CPU_SETS,
+    SMALL_OOM_12GB,
+    Real,
+    check_accounting,
+    cli,
+    explain,
+    image_folder,
+    lora_metadata,
+    new_run,
+    run_args,
+)
 
 pytestmark = pytest.mark.realtrainer
 
 FLUX_VARS = ("KOHYA_TUNER_REAL_FLUX_MODEL", "KOHYA_TUNER_REAL_FLUX_CLIP_L", "KOHYA_TUNER_REAL_FLUX_T5XXL",
              "KOHYA_TUNER_REAL_FLUX_AE", "KOHYA_TUNER_REAL_FLUX_TOKCACHE")
 HARNESS = ("t5xxl_max_token_length=16", "disable_mmap_load_safetensors=true")
-# A 20 MiB shortfall on the 12 GB card the plan is for: the ladder's cheapest move answers it.
-SMALL_OOM_12GB = ("CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of 11.75 GiB of which "
-                  "20.00 MiB is free. Including non-PyTorch memory, this process has 11.71 GiB memory in use. Of the "
-                  "allocated memory 11.20 GiB is allocated by PyTorch, and 310.00 MiB is reserved by PyTorch but "
-                  "unallocated.")
 
 
 @pytest.fixture(scope="module")
