@@ -141,8 +141,9 @@ def test_cpu_switches_name_what_a_cpu_cannot_run_and_leave_the_rest():
     from kohya_tuner.run.preflight import cpu_switches
 
     config = {"mixed_precision": "fp16", "full_fp16": True, "fp8_base": True, "blocks_to_swap": 8,
-              "fp8_scaled": False, "gradient_checkpointing": True, "optimizer_type": "AdamW"}
+              "fp8_scaled": False, "gradient_checkpointing": True, "optimizer_type": "AdamW",
+              "cpu_offload_checkpointing": True}
     got = {key: (old, new) for key, old, new, _why in cpu_switches(config)}
     assert got == {"mixed_precision": ("fp16", "bf16"), "full_fp16": (True, None), "fp8_base": (True, None),
-                   "blocks_to_swap": (8, None)}
+                   "blocks_to_swap": (8, None), "cpu_offload_checkpointing": (True, None)}
     assert cpu_switches({"mixed_precision": "bf16", "blocks_to_swap": 0}) == []

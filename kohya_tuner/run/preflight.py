@@ -33,6 +33,9 @@ CPU_SWITCHES: tuple[tuple[str, Any, Any, str], ...] = (
     ("fp8_vl", None, None, "fp8 weights are a GPU storage format."),
     ("blocks_to_swap", None, None, "block swap moves blocks between GPU and host memory with CUDA streams; on the "
                                    "CPU every block is in host memory already."),
+    ("cpu_offload_checkpointing", None, None, "it moves checkpointed activations back with .cuda() (FLUX at the "
+                                              "pin: flux_models.py:487), which fails without CUDA; on the CPU "
+                                              "they are in host memory already."),
 )
 
 
