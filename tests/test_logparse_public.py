@@ -10,7 +10,7 @@ import json
 import pytest
 
 from kohya_tuner.logparse import diagnose, parse_text
-from tests.logparse_labels import PUBLIC, all_fixtures, diagnose_fixture, public_fixtures
+from tests.logparse_labels import PUBLIC, all_fixtures, diagnose_fixture, kind_matches, public_fixtures
 
 FIXTURES = all_fixtures()
 # Held-out logs the rules do not (yet) read right, by what is missed (name -> why). The phase
@@ -24,15 +24,6 @@ KIND_MISSES = {
     "public/110": "SimpleTuner's VAE-cache pass shown only by its 'Processing bucket' bar and 'Error encoding "
                   "images' records, no traceback: read as an unfinished run",
     "public/112": "a traceback behind a wrapper node's own '[Name] TRAINER:' prefix on every line is not read",
-    **{name: "a paste cut before any traceback or error line is read as an unfinished run ('incomplete'); "
-             "the label calls the cut log truncated" for name in
-       ("public/140", "public/143", "public/145", "public/152", "public/155", "public/156", "public/158",
-        "public/159", "public/160", "public/162", "public/163", "public/164", "public/165", "public/167",
-        "public/168", "public/170", "public/171", "public/172", "public/173", "public/174", "public/181",
-        "public/182", "public/185", "public/186", "public/187", "public/188", "public/189", "public/190",
-        "public/199", "public/201", "public/202", "public/204", "public/205", "public/206",
-        "public/211", "public/212", "public/213", "public/216", "public/217", "public/222",
-        "public/223", "public/224")},
     "public/215": "a traceback flattened onto one line with DeepSpeed's records (a markdown quote) is not read as a "
                   "traceback, so the cut log is read as an unfinished run",
     "public/151": "a traceback's tail without its header ('[Previous line repeated …]' and one cut frame) is "
@@ -95,18 +86,7 @@ def test_outcome_and_kind_match_the_label(fx):
     _known_miss(fx, KIND_MISSES)
     d = diagnose_fixture(fx)
     kind = fx.kind
-    if kind == "cuda_oom":
-        assert d.outcome == "oom" and d.error is None
-    elif kind == "cpu_oom":
-        assert (d.outcome, d.error.kind) == ("cpu_oom", "cpu_oom")
-    elif kind in ("cuda_error", "truncated"):
-        assert (d.outcome, d.error.kind) == ("error", kind)
-    elif kind == "other":
-        assert d.outcome == "error" and d.error.kind not in ("cpu_oom", "cuda_error")
-    elif kind == "success":
-        assert d.outcome == "success"
-    else:  # pragma: no cover - a label kind this test does not know
-        pytest.fail(f"unknown label kind {kind}")
+    assert kind_matches(kind, d), (kind, d.outcome, d.error and d.error.kind)
     if fx.label.get("oom") is None and kind == "truncated":
         # The error line is cut: the diagnosis says so and never that it is not about memory.
         assert "error line is missing" in d.error.message
