@@ -18,29 +18,17 @@ FIXTURES = all_fixtures()
 KIND_MISSES = {
     "public/052": "a launcher-only traceback cut before its error line is read as the launcher's exit "
                   "('other'); the label calls the cut log truncated",
-    "public/072": "a traceback logged line by line as INFO records, the records joined on one console line",
     "public/095": "the web UI extension's own OOM notice with its first letter lost ('OM Detected, reducing "
                   "batch/grad size') is not read as an OOM",
     "public/110": "SimpleTuner's VAE-cache pass shown only by its 'Processing bucket' bar and 'Error encoding "
                   "images' records, no traceback: read as an unfinished run",
     "public/112": "a traceback behind a wrapper node's own '[Name] TRAINER:' prefix on every line is not read",
-    "public/215": "a traceback flattened onto one line with DeepSpeed's records (a markdown quote) is not read as a "
-                  "traceback, so the cut log is read as an unfinished run",
     "public/151": "a traceback's tail without its header ('[Previous line repeated …]' and one cut frame) is "
                   "not read as a traceback, so the cut log is read as an unfinished run",
 }
-PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
-                "public/094": "diffusers' inference with the trained LoRA after 'Loading pipeline components' and "
-                              "'Loading unet.' is read as model loading",
-                "public/112": KIND_MISSES["public/112"],
+PHASE_MISSES = {"public/112": KIND_MISSES["public/112"],
                 "public/140": "sd-scripts' dataset records ('loading image sizes', 'make buckets', the bucket list) "
                               "with no caching line or error yet are read as model loading",
-                "public/208": "ai-toolkit's baseline-sample bar followed by its job-named training bar at 0/4000 and "
-                              "'Error running job' on the same line is read as sampling",
-                "public/209": "diffusers' FluxPipeline.from_pretrained for the final inference after 'Model weights saved' "
-                              "and a finished training bar is read as model loading",
-                "public/215": "DeepSpeed records and a traceback flattened onto one line by a markdown quote are read as "
-                              "nothing: no phase",
                 "public/176": "NCCL's watchdog timing out an all-reduce is read as a training step, but with no bar "
                               "or step count shown it is called the first step; the label (collective number 635) "
                               "says a later one",
@@ -49,12 +37,9 @@ PHASE_MISSES = {"public/072": KIND_MISSES["public/072"],
 }
 STEP_MISSES = {
     "public/002": "ACE-Step's 'Step 0:' in its failure report is not read as a step count",
-    "public/056": "ai-toolkit's job-named bar at 0% (no loss postfix yet) is not read as the training bar",
     "public/161": "the user's markdown fence split 'steps' from its bar (':   0%|…| 0/8'), so the bar has no name "
                   "and is not read as the training bar",
     "public/165": "a progress panel's 'Step 0' is not read as a step count (its 'Epoch 0 / 500' is)",
-    "public/208": "ai-toolkit's job-named bar at 0/4000 with the job's error glued to it is not read as the "
-                  "training bar",
 }
 
 

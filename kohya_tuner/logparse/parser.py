@@ -23,7 +23,9 @@ import re
 
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
+from kohya_tuner.logparse import progress as PR
 from kohya_tuner.logparse.barruns import BarRuns
+from kohya_tuner.logparse.unflatten import unflatten
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.recordnames import RecordNames
 from kohya_tuner.logparse.events import (
@@ -78,6 +80,9 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._rich: _RichRecord | None = None
         self._oom: _PendingOom | None = None
         self._tb: _Traceback | None = None
+        # The level of the record that held the traceback's header, when a logger wrote it: a
+        # traceback logged one record per line goes on in records of that level.
+        self._tb_level: str | None = None
         # A traceback interrupted by training output (stdout and stderr merged into one
         # log): it resumes if its frames or exception line follow within a few lines.
         self._suspended: _Traceback | None = None
@@ -109,6 +114,10 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._train_bar_total: int | None = None
         # The last named side bar (not the training bar) and its count, to read it once per run.
         self._side: tuple[str, int] | None = None
+        # After words announcing the pass right before training: True until a bar whose name no
+        # phase word knows is taken as the training bar (its description then in _job_bar).
+        self._before_training = False
+        self._job_bar: str | None = None
         # Coalescing: the description of the last main bar, its run pattern, the lines of the
         # current run not yet summarised, and the summary (highest, last, last with a loss).
         self._coalesce = coalesce_progress
@@ -188,6 +197,12 @@ class LogParser(BarRuns, RecordNames, Milestones):
             # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at.
             line = line[2:]
             cleaned = False
+        if len(line) >= 80:
+            lines = unflatten(line)
+            if lines is not None:
+                for piece in lines:
+                    self._physical(piece, out)
+                return
         if not cleaned:
             self._line_rank = None
             if line[:1].isalnum() and (": " in line[:64] or " | " in line[:64]):
@@ -199,8 +214,8 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
             line = P.clean(line)
-        if "%|" in line or "% " in line:
-            m = P.BAR_RE.match(line)
+        if PR.might_be_bar(line):
+            m = PR.match_bar(line)
             if m is None and line.endswith("0%|"):
                 m = P.BAR_START_RE.match(line)
                 if m and P.is_main_bar(m.group("desc")):
@@ -215,7 +230,7 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 if self._tb is not None:
                     self._suspend_traceback(out)
                 self._bar(m, line, out)
-                rest = line[m.end():]
+                rest = line[m.end:]
                 if rest.strip():
                     self._physical(rest, out)
                 return
@@ -354,6 +369,7 @@ class LogParser(BarRuns, RecordNames, Milestones):
             return
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
             self._start_traceback(s)
+            self._tb_level = level
             return
         if s[0] in "╭┏" and any(ch.isalpha() for ch in s):
             # A titled box that is not a traceback (a trainer's progress panel): its rows are
@@ -372,11 +388,13 @@ class LogParser(BarRuns, RecordNames, Milestones):
         if s[0] in P.BOX_CHARS:
             # The top of a Rich traceback box may have scrolled away; its frames still count.
             self._tb = _Traceback(explicit=False, boxed=True)
+            self._tb_level = None
             self._tb.add(s.strip("│┃ "))
             return
         if level is None and P.FRAME_LINE_RE.match(s):
             # A paste that starts inside a traceback: its frames still say where it failed.
             self._tb = _Traceback(explicit=False, boxed=False, headless=True)
+            self._tb_level = None
             self._tb.add(s)
             return
         if level is None and not text[:1].isspace():
@@ -399,7 +417,7 @@ class LogParser(BarRuns, RecordNames, Milestones):
     def _in_traceback(self, tb: _Traceback, text: str, s: str, level: str | None, out: list[Event]) -> bool:
         """Take a line that arrives while a traceback is open; False when the traceback ended
         and the line is to be read as usual."""
-        if level is not None:
+        if level is not None and level != self._tb_level:
             self._end_traceback(out)
             return False
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
@@ -590,6 +608,8 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._nan_reported = False
         self._zero_steps.clear()
         self._zero_reported = False
+        self._before_training = False
+        self._job_bar = None
 
 
 def parse_text(text: str) -> list[Event]:
