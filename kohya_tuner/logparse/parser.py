@@ -32,7 +32,7 @@ from kohya_tuner.logparse.events import (
     EpochStart, Event, Exited, Failure, Finished, Oom, Processes, Progress, Resumed, Saved, TotalSteps,
 )
 
-from kohya_tuner.logparse.records import MAX_LINE, _PendingOom, _RichRecord, _Traceback
+from kohya_tuner.logparse.records import BOX_FRAME_RE, MAX_LINE, _PendingOom, _RichRecord, _Traceback, last_frame
 
 _RICH_INDENT = " " * P.RICH_MESSAGE_COLUMN
 # Logical lines at the start of each run searched for the wrapper and the model family (the
@@ -46,23 +46,6 @@ _MAX_INTERRUPTION_LINES = 3
 _MAX_TRACEBACK_LINES = 2000
 _MAX_OOM_LINES = 8
 _HINT_WINDOW = 60
-# A Rich traceback box without its header still counts when it shows a frame ("file.py:12 in f").
-# Rich folds a long path: the function name ("in │ init_process_group") goes to the next row.
-_BOX_FRAME_RE = re.compile(r"\.py:\d+ in(?: \w|\s*$)")
-
-
-def _last_frame(tb: _Traceback) -> str:
-    """The frame a cut traceback ended in, for its message. In a Rich box the rows are source
-    lines ("│    79 │") as often as frames: take its last `file.py:N in func` row, never a
-    bare line number."""
-    rows = [f.strip() for f in tb.frames if f.strip() and f.strip()[0] != "^"]
-    if tb.boxed:
-        framed = [r for r in rows if _BOX_FRAME_RE.search(r)]
-        if framed:
-            return framed[-1]
-    return next((r for r in reversed(rows) if any(c.isalpha() for c in r)), "")
-
-
 class LogParser(BarRuns, RecordNames, Milestones):
     """Feed it the trainer's output as it arrives; it returns the events each chunk completes.
 
@@ -296,15 +279,6 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 self._logical(m.group(3), m.group(1), out)
                 return
         self._logical(line, None, out)
-
-    def _note_rank(self, line: str, out: list[Event]) -> None:
-        """A `[rank1]:` prefix (torchrun's per-rank output) means a multi-GPU run."""
-        m = P.RANK_PREFIX_RE.match(line)
-        self._line_rank = int(m.group(1)) if m else None
-        if self._processes < 2:
-            if m and int(m.group(1)) >= 1:
-                self._processes = 2
-                out.append(Processes(count=2, line=line[:80]))
 
     def _start_rich(self, level: str, line: str, out: list[Event]) -> None:
         body = line[P.RICH_MESSAGE_COLUMN:]
@@ -540,12 +514,12 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._tb = None
         if tb is None:
             return
-        if not tb.explicit and not tb.headless and not (tb.boxed and any(_BOX_FRAME_RE.search(f) for f in tb.frames)):
+        if not tb.explicit and not tb.headless and not (tb.boxed and any(BOX_FRAME_RE.search(f) for f in tb.frames)):
             return
         if P.launcher_only(tb.frames):
             out.append(Exited(status=None, line="Traceback (launcher)"))
             return
-        last = _last_frame(tb)
+        last = last_frame(tb)
         ev = F.frame_evidence(tb.frames)
         suspected = None
         if any(P.GPU_OOM_RE.search(f.lower()) for f in tb.frames) or (
