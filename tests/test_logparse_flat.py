@@ -176,3 +176,31 @@ def test_after_the_announcement_a_bar_a_phase_word_knows_is_still_that_phase():
             "Caching latents to disk:   0%|          | 0/30 [00:00<?, ?it/s]\nRuntimeError: boom\n")
     d = diagnose(parse_text(text))
     assert (d.phase, d.step) == ("cache_latents", None)
+
+
+# ---- a wrapper's prefix before the output it relays -------------------------------------------------
+
+@pytest.mark.parametrize("prefix", ["[My Trainer Node] TRAINER: ", "[Trainer] ", "stderr: ", "[node] out: "])
+def test_a_prefix_before_a_relayed_traceback_is_stripped_from_its_lines(prefix):
+    text = "".join(prefix + x + "\n" for x in (
+        "Traceback (most recent call last):", '  File "/w/train.py", line 300, in main', "    optimizer.step()",
+        "ValueError: bad value"))
+    d = diagnose(parse_text("steps:  10%|█         | 30/300 [01:00<09:00,  2.00it/s, avr_loss=0.1]\n" + text))
+    assert (d.outcome, d.error.kind, d.phase, d.details.phase_evidence) == ("error", "other", "training", "frames")
+    assert d.error.message == "ValueError: bad value"
+
+
+def test_a_prefix_seen_before_a_traceback_leaves_other_lines_alone():
+    text = ("[Node] Traceback (most recent call last):\n[Node]   File \"/w/a.py\", line 3, in f\n"
+            "[Node] KeyError: 'x'\nsteps:  10%|█         | 30/300 [01:00<09:00,  2.00it/s, avr_loss=0.1]\n")
+    events = parse_text(text)
+    d = diagnose(events)
+    assert d.error.message == "KeyError: 'x'" and d.step == 30
+
+
+@pytest.mark.parametrize("line", ["[INFO] loading model", "Note: Traceback printing is disabled",
+                                  "[a] b: c: Traceback (most recent call last):"])
+def test_what_is_no_relay_prefix_is_not_stripped(line):
+    from kohya_tuner.logparse.cleaning import strip_relay
+
+    assert strip_relay(line, None) == (line, None)

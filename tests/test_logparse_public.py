@@ -22,11 +22,12 @@ KIND_MISSES = {
                   "batch/grad size') is not read as an OOM",
     "public/110": "SimpleTuner's VAE-cache pass shown only by its 'Processing bucket' bar and 'Error encoding "
                   "images' records, no traceback: read as an unfinished run",
-    "public/112": "a traceback behind a wrapper node's own '[Name] TRAINER:' prefix on every line is not read",
     "public/151": "a traceback's tail without its header ('[Previous line repeated …]' and one cut frame) is "
                   "not read as a traceback, so the cut log is read as an unfinished run",
 }
-PHASE_MISSES = {"public/112": KIND_MISSES["public/112"],
+PHASE_MISSES = {"public/112": "the training script fails in its own top-level code (one `<module>` frame, nothing logged "
+                              "before it) and no phase is read; the label calls that start-up model loading, while "
+                              "other labels call a GUI's own start-up unknown (146), so no rule was written for it",
                 "public/140": "sd-scripts' dataset records ('loading image sizes', 'make buckets', the bucket list) "
                               "with no caching line or error yet are read as model loading",
                 "public/176": "NCCL's watchdog timing out an all-reduce is read as a training step, but with no bar "

@@ -101,6 +101,8 @@ class LogParser(BarRuns, RecordNames, Milestones):
         # phase word knows is taken as the training bar (its description then in _job_bar).
         self._before_training = False
         self._job_bar: str | None = None
+        # The prefix a wrapper put before a relayed traceback's header (cleaning.relay_prefix).
+        self._relay: str | None = None
         # Coalescing: the description of the last main bar, its run pattern, the lines of the
         # current run not yet summarised, and the summary (highest, last, last with a loss).
         self._coalesce = coalesce_progress
@@ -197,6 +199,8 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
             line = P.clean(line)
+        if self._relay is not None or "Traceback (most" in line[:130]:
+            line, self._relay = P.strip_relay(line, self._relay)
         if PR.might_be_bar(line):
             m = PR.match_bar(line)
             if m is None and line.endswith("0%|"):

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from kohya_tuner.logparse import phase_words
 # Cleaning a line lives in cleaning.py; the parser reaches it through this module.
-from kohya_tuner.logparse.cleaning import cell_len, clean, host_prefix_end  # noqa: F401
+from kohya_tuner.logparse.cleaning import cell_len, clean, host_prefix_end, strip_relay  # noqa: F401
 from kohya_tuner.logparse.events import OomFigures
 
 # ---- Rich log records ---------------------------------------------------------------------
