@@ -204,3 +204,14 @@ def test_what_is_no_relay_prefix_is_not_stripped(line):
     from kohya_tuner.logparse.cleaning import strip_relay
 
     assert strip_relay(line, None) == (line, None)
+
+
+def test_a_tools_time_and_level_before_a_record_are_one_lines_prefixes():
+    line = "[2024-09-18 08:19:00] [INFO] 2024-09-18 08:19:00,040 - trainer - INFO - step 2040: lr 1.0e-04, grad norm 0.28"
+    assert unflatten(line) is None
+
+
+def test_sd_scripts_rich_records_joined_on_one_line_are_split():
+    line = ("2024-06-30 23:45:34 INFO     loading model for process 0/1                  train_util.py:5000 "
+            "2024-06-30 23:45:40 INFO     caching latents...                             train_util.py:1000")
+    assert len(unflatten(line)) == 2

@@ -136,3 +136,12 @@ def test_a_rich_side_bar_is_the_milestone_its_name_says(line, phase):
 ])
 def test_rules_and_boxes_of_heavy_lines_are_not_bars(line):
     assert match_bar(line) is None
+
+
+@pytest.mark.parametrize("postfix, loss", [("avr_loss=0.25", 0.25), ("loss=0.5, lr=1e-4", 0.5),
+                                           ("lr: 1.0e-04 loss: 4.3e-01", 0.43), ("val_avg_loss=0.9", None)])
+def test_a_bars_postfix_gives_the_training_loss_never_a_validation_loss(postfix, loss):
+    from kohya_tuner.logparse.progress import bar_loss
+
+    got = bar_loss(postfix)
+    assert got == (pytest.approx(loss) if loss is not None else None)

@@ -182,12 +182,6 @@ class LogParser(BarRuns, RecordNames, Milestones):
             # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at.
             line = line[2:]
             cleaned = False
-        if len(line) >= 80:
-            lines = unflatten(line)
-            if lines is not None:
-                for piece in lines:
-                    self._physical(piece, out)
-                return
         if not cleaned:
             self._line_rank = None
             if line[:1].isalnum() and (": " in line[:64] or " | " in line[:64]):
@@ -199,9 +193,9 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
             line = P.clean(line)
-        if self._relay is not None or "Traceback (most" in line[:130]:
+        if self._relay is not None or line.find("Traceback (most", 0, 130) >= 0:
             line, self._relay = P.strip_relay(line, self._relay)
-        if PR.might_be_bar(line):
+        if "%|" in line or "% " in line or "it [" in line or "━" in line:  # progress.might_be_bar
             m = PR.match_bar(line)
             if m is None and line.endswith("0%|"):
                 m = P.BAR_START_RE.match(line)
@@ -220,6 +214,12 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 rest = line[m.end:]
                 if rest.strip():
                     self._physical(rest, out)
+                return
+        if len(line) >= 80 and (line.count(":") >= 4 or "[rank" in line or 'File "' in line):
+            lines = unflatten(line)
+            if lines is not None:
+                for piece in lines:
+                    self._physical(piece, out)
                 return
         if "| std" in line[:64]:
             r = P.REDIRECTED_RE.match(line)

@@ -9,8 +9,8 @@ The forms, from each library's own format:
 - tqdm without a total (an iterable with no `len`): `{desc}: {n}{unit} [{elapsed}, {rate}{postfix}]`
   (`1021it [00:10, 3.20it/s]`), no percentage and no remaining time.
 - Rich's progress columns: the description, a bar of heavy rules (`━`, halves `╸`/`╺`), then a
-  percentage (`43%`), `M/N` (`MofNCompleteColumn`) or both, and times; `rich.progress.track` and
-  Lightning's `RichProgressBar` print these.
+  percentage (`43%`), `M/N` (`MofNCompleteColumn`) or both, and times (`rich.progress.track`
+  prints these).
 
 A scaled count is approximate by construction (`1.02k` is any step from 1015 to 1024): it is read
 as written, the nearest whole step.
@@ -19,7 +19,7 @@ as written, the nearest whole step.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kohya_tuner.logparse import patterns as P
 
@@ -33,7 +33,7 @@ NO_TOTAL_RE = re.compile(
     r"(?P<rate>[\d.]+|\?)(?P<scale>[kMGTPEZY]?)(?P<unit>it/s|s/it)(?P<inner>[^\]\r\n]*)\]"
 )
 # Rich: "Training ━━━━━━━╸━━━━━━━━━━━━━  43% 0:00:12", "caching ━━━━━━━━━━━ 12/100 0:00:05",
-# "Epoch 3/9  ━━━━━━━━━━━ 56/100 0:00:10 • 0:00:08 5.21it/s v_num: 1 train_loss: 0.45".
+# "steps ━━━━━━━━━━━ 56/100 0:00:10 • 0:00:08 5.21it/s".
 # A heavy box's border ("┏━━━━┓", "┡━━━╇━━┩") has rules too but neither figure after them.
 RICH_BAR_RE = re.compile(
     r"(?P<desc>[^━╸╺\r\n]*?)\s*[━╸╺]{3,}\s+"
@@ -42,8 +42,7 @@ RICH_BAR_RE = re.compile(
 _RICH_RATE_RE = re.compile(r"(?:^|\s)([\d.]+)(it/s|s/it)\b")
 
 
-@dataclass(frozen=True, slots=True)
-class Bar:
+class Bar(NamedTuple):
     """A bar update: `n` and `total` in steps (`total` 0 when the bar has none, `n` None when it
     shows only a percentage), `rate` in it/s, `inner` what follows the counts (tqdm's postfix)."""
 
@@ -78,9 +77,13 @@ def _rate(value: str | None, scale: str, unit: str | None) -> float | None:
 
 
 def _from_tqdm(m: re.Match) -> Bar:
-    return Bar(desc=m.group("desc"), n=count(m.group("n")), total=count(m.group("total")),
-               inner=m.group("inner"), rate=_rate(m.group("rate"), m.group("scale"), m.group("unit")),
-               end=m.end(), pct=float(m.group("pct")))
+    # m.groups(), not named groups, and the common case inline: this runs for every refresh.
+    desc, pct, n, total, rate, scale, unit, inner = m.groups()
+    speed = None
+    if rate and rate != "?":
+        speed = _rate(rate, scale, unit) if scale or unit != "it/s" else float(rate)
+    return Bar(desc, int(n) if n.isdigit() else count(n), int(total) if total.isdigit() else count(total), inner,
+               speed, m.end(), int(pct))
 
 
 def match_bar(line: str) -> Bar | None:
@@ -112,12 +115,11 @@ def might_be_bar(line: str) -> bool:
 
 def bar_loss(inner: str) -> float | None:
     """The training loss a bar's postfix reports: sd-scripts' `avr_loss=`, a bare `loss=`,
-    ai-toolkit's `loss: 4.1e-01`, Lightning's `train_loss: 0.45` / `train_loss=0.45`; never a
-    validation loss."""
+    ai-toolkit's `loss: 4.1e-01`; never a validation loss (`val_avg_loss=`)."""
     i = inner.find("loss=")
     # String slicing, not a regex: this runs for every bar refresh of a long run.
     while i >= 0:
-        if i == 0 or inner[i - 1] in " ," or inner[i - 4:i] == "avr_" or inner[i - 6:i] == "train_":
+        if i == 0 or inner[i - 1] in " ," or inner[i - 4:i] == "avr_":
             end = inner.find(",", i)
             try:
                 return float(inner[i + 5:end if end >= 0 else None])
@@ -126,7 +128,7 @@ def bar_loss(inner: str) -> float | None:
         i = inner.find("loss=", i + 5)
     i = inner.find("loss: ")
     while i >= 0:
-        if i == 0 or inner[i - 1] == " " or inner[i - 6:i] == "train_":
+        if i == 0 or inner[i - 1] == " ":
             token = inner[i + 6:].split(None, 1)
             try:
                 return float(token[0].rstrip(",")) if token else None

@@ -2,27 +2,31 @@
 from a console that wrapped nothing, or re-logged record by record onto one line. What was
 several lines comes back as several, each then read as usual:
 
-- several log records on one line: each record's head (a `YYYY-MM-DD HH:MM:SS` time, bracketed or
-  not, followed within a few words by its level) starts a line;
+- several log records on one line: each record's head after the line's start (a `YYYY-MM-DD
+  HH:MM:SS` time, bracketed or not, then its level, maybe after logger names or bracketed tags)
+  starts a line of its own, once text other than prefixes comes before it;
 - torchrun's `[rankN]: ` before every line of its output, several times on one line;
 - a Python traceback on one line: its header, `During handling…`/`The above exception…`, each
   `File "…", line N, in func` and the source after it, and the exception line, in the form
   Python's `traceback` module prints (frames indented two spaces, sources four).
 
-A line with a single record head, a single rank prefix or a single frame is left alone: that is
-how an intact log looks.
+A line with a record head only at its start, a single rank prefix or a single frame is left
+alone: that is how an intact log looks.
 """
 
 from __future__ import annotations
 
 import re
 
+from kohya_tuner.logparse.cleaning import clean
 from kohya_tuner.logparse.patterns import TRACEBACK_HEAD
 
-# A record's head: its time, then its level within 40 characters ("2024-06-30 23:45:34,053 - INFO",
-# "[2026-01-28 09:07:29,344] [INFO]", "2025-11-07 21:58:09,277 - SimpleTuner - INFO - ").
+# A record's head: its time, then its level, maybe after logger names or bracketed tags
+# ("2024-06-30 23:45:34,053 - INFO", "[2026-01-28 09:07:29,344] [INFO]", "2025-11-07 21:58:09,277 -
+# SimpleTuner - INFO - ", "2024-06-30 23:45:34 INFO", "2024-06-30 23:45:34.123 | ERROR |").
 _RECORD_HEAD_RE = re.compile(
-    r"(?:(?<=\s)|^)\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?\]?(?=[^\n]{0,40}?\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b)"
+    r"(?:(?<=\s)|^)\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?\]?"
+    r"(?=\s+(?:- )?(?:[\w.\-]+ - |\[[^\]\n]{0,40}\] )*(?:\[|- |\| )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b)"
 )
 _RANK_RE = re.compile(r"\[rank\d+\]:\s?")
 # The pieces of a traceback that start a line of their own.
@@ -48,13 +52,24 @@ def unflatten(line: str) -> list[str] | None:
     heads = []
     if line.count(":") >= 4 and ("INFO" in line or "ERROR" in line or "WARNING" in line or "DEBUG" in line):
         heads = [m.start() for m in _RECORD_HEAD_RE.finditer(line)]
-    if len(heads) >= 2:
-        cuts = [0] + heads if heads[0] > 0 else heads
-        pieces = [line[a:b].rstrip() for a, b in zip(cuts, cuts[1:] + [len(line)])]
-        out: list[str] = []
-        for piece in pieces:
-            out.extend(unflatten(piece) or [piece])
-        return [p for p in out if p.strip()]
+    if heads and heads[-1] > 0:
+        cuts = [0] + [h for h in heads if h > 0]
+        pieces: list[str] = []
+        carry = ""
+        for a, b in zip(cuts, cuts[1:] + [len(line)]):
+            piece = carry + line[a:b]
+            # A tool's own time and level before the trainer's record ("[time] [INFO] 2024-… - INFO -
+            # message") are one line's prefixes, not a record of their own.
+            carry = piece if not clean(piece).strip() else ""
+            if not carry:
+                pieces.append(piece.rstrip())
+        if carry:
+            pieces.append(carry.rstrip())
+        if len(pieces) >= 2:
+            out: list[str] = []
+            for piece in pieces:
+                out.extend(unflatten(piece) or [piece])
+            return [p for p in out if p.strip()]
     ranks = list(_RANK_RE.finditer(line)) if line.count("[rank") >= 2 else []
     if len(ranks) >= 2:
         prefix = ranks[0].group(0).rstrip() + " "
