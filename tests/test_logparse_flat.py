@@ -215,3 +215,24 @@ def test_sd_scripts_rich_records_joined_on_one_line_are_split():
     line = ("2024-06-30 23:45:34 INFO     loading model for process 0/1                  train_util.py:5000 "
             "2024-06-30 23:45:40 INFO     caching latents...                             train_util.py:1000")
     assert len(unflatten(line)) == 2
+
+
+# ---- a traceback's tail without its header ------------------------------------------------------------
+
+def test_a_paste_starting_at_a_repeated_frame_line_is_a_cut_traceback():
+    text = "loading\n  [Previous line repeated 4 more times]\n  File \"/env/lib/python3.12/site-packages/tor"
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.error.kind) == ("error", "truncated")
+
+
+def test_a_repeated_frame_line_with_its_error_line_is_that_error():
+    text = ('  [Previous line repeated 996 more times]\n  File "/w/model.py", line 12, in forward\n'
+            "    return self.forward(x)\nRecursionError: maximum recursion depth exceeded\n")
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.error.kind) == ("error", "other")
+    assert d.error.message.startswith("RecursionError")
+
+
+def test_words_about_repeated_lines_are_no_traceback():
+    d = diagnose(parse_text("Note: [Previous line repeated] is what Python prints for recursion\n"))
+    assert d.outcome == "incomplete" and d.error is None

@@ -22,8 +22,6 @@ KIND_MISSES = {
                   "batch/grad size') is not read as an OOM",
     "public/110": "SimpleTuner's VAE-cache pass shown only by its 'Processing bucket' bar and 'Error encoding "
                   "images' records, no traceback: read as an unfinished run",
-    "public/151": "a traceback's tail without its header ('[Previous line repeated …]' and one cut frame) is "
-                  "not read as a traceback, so the cut log is read as an unfinished run",
 }
 PHASE_MISSES = {"public/112": "the training script fails in its own top-level code (one `<module>` frame, nothing logged "
                               "before it) and no phase is read; the label calls that start-up model loading, while "

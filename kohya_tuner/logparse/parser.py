@@ -369,8 +369,9 @@ class LogParser(BarRuns, RecordNames, Milestones):
             self._tb_level = None
             self._tb.add(s.strip("│┃ "))
             return
-        if level is None and P.FRAME_LINE_RE.match(s):
-            # A paste that starts inside a traceback: its frames still say where it failed.
+        if level is None and (P.FRAME_LINE_RE.match(s) or s.startswith("[Previous line repeated ")):
+            # A paste that starts inside a traceback (a frame, or the line Python's traceback
+            # prints for a frame repeated by recursion): its frames still say where it failed.
             self._tb = _Traceback(explicit=False, boxed=False, headless=True)
             self._tb_level = None
             self._tb.add(s)
