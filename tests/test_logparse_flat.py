@@ -236,3 +236,10 @@ def test_a_repeated_frame_line_with_its_error_line_is_that_error():
 def test_words_about_repeated_lines_are_no_traceback():
     d = diagnose(parse_text("Note: [Previous line repeated] is what Python prints for recursion\n"))
     assert d.outcome == "incomplete" and d.error is None
+
+
+def test_caching_announced_before_training_does_not_make_the_next_bar_the_training_bar():
+    text = ("Caching latents before training\nEncoding batch:   0%|          | 0/300 [00:00<?, ?it/s]\n"
+            "RuntimeError: boom\n")
+    d = diagnose(parse_text(text))
+    assert (d.phase, d.step) == ("cache_latents", None)
