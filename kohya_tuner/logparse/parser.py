@@ -195,7 +195,7 @@ class LogParser(BarRuns, RecordNames, Milestones):
             line = P.clean(line)
         if self._relay is not None or line.find("Traceback (most", 0, 130) >= 0:
             line, self._relay = P.strip_relay(line, self._relay)
-        if "%|" in line or "% " in line or "it [" in line or "━" in line:  # progress.might_be_bar
+        if "%|" in line or "% " in line or "it [" in line or "━" in line:  # what every bar form holds
             m = PR.match_bar(line)
             if m is None and line.endswith("0%|"):
                 m = P.BAR_START_RE.match(line)

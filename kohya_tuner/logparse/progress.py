@@ -87,7 +87,8 @@ def _from_tqdm(m: re.Match) -> Bar:
 
 
 def match_bar(line: str) -> Bar | None:
-    """The bar at the start of a line, in any of the forms above, else None."""
+    """The bar at the start of a line, in any of the forms above, else None. A line holding none of
+    "%|", "% ", "it [" and "━" is none of them (the parser tests that first)."""
     m = P.BAR_RE.match(line)
     if m is not None:
         return _from_tqdm(m)
@@ -106,11 +107,6 @@ def match_bar(line: str) -> Bar | None:
                        rate=_rate(r.group(1), "", r.group(2)) if r else None, end=m.end(),
                        pct=float(m.group("pct")) if m.group("pct") else None)
     return None
-
-
-def might_be_bar(line: str) -> bool:
-    """The cheap test before match_bar: every form holds one of these."""
-    return "%|" in line or "% " in line or "it [" in line or "━" in line
 
 
 def bar_loss(inner: str) -> float | None:
