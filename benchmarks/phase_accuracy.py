@@ -4,7 +4,8 @@ Reads the public set (tests/data/public_logs, labels citing their threads) and t
 shared set (../shared/real-world/logs), diagnoses each file the way `kohya-tuner diagnose`
 does, and prints one line per log (its phase against the label's, and what decided it), then
 the accuracy per set (the public logs the rules were developed with, the held-out public logs
-collected and labelled after the rules were written, and the older shared set) and overall, each
+collected and labelled after the rules were written, and the older shared set) and overall, how
+often the outcome and error kind agree with the label's kind (tests/logparse_labels.kind_matches), each
 held-out batch apart with the figure it gave the first time the parser read it
 (tests/data/public_logs/first_runs.json), and how often the wrapper and the model family were named
 when the label names one. A label that cannot tell the first step from a later one accepts
@@ -55,11 +56,13 @@ def main() -> None:
     ap.add_argument("--quiet", action="store_true", help="print the totals only")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.logparse_labels import all_fixtures, diagnose_fixture
+    from tests.logparse_labels import all_fixtures, diagnose_fixture, kind_matches
 
     totals: dict[str, list[int]] = {}
     named = {"wrapper": [0, 0], "family": [0, 0]}
     misses = []
+    kinds = [0, 0]
+    kind_misses = []
     batches: dict[int, list[int]] = {}
     for fx in all_fixtures():
         d = diagnose_fixture(fx)
@@ -78,6 +81,10 @@ def main() -> None:
             b[1] += 1
         if not ok:
             misses.append(fx.name)
+        kinds[0] += kind_matches(fx.kind, d)
+        kinds[1] += 1
+        if not kind_matches(fx.kind, d):
+            kind_misses.append(fx.name)
         if not args.quiet:
             evidence = d.details.phase_evidence or "-"
             if d.details.frame:
@@ -100,6 +107,8 @@ def main() -> None:
         print(f"phase accuracy, {what}: {r}/{n} = {r / n:.0%}")
     print(f"phase accuracy, all labelled logs: {right}/{count} = {right / count:.0%}"
           + (f" (missed: {', '.join(misses)})" if misses else ""))
+    print(f"outcome and kind as the label's kind says (truncated: a cut traceback; incomplete: cut before any "
+          f"error): {kinds[0]}/{kinds[1]}" + (f" (missed: {', '.join(kind_misses)})" if kind_misses else ""))
     for key, (r, n) in named.items():
         if n:
             print(f"{key} named where the label names one: {r}/{n}")

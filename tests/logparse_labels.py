@@ -39,7 +39,7 @@ class Fixture:
     path: Path
     url: str | None
     phases: frozenset[str]  # the diagnose phases the label allows (two when it cannot tell the step)
-    kind: str  # cuda_oom, cpu_oom, cuda_error, truncated, other, success (the label's word)
+    kind: str  # cuda_oom, cpu_oom, cuda_error, truncated, incomplete, other, success (the label's word)
     step: int | None = None
     total_steps: int | None = None
     wrapper: str | None = None  # a name the parser reports, when the label names one
@@ -109,6 +109,25 @@ def shared_fixtures() -> list[Fixture]:
 
 def all_fixtures() -> list[Fixture]:
     return shared_fixtures() + public_fixtures()
+
+
+def kind_matches(kind: str, d) -> bool:
+    """Whether a diagnosis gives the outcome and error kind a label's `kind` names: `truncated` is a
+    cut traceback (an error of that kind), `incomplete` a text cut before any traceback or error
+    line (an unfinished run, no error)."""
+    if kind == "cuda_oom":
+        return d.outcome == "oom" and d.error is None
+    if kind == "cpu_oom":
+        return d.outcome == "cpu_oom" and d.error is not None and d.error.kind == "cpu_oom"
+    if kind in ("cuda_error", "truncated"):
+        return d.outcome == "error" and d.error is not None and d.error.kind == kind
+    if kind == "other":
+        return d.outcome == "error" and d.error is not None and d.error.kind not in ("cpu_oom", "cuda_error")
+    if kind == "incomplete":
+        return d.outcome == "incomplete" and d.error is None
+    if kind == "success":
+        return d.outcome == "success"
+    raise ValueError(f"unknown label kind {kind!r}")
 
 
 def diagnose_fixture(fx: Fixture):

@@ -16,6 +16,7 @@ import math
 import re
 
 from kohya_tuner.logparse import patterns as P
+from kohya_tuner.logparse import progress as PR
 from kohya_tuner.logparse.events import Event, Failure, Progress
 from kohya_tuner.logparse.records import MAX_LINE
 
@@ -53,32 +54,38 @@ class BarRuns:
     """The bar half of LogParser: one bar update read, and runs of them folded (its state is
     set up in LogParser.__init__)."""
 
-    def _nameless_training_bar(self, desc: str, m) -> bool:
+    def _nameless_training_bar(self, desc: str, bar: PR.Bar) -> bool:
         """A bar without a description right after the trainer said training starts ("Starting
         to train…", "***** Running training *****") is the training bar (the transformers
         Trainer's, and scripts built on it); later nameless bars count only with its total."""
         if desc.strip() or self._train_bar_total is None:
             return False
-        total = int(m.group("total"))
         if self._train_bar_total == 0:
-            self._train_bar_total = total
-        return total == self._train_bar_total
+            self._train_bar_total = bar.total
+        return bar.total == self._train_bar_total
 
-    def _bar(self, m, line: str, out: list[Event]) -> None:
-        desc = m.group("desc")
+    def _bar(self, bar: PR.Bar, line: str, out: list[Event]) -> None:
+        desc = bar.desc
         if P.is_main_bar(desc):
             self._train_bar_total = None
-        elif not P.trainer_postfix(m.group("inner")) and not self._nameless_training_bar(desc, m):
-            self._side_bar(desc, int(m.group("n")), out)
+        elif not P.trainer_postfix(bar.inner) and not self._nameless_training_bar(desc, bar) \
+                and not self._job_named_bar(desc):
+            if bar.n is not None or bar.pct == 0:
+                self._side_bar(desc, bar.n or 0, out)
             return
+        self._before_training = False
         if desc != self._bar_prefix and desc:
             self._bar_prefix = desc
             self._bar_rx = _bar_run_re(desc)
-        step = int(m.group("n"))
-        total = int(m.group("total"))
-        rate, loss = P.bar_numbers(m)
-        text = line[: m.end()].strip()
-        out.append(Progress(step=step, total=total, loss=loss, rate=rate, line=text))
+        text = line[: bar.end].strip()
+        if bar.n is None:
+            # A percentage alone (Rich's default columns) counts no step, except at 0 %.
+            if bar.pct == 0:
+                out.append(Progress(step=0, total=bar.total, line=text))
+            return
+        step = bar.n
+        loss = PR.bar_loss(bar.inner)
+        out.append(Progress(step=step, total=bar.total, loss=loss, rate=bar.rate, line=text))
         if loss is None:
             return
         if math.isnan(loss) or math.isinf(loss):
@@ -251,23 +258,21 @@ class BarRuns:
         self._run_max = self._run_last = self._run_loss_line = None
         if last[:1] == "[":
             last = P.clean(last)
-        m = P.BAR_RE.match(last)
-        if m is None:
+        bar = PR.match_bar(last)
+        if bar is None or bar.n is None:
             return
-        step, total = int(m.group("n")), int(m.group("total"))
-        rate, loss = P.bar_numbers(m)
-        if top is not None and top[0] > step:
+        if top is not None and top[0] > bar.n:
             top_line = P.clean(top[1]) if top[1][:1] == "[" else top[1]
-            tm = P.BAR_RE.match(top_line)
-            if tm:
-                trate, tloss = P.bar_numbers(tm)
-                out.append(Progress(step=top[0], total=int(tm.group("total")), loss=tloss, rate=trate,
-                                    line=top_line[: tm.end()].strip()))
+            tb = PR.match_bar(top_line)
+            if tb is not None:
+                out.append(Progress(step=top[0], total=tb.total, loss=PR.bar_loss(tb.inner), rate=tb.rate,
+                                    line=top_line[: tb.end].strip()))
+        loss = PR.bar_loss(bar.inner)
         if loss is None and loss_line is not None and loss_line is not last:
-            lm = P.BAR_RE.match(P.clean(loss_line) if loss_line[:1] == "[" else loss_line)
-            if lm:
-                loss = P.bar_numbers(lm)[1]
-        out.append(Progress(step=step, total=total, loss=loss, rate=rate, line=last[: m.end()].strip()))
+            lb = PR.match_bar(P.clean(loss_line) if loss_line[:1] == "[" else loss_line)
+            if lb is not None:
+                loss = PR.bar_loss(lb.inner)
+        out.append(Progress(step=bar.n, total=bar.total, loss=loss, rate=bar.rate, line=last[: bar.end].strip()))
 
     def _end_bar_run(self, out: list[Event]) -> None:
         if self._run:

@@ -73,6 +73,23 @@ def clean(line: str) -> str:
     return line
 
 
+# What a wrapper puts before the output it relays from the trainer's process: its name in
+# brackets, a stream or process tag, or both ("[My Node] TRAINER: ", "[Trainer] ", "stderr: ").
+_RELAY_RE = re.compile(r"(?:\[[^\]\n]{1,64}\] ?(?:[A-Za-z][\w\-]{0,31}: )?|[A-Za-z][\w\-]{0,31}: )(?=Traceback \(most recent)")
+
+
+def strip_relay(line: str, relay: str | None) -> tuple[str, str | None]:
+    """The line without the prefix a wrapper relaying the trainer's output puts before each of
+    its lines, and that prefix: found before a traceback's header, then stripped from every
+    later line that starts with it (the same stream)."""
+    if relay is not None and line.startswith(relay):
+        return line[len(relay):], relay
+    m = _RELAY_RE.match(line) if line[:1].isalpha() or line[:1] == "[" else None
+    if m is None:
+        return line, relay
+    return line[m.end():], m.group(0)
+
+
 def cell_len(text: str) -> int:
     """Terminal columns `text` takes (East Asian wide characters take two)."""
     if text.isascii():

@@ -68,6 +68,9 @@ class _Run:
     # A fresh run's header for its second epoch or a later one ("epoch 5/100") means whole
     # epochs of steps are done even where no bar shows a count (not so for a resumed run).
     later_epoch: bool = False
+    # The training bar reached its total: the steps are done, what loads a model now is the
+    # script's final inference or validation with what it trained.
+    steps_done: bool = False
 
     @property
     def ended(self) -> bool:
@@ -78,6 +81,7 @@ class _Run:
         if isinstance(ev, Progress):
             if ev.total:
                 self.bar_total = ev.total
+            self.steps_done = bool(ev.total) and ev.step >= ev.total
             self.max_step = ev.step if self.max_step is None else max(self.max_step, ev.step)
             if ev.loss is not None:
                 self.last_loss = ev.loss
@@ -124,9 +128,13 @@ class _Run:
             self.processes = max(self.processes or 1, ev.count)
 
     def step_phase(self, phase: str | None) -> str | None:
-        """`training` before any completed optimizer step is the first step."""
+        """`training` before any completed optimizer step is the first step; loading a model
+        after the last step is the inference that follows training (a script loads a pipeline
+        with what it trained to sample from it)."""
         if phase == "training":
             return "training" if self.max_step or self.later_epoch else "first_step"
+        if phase == "model_load" and self.steps_done and self.finished_at is None:
+            return "sampling"
         return phase
 
 

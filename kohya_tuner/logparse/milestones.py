@@ -71,6 +71,8 @@ def failure_report(low: str) -> tuple[str, bool] | None:
 class Milestones:
     _side: tuple[str, int] | None
     _train_bar_total: int | None
+    _before_training: bool
+    _job_bar: str | None
 
     def _new_run(self) -> None:  # pragma: no cover - the parser defines it
         raise NotImplementedError
@@ -85,6 +87,12 @@ class Milestones:
         name = desc.strip().rstrip(":").strip()
         last = self._side
         self._side = (name, n)
+        if not name and last is not None and last[0]:
+            before = last[0].lower()
+            for after, phase, what in PW.bars_after():
+                if before.startswith(after):
+                    out.append(Milestone(phase=phase, name=what, line=last[0]))
+                    return
         if not name or (last is not None and last[0] == name and n >= last[1]):
             return
         found: list[Event] = []
@@ -117,8 +125,26 @@ class Milestones:
     def _flush_oom(self, out: list[Event]) -> None:  # pragma: no cover - the parser defines it
         raise NotImplementedError
 
+    def _job_named_bar(self, desc: str) -> bool:
+        """After words announcing the pass before training, the first bar whose name no phase
+        word knows is the training bar, and so is every later update of it."""
+        if desc == self._job_bar:
+            return True
+        name = desc.strip().rstrip(":").strip()
+        if not self._before_training or not name:
+            return False
+        if self._milestone(name, []):
+            return False
+        self._before_training = False
+        self._job_bar = desc
+        return True
+
     def _milestone(self, s: str, out: list[Event]) -> bool:
         c = s[:1]
+        if "train" in s or "sample" in s:
+            low = s[:120].lower()
+            if any(words in low for words in PW.before_training()):
+                self._before_training = True
         if c == "(":
             m = PW.TAGS_RE.match(s)
             if m and m.end() < len(s):

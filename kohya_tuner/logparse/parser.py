@@ -23,14 +23,16 @@ import re
 
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
+from kohya_tuner.logparse import progress as PR
 from kohya_tuner.logparse.barruns import BarRuns
+from kohya_tuner.logparse.unflatten import unflatten
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.recordnames import RecordNames
 from kohya_tuner.logparse.events import (
     EpochStart, Event, Exited, Failure, Finished, Oom, Processes, Progress, Resumed, Saved, TotalSteps,
 )
 
-from kohya_tuner.logparse.records import MAX_LINE, _PendingOom, _RichRecord, _Traceback
+from kohya_tuner.logparse.records import BOX_FRAME_RE, MAX_LINE, _PendingOom, _RichRecord, _Traceback, last_frame
 
 _RICH_INDENT = " " * P.RICH_MESSAGE_COLUMN
 # Logical lines at the start of each run searched for the wrapper and the model family (the
@@ -44,23 +46,6 @@ _MAX_INTERRUPTION_LINES = 3
 _MAX_TRACEBACK_LINES = 2000
 _MAX_OOM_LINES = 8
 _HINT_WINDOW = 60
-# A Rich traceback box without its header still counts when it shows a frame ("file.py:12 in f").
-# Rich folds a long path: the function name ("in │ init_process_group") goes to the next row.
-_BOX_FRAME_RE = re.compile(r"\.py:\d+ in(?: \w|\s*$)")
-
-
-def _last_frame(tb: _Traceback) -> str:
-    """The frame a cut traceback ended in, for its message. In a Rich box the rows are source
-    lines ("│    79 │") as often as frames: take its last `file.py:N in func` row, never a
-    bare line number."""
-    rows = [f.strip() for f in tb.frames if f.strip() and f.strip()[0] != "^"]
-    if tb.boxed:
-        framed = [r for r in rows if _BOX_FRAME_RE.search(r)]
-        if framed:
-            return framed[-1]
-    return next((r for r in reversed(rows) if any(c.isalpha() for c in r)), "")
-
-
 class LogParser(BarRuns, RecordNames, Milestones):
     """Feed it the trainer's output as it arrives; it returns the events each chunk completes.
 
@@ -78,6 +63,9 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._rich: _RichRecord | None = None
         self._oom: _PendingOom | None = None
         self._tb: _Traceback | None = None
+        # The level of the record that held the traceback's header, when a logger wrote it: a
+        # traceback logged one record per line goes on in records of that level.
+        self._tb_level: str | None = None
         # A traceback interrupted by training output (stdout and stderr merged into one
         # log): it resumes if its frames or exception line follow within a few lines.
         self._suspended: _Traceback | None = None
@@ -109,6 +97,12 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._train_bar_total: int | None = None
         # The last named side bar (not the training bar) and its count, to read it once per run.
         self._side: tuple[str, int] | None = None
+        # After words announcing the pass right before training: True until a bar whose name no
+        # phase word knows is taken as the training bar (its description then in _job_bar).
+        self._before_training = False
+        self._job_bar: str | None = None
+        # The prefix a wrapper put before a relayed traceback's header (cleaning.relay_prefix).
+        self._relay: str | None = None
         # Coalescing: the description of the last main bar, its run pattern, the lines of the
         # current run not yet summarised, and the summary (highest, last, last with a loss).
         self._coalesce = coalesce_progress
@@ -199,8 +193,10 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
             line = P.clean(line)
-        if "%|" in line or "% " in line:
-            m = P.BAR_RE.match(line)
+        if self._relay is not None or line.find("Traceback (most", 0, 130) >= 0:
+            line, self._relay = P.strip_relay(line, self._relay)
+        if "%|" in line or "% " in line or "it [" in line or "━" in line:  # what every bar form holds
+            m = PR.match_bar(line)
             if m is None and line.endswith("0%|"):
                 m = P.BAR_START_RE.match(line)
                 if m and P.is_main_bar(m.group("desc")):
@@ -215,9 +211,15 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 if self._tb is not None:
                     self._suspend_traceback(out)
                 self._bar(m, line, out)
-                rest = line[m.end():]
+                rest = line[m.end:]
                 if rest.strip():
                     self._physical(rest, out)
+                return
+        if len(line) >= 80 and (line.count(":") >= 4 or "[rank" in line or 'File "' in line):
+            lines = unflatten(line)
+            if lines is not None:
+                for piece in lines:
+                    self._physical(piece, out)
                 return
         if "| std" in line[:64]:
             r = P.REDIRECTED_RE.match(line)
@@ -282,15 +284,6 @@ class LogParser(BarRuns, RecordNames, Milestones):
                 return
         self._logical(line, None, out)
 
-    def _note_rank(self, line: str, out: list[Event]) -> None:
-        """A `[rank1]:` prefix (torchrun's per-rank output) means a multi-GPU run."""
-        m = P.RANK_PREFIX_RE.match(line)
-        self._line_rank = int(m.group(1)) if m else None
-        if self._processes < 2:
-            if m and int(m.group(1)) >= 1:
-                self._processes = 2
-                out.append(Processes(count=2, line=line[:80]))
-
     def _start_rich(self, level: str, line: str, out: list[Event]) -> None:
         body = line[P.RICH_MESSAGE_COLUMN:]
         width = None
@@ -354,6 +347,7 @@ class LogParser(BarRuns, RecordNames, Milestones):
             return
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
             self._start_traceback(s)
+            self._tb_level = level
             return
         if s[0] in "╭┏" and any(ch.isalpha() for ch in s):
             # A titled box that is not a traceback (a trainer's progress panel): its rows are
@@ -372,11 +366,14 @@ class LogParser(BarRuns, RecordNames, Milestones):
         if s[0] in P.BOX_CHARS:
             # The top of a Rich traceback box may have scrolled away; its frames still count.
             self._tb = _Traceback(explicit=False, boxed=True)
+            self._tb_level = None
             self._tb.add(s.strip("│┃ "))
             return
-        if level is None and P.FRAME_LINE_RE.match(s):
-            # A paste that starts inside a traceback: its frames still say where it failed.
+        if level is None and (P.FRAME_LINE_RE.match(s) or s.startswith("[Previous line repeated ")):
+            # A paste that starts inside a traceback (a frame, or the line Python's traceback
+            # prints for a frame repeated by recursion): its frames still say where it failed.
             self._tb = _Traceback(explicit=False, boxed=False, headless=True)
+            self._tb_level = None
             self._tb.add(s)
             return
         if level is None and not text[:1].isspace():
@@ -399,7 +396,7 @@ class LogParser(BarRuns, RecordNames, Milestones):
     def _in_traceback(self, tb: _Traceback, text: str, s: str, level: str | None, out: list[Event]) -> bool:
         """Take a line that arrives while a traceback is open; False when the traceback ended
         and the line is to be read as usual."""
-        if level is not None:
+        if level is not None and level != self._tb_level:
             self._end_traceback(out)
             return False
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
@@ -522,12 +519,12 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._tb = None
         if tb is None:
             return
-        if not tb.explicit and not tb.headless and not (tb.boxed and any(_BOX_FRAME_RE.search(f) for f in tb.frames)):
+        if not tb.explicit and not tb.headless and not (tb.boxed and any(BOX_FRAME_RE.search(f) for f in tb.frames)):
             return
         if P.launcher_only(tb.frames):
             out.append(Exited(status=None, line="Traceback (launcher)"))
             return
-        last = _last_frame(tb)
+        last = last_frame(tb)
         ev = F.frame_evidence(tb.frames)
         suspected = None
         if any(P.GPU_OOM_RE.search(f.lower()) for f in tb.frames) or (
@@ -590,6 +587,8 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._nan_reported = False
         self._zero_steps.clear()
         self._zero_reported = False
+        self._before_training = False
+        self._job_bar = None
 
 
 def parse_text(text: str) -> list[Event]:

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from kohya_tuner.logparse import phase_words
 # Cleaning a line lives in cleaning.py; the parser reaches it through this module.
-from kohya_tuner.logparse.cleaning import cell_len, clean, host_prefix_end  # noqa: F401
+from kohya_tuner.logparse.cleaning import cell_len, clean, host_prefix_end, strip_relay  # noqa: F401
 from kohya_tuner.logparse.events import OomFigures
 
 # ---- Rich log records ---------------------------------------------------------------------
@@ -34,9 +34,11 @@ DASH_LEVEL_RE = re.compile(r"- (?:[\w.]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL)
 
 # "steps:  17%|█▋        | 1/6 [00:01<00:09,  1.91s/it, avr_loss=1.2]", and the same without the
 # bar ("steps:   0% 0/2300 [00:01<?, ?it/s]") where tqdm writes to a notebook or Colab cell.
+# With tqdm's unit_scale the counts carry SI prefixes ("1.02k/30.0k", "5.00/100"; progress.py).
 BAR_RE = re.compile(
-    r"(?P<desc>[^|\r\n]*?)\s*(?P<pct>\d{1,3})%(?:\|[^|]*\||(?= ))\s*(?P<n>\d+)/(?P<total>\d+)\s*"
-    r"\[(?:[^<\],]*<[^,\]]*,\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it))?(?P<inner>[^\]]*)\]"
+    r"(?P<desc>[^|\r\n]*?)\s*(?P<pct>\d{1,3})%(?:\|[^|]*\||(?= ))\s*"
+    r"(?P<n>\d+(?:\.\d+)?[kMGTPEZY]?)/(?P<total>\d+(?:\.\d+)?[kMGTPEZY]?)\s*"
+    r"\[(?:[^<\],]*<[^,\]]*,\s*(?P<rate>[\d.]+|\?)\s*(?P<scale>[kMGTPEZY]?)(?P<unit>it/s|s/it))?(?P<inner>[^\]]*)\]"
 )
 # A bar cut right after it started ("Steps:   0%|" at the end of a paste): step 0, total unknown.
 BAR_START_RE = re.compile(r"(?P<desc>[^|\r\n]*?)\s*0%\|\s*$")
@@ -50,42 +52,6 @@ C10_LEVELS = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL"}
 # A collective that timed out in NCCL's watchdog: an all-reduce is the gradient sync of a
 # training step (the process group was up long before), whatever the job.
 NCCL_ALLREDUCE_TIMEOUT_RE = re.compile(r"optype=allreduce\b.*\btim(?:ed|ing) out|watchdog.*optype=allreduce")
-
-
-def bar_numbers(m: re.Match) -> tuple[float | None, float | None]:
-    """(rate in it/s, loss) of a BAR_RE match."""
-    rate = None
-    value = m.group("rate")
-    if value and value != "?":
-        try:
-            v = float(value)
-            rate = v if m.group("unit") == "it/s" else (1.0 / v if v > 0 else None)
-        except ValueError:
-            rate = None
-    loss = None
-    inner = m.group("inner")
-    i = inner.find("loss=")
-    # String slicing, not a regex: this runs for every bar refresh of a long run. Only
-    # `avr_loss` (sd-scripts) or a bare `loss` (older trainers) count, not `val_avg_loss`.
-    while i >= 0:
-        if i == 0 or inner[i - 1] in " ," or inner[i - 4:i] == "avr_":
-            end = inner.find(",", i)
-            try:
-                loss = float(inner[i + 5:end if end >= 0 else None])
-            except ValueError:
-                loss = None
-            break
-        i = inner.find("loss=", i + 5)
-    if loss is None:
-        # ai-toolkit's postfix: "lr: 2.0e-04 loss: 5.226e-01".
-        i = inner.find("loss: ")
-        if i >= 0 and (i == 0 or inner[i - 1] == " "):
-            token = inner[i + 6:].split(None, 1)
-            try:
-                loss = float(token[0].rstrip(",")) if token else None
-            except ValueError:
-                loss = None
-    return rate, loss
 
 
 def trainer_postfix(inner: str) -> bool:

@@ -77,3 +77,15 @@ def phrase_phase(low: str) -> tuple[str, str] | None:
         if needle in low and rx.search(low):
             return phase, what
     return None
+
+
+@lru_cache(maxsize=1)
+def bars_after() -> tuple[tuple[str, str, str], ...]:
+    """(lower-case description of the bar before, phase, milestone name) for a nameless bar."""
+    return tuple((r["after"], r["phase"], r["name"]) for r in _data().get("bar_after", ()))
+
+
+@lru_cache(maxsize=1)
+def before_training() -> tuple[str, ...]:
+    """Lower-case words announcing the pass run right before the first training step."""
+    return tuple(r["text"] for r in _data().get("before_training", ()))

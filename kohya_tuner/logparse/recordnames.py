@@ -8,7 +8,7 @@ from __future__ import annotations
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import phase_words as PW
-from kohya_tuner.logparse.events import Event, Milestone, ModelFamily, Wrapper
+from kohya_tuner.logparse.events import Event, Milestone, ModelFamily, Processes, Wrapper
 
 
 class RecordNames:
@@ -19,6 +19,8 @@ class RecordNames:
     _family: str | None
     _family_strength: int
     _entry_family: str | None
+    _line_rank: int | None
+    _processes: int
 
     def _source_file(self, where: str, out: list[Event]) -> None:
         """Rich's right-hand column names the file that logged (`sdxl_train.py:761`): a name
@@ -78,3 +80,12 @@ class RecordNames:
                 out.append(ModelFamily(family=name, strength=strength, line=s))
             elif name == self._family and strength < self._family_strength:
                 self._family_strength = strength
+
+    def _note_rank(self, line: str, out: list[Event]) -> None:
+        """A `[rank1]:` prefix (torchrun's per-rank output) means a multi-GPU run."""
+        m = P.RANK_PREFIX_RE.match(line)
+        self._line_rank = int(m.group(1)) if m else None
+        if self._processes < 2:
+            if m and int(m.group(1)) >= 1:
+                self._processes = 2
+                out.append(Processes(count=2, line=line[:80]))

@@ -5,6 +5,8 @@ At most one of each at a time, each bounded, so that memory stays flat on any lo
 
 from __future__ import annotations
 
+import re
+
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
 
@@ -90,3 +92,20 @@ class _Traceback:
         self.lines += 1
         if len(self.frames) < _MAX_FRAMES:
             self.frames.append(line)
+
+
+# A Rich traceback box without its header still counts when it shows a frame ("file.py:12 in f").
+# Rich folds a long path: the function name ("in │ init_process_group") goes to the next row.
+BOX_FRAME_RE = re.compile(r"\.py:\d+ in(?: \w|\s*$)")
+
+
+def last_frame(tb: _Traceback) -> str:
+    """The frame a cut traceback ended in, for its message. In a Rich box the rows are source
+    lines ("│    79 │") as often as frames: take its last `file.py:N in func` row, never a
+    bare line number."""
+    rows = [f.strip() for f in tb.frames if f.strip() and f.strip()[0] != "^"]
+    if tb.boxed:
+        framed = [r for r in rows if BOX_FRAME_RE.search(r)]
+        if framed:
+            return framed[-1]
+    return next((r for r in reversed(rows) if any(c.isalpha() for c in r)), "")
