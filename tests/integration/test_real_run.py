@@ -8,9 +8,9 @@ says so), the final LoRA is where summary.json says, and no file an earlier atte
 was removed or written over (hashed at every launch).
 
 The scenarios start ahead of the tests that read them, two at a time where the machine has the
-cores and the memory (realtrainer_launch.Prelaunched, one pool for the session); each has its own folder and its own copy of
-the images (the trainer caches latents beside them), and its launches follow one another as `run`
-makes them.
+cores and the memory (realtrainer_launch.Prelaunched, one pool for the session); each has its own
+folder and its own copy of the images (the trainer caches latents beside them), and its launches
+follow one another as `run` makes them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import pytest
