@@ -14,6 +14,7 @@ import os
 
 import pytest
 from harness import SCENARIOS
+from realtrainer_launch import Prelaunched, Queue, session_modules
 
 VARS = ("KOHYA_TUNER_REAL_SDSCRIPTS", "KOHYA_TUNER_REAL_PYTHON", "KOHYA_TUNER_REAL_MODEL",
         "KOHYA_TUNER_REAL_TOKCACHE", "KOHYA_TUNER_REAL_DATA")
@@ -27,6 +28,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "realtrainer" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def prelaunched(request, tmp_path_factory):
+    """Every real launch the session's selected tests need, submitted at once to one Prelaunched
+    pool: each module's `prelaunch(queue, cases, tmp_path_factory)` submits its own, in test order,
+    and returns what its tests need to find them; module name -> (its Queue, that).
+
+    Modules whose jobs are whole scenarios (`LONG_JOBS`: several launches each, minutes) submit
+    first, so the session does not end on one of them running alone while the other worker idles;
+    the tests still run, and report, in their own order."""
+    pool, made = Prelaunched(), {}
+    modules = session_modules(request.session)
+    try:
+        for module in sorted(modules, key=lambda m: not getattr(m, "LONG_JOBS", False)):
+            cases = modules[module]
+            queue = Queue(pool, module.__name__)
+            made[module.__name__] = (queue, module.prelaunch(queue, cases, tmp_path_factory))
+        yield made
+    finally:
+        pool.close()
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -232,6 +232,19 @@ def cli(run: Run, args: list[str], timeout: float = 900) -> subprocess.Completed
     return res
 
 
+def cli_steps(run: Run, steps: list[list[str]]):
+    """A Prelaunched job: `cli` with each argument list in turn, stopping after the first that
+    fails; returns their results (the trainer's threads are what `run --cpu` gives accelerate)."""
+    def job(extra_env=None) -> list[subprocess.CompletedProcess]:
+        results = []
+        for args in steps:
+            results.append(cli(run, args))
+            if results[-1].returncode != 0:
+                break
+        return results
+    return job
+
+
 def explain(res: subprocess.CompletedProcess) -> str:
     return f"exit {res.returncode}\n--- stdout ---\n{res.stdout[-6000:]}\n--- stderr ---\n{res.stderr[-4000:]}"
 

@@ -16,6 +16,7 @@ import os
 import shutil
 import struct
 import subprocess
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,8 +146,9 @@ def launch(cfg: Path, timeout: int = 420, script: str = "train_network.py",
 
 # Peak RSS of one launch with the CLI around it, GiB, as measured on the harness at 64 px: SD 1.5 6.3
 # (test_accepted_real), the random SDXL 11.3 (test_real_sdxl), the random FLUX.1 with its fp8 T5-XXL
-# 11.1 (test_real_flux); the FLUX stand-in stops before any weight is read.
-PEAK_GIB = {"sd15": 6.5, "sdxl": 11.5, "flux": 11.5, "standin": 2.0}
+# 11.1 (test_real_flux), SD 1.5 on two CPU ranks 10.8 (test_real_ranks); the FLUX stand-in stops before
+# any weight is read.
+PEAK_GIB = {"sd15": 6.5, "sdxl": 11.5, "flux": 11.5, "sd15_two_ranks": 11.0, "standin": 2.0}
 
 
 def workers() -> int:
@@ -162,61 +164,108 @@ def workers() -> int:
 
 
 class Prelaunched:
-    """Launches started ahead of the tests that read them, `workers()` at a time, in submission order,
-    and only as many at once as the free memory holds (each job names its peak GiB; one runs alone
-    whatever its size).
+    """Launches started ahead of the tests that read them, `workers()` at a time, and only as many at
+    once as the free memory holds (each job names its peak GiB; one runs alone whatever its size). A
+    free worker takes the first job, in submission order, that fits beside the ones running: a large
+    job that must wait for room does not hold back the small ones behind it.
 
-    A parametrized test submits every case on its first call and then waits only for its own, so the
-    suite's order and per-test reports are unchanged while the trainer runs in parallel."""
+    The session has one (conftest's `prelaunched`): the first test that needs the trainer submits
+    every module's launches and each test then waits only for its own, so the suite's order and
+    per-test reports are unchanged while the trainer runs two jobs at a time across module
+    boundaries."""
 
     def __init__(self) -> None:
         import threading
-        from concurrent.futures import ThreadPoolExecutor
 
         import psutil
 
         self.n = workers()
-        self._pool = ThreadPoolExecutor(max_workers=self.n, thread_name_prefix="realtrainer")
-        self._jobs: dict[str, object] = {}
+        self._jobs: dict[object, Future] = {}
+        self._waiting: list[tuple[Future, float, object, tuple, dict]] = []
         self._room = threading.Condition()
         self._held = 0.0
         self._running = 0
+        self._closed = False
         self._budget = psutil.virtual_memory().available / 2**30 - 2.0
+        self._workers = [threading.Thread(target=self._work, name=f"realtrainer-{i}", daemon=True)
+                         for i in range(self.n)]
+        for t in self._workers:
+            t.start()
 
-    def _admitted(self, gib: float, fn, args, kwargs):
-        with self._room:
-            self._room.wait_for(lambda: self._running == 0 or self._held + gib <= self._budget)
-            self._held += gib
-            self._running += 1
-            # torch's threads: the cores shared among the launches running now (a launch that runs
-            # alone, as a large one often must, gets them all).
-            threads = max(1, (os.cpu_count() or 1) // self._running)
-        env = {**(kwargs.pop("extra_env", None) or {}), "OMP_NUM_THREADS": str(threads)}
-        try:
-            return fn(*args, extra_env=env, **kwargs)
-        finally:
+    def _fits(self, gib: float) -> bool:
+        return self._running == 0 or self._held + gib <= self._budget
+
+    def _work(self) -> None:
+        while True:
             with self._room:
-                self._held -= gib
-                self._running -= 1
+                self._room.wait_for(lambda: self._closed or any(self._fits(j[1]) for j in self._waiting))
+                job = next((j for j in self._waiting if self._fits(j[1])), None)
+                if job is None:  # closed, and nothing left that may start
+                    return
+                self._waiting.remove(job)
+                future, gib, fn, args, kwargs = job
+                self._held += gib
+                self._running += 1
+                # torch's threads: the cores shared among the launches running now (a launch that runs
+                # alone, as a large one often must, gets them all).
+                threads = max(1, (os.cpu_count() or 1) // self._running)
+            env = {**(kwargs.pop("extra_env", None) or {}), "OMP_NUM_THREADS": str(threads)}
+            try:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn(*args, extra_env=env, **kwargs))
+                    except BaseException as exc:  # the test that reads it raises it
+                        future.set_exception(exc)
+            finally:
+                with self._room:
+                    self._held -= gib
+                    self._running -= 1
+                    self._room.notify_all()
+
+    def submit(self, key, gib: float, fn, *args, **kwargs) -> None:
+        if key not in self._jobs:
+            self._jobs[key] = future = Future()
+            with self._room:
+                self._waiting.append((future, gib, fn, args, kwargs))
                 self._room.notify_all()
 
-    def submit(self, key: str, gib: float, fn, *args, **kwargs) -> None:
-        if key not in self._jobs:
-            self._jobs[key] = self._pool.submit(self._admitted, gib, fn, args, kwargs)
-
-    def result(self, key: str) -> subprocess.CompletedProcess:
+    def result(self, key) -> subprocess.CompletedProcess:
         return self._jobs[key].result()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Drops the jobs not started and waits for the running ones."""
+        with self._room:
+            for future, *_ in self._waiting:
+                future.cancel()
+            self._waiting.clear()
+            self._closed = True
+            self._room.notify_all()
+        for t in self._workers:
+            t.join()
 
 
-def session_cases(request) -> list[tuple[str, Path | None]]:
-    """(test function, its `path` parameter or None) for each test of request's module that this
-    session runs, in order, so a module's prelaunch fixture starts only what `-k` selects."""
-    cases = []
-    for item in request.session.items:
-        if getattr(item, "module", None) is request.module:
-            params = getattr(getattr(item, "callspec", None), "params", {})
-            cases.append((getattr(item, "originalname", item.name), params.get("path")))
-    return cases
+class Queue:
+    """One module's view of the session's Prelaunched pool: its keys cannot meet another module's."""
+
+    def __init__(self, pool: Prelaunched, module: str) -> None:
+        self._pool, self._module = pool, module
+
+    def submit(self, key, gib: float, fn, *args, **kwargs) -> None:
+        self._pool.submit((self._module, key), gib, fn, *args, **kwargs)
+
+    def result(self, key):
+        return self._pool.result((self._module, key))
+
+
+def session_modules(session) -> dict[object, list[tuple[str, Path | None]]]:
+    """For each module of the session's selected tests, in order, that defines `prelaunch`: (test
+    function, its `path` parameter or None) for each of its tests, in order, so a module starts
+    only what `-k` selects."""
+    out: dict[object, list[tuple[str, Path | None]]] = {}
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is None or not hasattr(module, "prelaunch"):
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        out.setdefault(module, []).append((getattr(item, "originalname", item.name), params.get("path")))
+    return out

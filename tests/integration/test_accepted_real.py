@@ -9,7 +9,9 @@ under the output folder; `# lora has:` (a tensor name part) and `# lora rank:` a
 the LoRA file. A false refusal (check exit 2 on a config that trains) fails here.
 
 The launches need the KOHYA_TUNER_REAL_* variables of ../shared/realtrainer/README.md (marker
-`realtrainer`, skipped without them by conftest); they run one after another, each in its own folder.
+`realtrainer`, skipped without them by conftest); they start ahead of the tests that read them, two
+at a time where the machine has the cores and the memory (realtrainer_launch.Prelaunched, one pool for
+the session), each in its own folder.
 
 The TOMLs in `sdxl/` and `flux/` are for sdxl_train_network.py and flux_train_network.py on their
 random-weight models (tools/realmodels/; skipped while the family's variables are unset), checked
@@ -32,14 +34,12 @@ from realtrainer_launch import (
     FAMILIES,
     INJECT,
     PEAK_GIB,
-    Prelaunched,
     accelerate,
     family_missing,
     family_of,
     filled,
     launch,
     launch_argv,
-    session_cases,
     train_script,
 )
 
@@ -139,12 +139,11 @@ def test_check_passes_every_accepted_config_without_the_trainer(path, tmp_path):
     assert res.exit_code == 0 and data["ok"], f"false refusal of {path.name}: {data['problems']}"
 
 
-@pytest.fixture(scope="module")
-def launched(request, tmp_path_factory):
-    """Every real launch this session runs from this module, started at once (in test order) and run
-    as Prelaunched allows: config name -> its folder."""
-    pool, folders = Prelaunched(), {}
-    for test, path in session_cases(request):
+def prelaunch(pool, cases, tmp_path_factory) -> dict[str, Path]:
+    """Submits every real launch this session runs from this module (conftest's `prelaunched`, in
+    test order): config name -> its folder."""
+    folders = {}
+    for test, path in cases:
         if test == "test_check_passes_what_the_real_trainer_trains":
             folders[path.name] = folder = tmp_path_factory.mktemp(path.stem)
             cfg = filled(path, folder, "command.sh" if path.suffix == ".sh" else "config.toml")
@@ -157,8 +156,13 @@ def launched(request, tmp_path_factory):
             folders[key] = folder = tmp_path_factory.mktemp(path.stem)
             pool.submit(key, PEAK_GIB[family_of(path)], launch, filled(path, folder), timeout=600,
                         script=FAMILIES[family_of(path)].script)
-    yield pool, folders
-    pool.close()
+    return folders
+
+
+@pytest.fixture(scope="module")
+def launched(prelaunched):
+    """(the queue the launches run in, config name -> its folder)."""
+    return prelaunched[__name__]
 
 
 @pytest.mark.realtrainer

@@ -15,7 +15,7 @@ runs on the random-weight FLUX.1, skipped without it).
 
 Runs only with the KOHYA_TUNER_REAL_* variables of ../shared/realtrainer/README.md set;
 the launches start ahead of the tests that read them, two at a time where the machine has the cores
-and the memory (realtrainer_launch.Prelaunched), each in its own folder.
+and the memory (realtrainer_launch.Prelaunched, one pool for the session), each in its own folder.
 """
 
 from __future__ import annotations
@@ -29,13 +29,11 @@ from realtrainer_launch import (
     FAMILIES,
     INJECT,
     PEAK_GIB,
-    Prelaunched,
     configured,
     family_missing,
     family_of,
     filled,
     launch,
-    session_cases,
 )
 
 from tests.clihelp import invoke
@@ -61,12 +59,11 @@ def _late(path: Path) -> bool:
     return bool(re.search(r"^# needs: model$", path.read_text(), re.M))
 
 
-@pytest.fixture(scope="module")
-def launched(request, tmp_path_factory):
-    """Every launch this session runs from this module, started at once (in test order) and run as
-    Prelaunched allows: (test, config name) -> its folder; a test reads its result by the same key."""
-    pool, folders = Prelaunched(), {}
-    for test, path in session_cases(request):
+def prelaunch(pool, cases, tmp_path_factory) -> dict[tuple[str, str], Path]:
+    """Submits every launch this session runs from this module (conftest's `prelaunched`, in test
+    order): (test, config name) -> its folder; a test reads its result by the same key."""
+    folders = {}
+    for test, path in cases:
         script, gib, standin = "train_network.py", PEAK_GIB["sd15"], False
         if test == "test_the_real_family_script_refuses_what_check_refuses":
             name = family_of(path)
@@ -82,8 +79,13 @@ def launched(request, tmp_path_factory):
         key = (test, path.name)
         folders[key] = folder = tmp_path_factory.mktemp(path.stem)
         pool.submit(key, gib, launch, filled(path, folder, standin=standin), timeout=900, script=script)
-    yield pool, folders
-    pool.close()
+    return folders
+
+
+@pytest.fixture(scope="module")
+def launched(prelaunched):
+    """(the queue the launches run in, (test, config name) -> its folder)."""
+    return prelaunched[__name__]
 
 
 @pytest.mark.parametrize("path", REFUSED, ids=lambda p: header(p, "rule"))

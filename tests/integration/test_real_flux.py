@@ -33,36 +33,36 @@ from harness import (
     SMALL_OOM_12GB,
     Real,
     check_accounting,
-    cli,
+    cli_steps,
     explain,
     image_folder,
     lora_metadata,
     new_run,
     run_args,
 )
+from realtrainer_launch import PEAK_GIB
 
 pytestmark = pytest.mark.realtrainer
+# Its jobs are whole scenarios, several launches each: conftest submits them first.
+LONG_JOBS = True
 
 FLUX_VARS = ("KOHYA_TUNER_REAL_FLUX_MODEL", "KOHYA_TUNER_REAL_FLUX_CLIP_L", "KOHYA_TUNER_REAL_FLUX_T5XXL",
              "KOHYA_TUNER_REAL_FLUX_AE", "KOHYA_TUNER_REAL_FLUX_TOKCACHE")
 HARNESS = ("t5xxl_max_token_length=16", "disable_mmap_load_safetensors=true")
 
 
-@pytest.fixture(scope="module")
-def flux() -> dict[str, Path]:
-    missing = [v for v in FLUX_VARS if not os.environ.get(v)]
-    if missing:
-        pytest.skip(f"no random-weight FLUX.1 ({', '.join(missing)} unset): build it with "
-                    "tools/realmodels/build_flux_random.py (.ci/run does) and export what it prints")
-    return {v.rsplit("_FLUX_", 1)[1].lower(): Path(os.environ[v]) for v in FLUX_VARS}
+def _flux_missing() -> list[str]:
+    return [v for v in FLUX_VARS if not os.environ.get(v)]
 
 
-@pytest.fixture(scope="module")
-def real() -> Real:
-    return Real.from_env()
-
-
-def test_flux_config_check_run_oom_resume(real, flux, tmp_path):
+def prelaunch(pool, cases, tmp_path_factory) -> dict[str, tuple]:
+    """Submits the scenario's CLI calls as one job (conftest's `prelaunched`) unless the model is
+    missing: "flux" -> (its Run, the folder `config` writes, the planned steps)."""
+    if not cases or _flux_missing():
+        return {}
+    real = Real.from_env()
+    flux = {v.rsplit("_FLUX_", 1)[1].lower(): Path(os.environ[v]) for v in FLUX_VARS}
+    tmp_path = tmp_path_factory.mktemp("flux_config_check_run")
     data = image_folder(real, tmp_path / "img", 4)
     run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=2, SDS_INJECT_ONCE_MARKER=tmp_path / "once",
                   SDS_INJECT_OOM_MESSAGE=SMALL_OOM_12GB)
@@ -71,27 +71,51 @@ def test_flux_config_check_run_oom_resume(real, flux, tmp_path):
     common = ["--set", f"tokenizer_cache_dir={flux['tokcache']}", "--set", "save_every_n_steps=1"]
     for s in HARNESS:
         common += ["--set", s]
-
-    # 1. config: what a user gets for FLUX.1 dev on a 12 GB card.
     cfg = tmp_path / "cfg"
-    res = cli(run, ["config", "--model", "flux", "--job", "character", "--gpu", "12", "--out", str(cfg),
-                    "--base", str(flux["model"]), *files, "--data", str(data), "--steps", str(planned), *common,
-                    *[a for s in CPU_SETS if not s.startswith("mixed_precision=") for a in ("--set", s)]])
+    steps = [
+        # 1. config: what a user gets for FLUX.1 dev on a 12 GB card.
+        ["config", "--model", "flux", "--job", "character", "--gpu", "12", "--out", str(cfg),
+         "--base", str(flux["model"]), *files, "--data", str(data), "--steps", str(planned), *common,
+         *[a for s in CPU_SETS if not s.startswith("mixed_precision=") for a in ("--set", s)]],
+        # 2. check: the pinned flux_train_network.py would start it (with the dataset file launch.sh passes).
+        ["check", str(cfg / "config.toml"), "--dataset-config", str(cfg / "dataset.toml"), "--json"],
+        # 3. run: the same plan under supervision, an OOM at the 2nd backward, then the resume.
+        run_args(run, real, data, steps=planned, gpu="12", model="flux", base=flux["model"],
+                 tokcache=flux["tokcache"], drop=("mixed_precision=no",), extra=(*files, *common)),
+    ]
+    pool.submit("flux", PEAK_GIB["flux"], cli_steps(run, steps))
+    return {"flux": (run, cfg, planned)}
+
+
+@pytest.fixture(scope="module")
+def launched(prelaunched):
+    if _flux_missing():
+        pytest.skip(f"no random-weight FLUX.1 ({', '.join(_flux_missing())} unset): build it with "
+                    "tools/realmodels/build_flux_random.py (.ci/run does) and export what it prints")
+    return prelaunched[__name__]
+
+
+def test_flux_config_check_run_oom_resume(launched):
+    pool, made = launched
+    run, cfg, planned = made["flux"]
+    results = pool.result("flux")
+
+    # 1. config
+    res = results[0]
     assert res.returncode == 0, explain(res)
     written = (cfg / "config.toml").read_text(encoding="utf-8")
     for line in ("cache_text_encoder_outputs = true", "network_train_unet_only = true", "fp8_base = true",
                  'network_module = "networks.lora_flux"', 'resolution = "64,64"'):
         assert line in written, line
 
-    # 2. check: the pinned flux_train_network.py would start it (with the dataset file launch.sh passes).
-    res = cli(run, ["check", str(cfg / "config.toml"), "--dataset-config", str(cfg / "dataset.toml"), "--json"])
+    # 2. check
+    res = results[1]
     assert res.returncode == 0, explain(res)
     verdict = json.loads(res.stdout)
     assert verdict["ok"] and verdict["script"] == "flux_train_network.py", verdict
 
-    # 3. run: the same plan under supervision, an OOM at the 2nd backward, then the resume.
-    res = cli(run, run_args(run, real, data, steps=planned, gpu="12", model="flux", base=flux["model"],
-                            tokcache=flux["tokcache"], drop=("mixed_precision=no",), extra=(*files, *common)))
+    # 3. run
+    res = results[2]
     assert res.returncode == 0, explain(res)
     # What the CPU cannot run is switched, and said: fp16 runs as bf16, fp8 weights and block swap are left out.
     said = res.stdout

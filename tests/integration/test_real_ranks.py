@@ -13,15 +13,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import SCENARIOS, Real, cli, explain, image_folder, lora_metadata, new_run, run_args
+from harness import SCENARIOS, Real, cli_steps, explain, image_folder, lora_metadata, new_run, run_args
+from realtrainer_launch import PEAK_GIB
 from test_real_run import SMALL_OOM
 
 pytestmark = pytest.mark.realtrainer
-
-
-@pytest.fixture(scope="module")
-def real() -> Real:
-    return Real.from_env()
+# Its jobs are whole scenarios, several launches each: conftest submits them first.
+LONG_JOBS = True
 
 
 def _backward_per_process(run) -> dict[int, Counter]:
@@ -33,15 +31,36 @@ def _backward_per_process(run) -> dict[int, Counter]:
     return out
 
 
-def test_two_cpu_ranks_one_ranks_oom_resumes_on_both_and_counts_steps_once(real, tmp_path):
-    """8 images, batch 1 on each of 2 ranks: 4 optimizer steps an epoch, each of 2 images.
-    Rank 1 runs out of memory at its 2nd backward, after the step-1 state."""
+PLANNED = 3
+
+
+def prelaunch(pool, cases, tmp_path_factory) -> dict[str, object]:
+    """Submits the scenario (conftest's `prelaunched`): "ranks" -> its Run."""
+    if not cases:
+        return {}
+    real = Real.from_env()
+    tmp_path = tmp_path_factory.mktemp("two_cpu_ranks")
     data = image_folder(real, tmp_path / "img", 8)
     run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=2, SDS_INJECT_RANK=1,
                   SDS_INJECT_ONCE_MARKER=tmp_path / "once", SDS_INJECT_OOM_MESSAGE=SMALL_OOM, SDS_CPU_DDP_SHIM=1)
-    planned = 3
-    res = cli(run, run_args(run, real, data, steps=planned, extra=("--gpus", "0,1", "--set", "train_batch_size=1",
-                                                                   "--set", "save_every_n_steps=1")))
+    pool.submit("ranks", PEAK_GIB["sd15_two_ranks"], cli_steps(run, [
+        run_args(run, real, data, steps=PLANNED, extra=("--gpus", "0,1", "--set", "train_batch_size=1",
+                                                        "--set", "save_every_n_steps=1"))]))
+    return {"ranks": run}
+
+
+@pytest.fixture(scope="module")
+def launched(prelaunched):
+    return prelaunched[__name__]
+
+
+def test_two_cpu_ranks_one_ranks_oom_resumes_on_both_and_counts_steps_once(launched):
+    """8 images, batch 1 on each of 2 ranks: 4 optimizer steps an epoch, each of 2 images.
+    Rank 1 runs out of memory at its 2nd backward, after the step-1 state."""
+    pool, made = launched
+    run = made["ranks"]
+    planned = PLANNED
+    (res,) = pool.result("ranks")
     assert res.returncode == 0, explain(res)
     attempts = run.attempts()
     assert [a["outcome"] for a in attempts] == ["oom", "success"], attempts

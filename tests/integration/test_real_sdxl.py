@@ -25,32 +25,25 @@ from harness import (
     SMALL_OOM_12GB,
     Real,
     check_accounting,
-    cli,
+    cli_steps,
     explain,
     image_folder,
     lora_metadata,
     new_run,
     run_args,
 )
+from realtrainer_launch import PEAK_GIB
 
 pytestmark = pytest.mark.realtrainer
+# Its jobs are whole scenarios, several launches each: conftest submits them first.
+LONG_JOBS = True
 
 SDXL_VARS = ("KOHYA_TUNER_REAL_SDXL_MODEL", "KOHYA_TUNER_REAL_SDXL_TOKCACHE")
 PRECISION = ("mixed_precision=bf16", "full_bf16=true")
 
 
-@pytest.fixture(scope="module")
-def sdxl() -> tuple[Path, Path]:
-    missing = [v for v in SDXL_VARS if not os.environ.get(v)]
-    if missing:
-        pytest.skip(f"no random-weight SDXL ({', '.join(missing)} unset): build it with "
-                    "tools/realmodels/build_sdxl_random.py (.ci/run does) and export what it prints")
-    return Path(os.environ[SDXL_VARS[0]]), Path(os.environ[SDXL_VARS[1]])
-
-
-@pytest.fixture(scope="module")
-def real() -> Real:
-    return Real.from_env()
+def _sdxl_missing() -> list[str]:
+    return [v for v in SDXL_VARS if not os.environ.get(v)]
 
 
 def _sets() -> list[str]:
@@ -60,33 +53,63 @@ def _sets() -> list[str]:
     return out
 
 
-def test_sdxl_config_check_run_oom_resume(real, sdxl, tmp_path):
-    model, tokcache = sdxl
+def prelaunch(pool, cases, tmp_path_factory) -> dict[str, tuple]:
+    """Submits the scenario's CLI calls as one job (conftest's `prelaunched`) unless the model is
+    missing: "sdxl" -> (its Run, the folder `config` writes, the planned steps)."""
+    if not cases or _sdxl_missing():
+        return {}
+    real = Real.from_env()
+    model, tokcache = Path(os.environ[SDXL_VARS[0]]), Path(os.environ[SDXL_VARS[1]])
+    tmp_path = tmp_path_factory.mktemp("sdxl_config_check_run")
     data = image_folder(real, tmp_path / "img", 4)
     run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=2, SDS_INJECT_ONCE_MARKER=tmp_path / "once",
                   SDS_INJECT_OOM_MESSAGE=SMALL_OOM_12GB)
     planned = 3
     common = ["--set", f"tokenizer_cache_dir={tokcache}", "--set", "save_every_n_steps=1", *_sets()]
-
-    # 1. config: what a user gets for SDXL on a 12 GB card.
     cfg = tmp_path / "cfg"
-    res = cli(run, ["config", "--model", "sdxl", "--job", "character", "--gpu", "12", "--out", str(cfg),
-                    "--base", str(model), "--data", str(data), "--steps", str(planned), *common])
+    steps = [
+        # 1. config: what a user gets for SDXL on a 12 GB card.
+        ["config", "--model", "sdxl", "--job", "character", "--gpu", "12", "--out", str(cfg),
+         "--base", str(model), "--data", str(data), "--steps", str(planned), *common],
+        # 2. check: the pinned sdxl_train_network.py would start it (with the dataset file launch.sh passes).
+        ["check", str(cfg / "config.toml"), "--dataset-config", str(cfg / "dataset.toml"), "--json"],
+        # 3. run: the same plan under supervision, an OOM at the 2nd backward, then the resume.
+        run_args(run, real, data, steps=planned, gpu="12", model="sdxl", base=model, tokcache=tokcache,
+                 drop=CPU_SETS, extra=tuple(common)),
+    ]
+    pool.submit("sdxl", PEAK_GIB["sdxl"], cli_steps(run, steps))
+    return {"sdxl": (run, cfg, planned)}
+
+
+@pytest.fixture(scope="module")
+def launched(prelaunched):
+    if _sdxl_missing():
+        pytest.skip(f"no random-weight SDXL ({', '.join(_sdxl_missing())} unset): build it with "
+                    "tools/realmodels/build_sdxl_random.py (.ci/run does) and export what it prints")
+    return prelaunched[__name__]
+
+
+def test_sdxl_config_check_run_oom_resume(launched):
+    pool, made = launched
+    run, cfg, planned = made["sdxl"]
+    results = pool.result("sdxl")
+
+    # 1. config
+    res = results[0]
     assert res.returncode == 0, explain(res)
     written = (cfg / "config.toml").read_text(encoding="utf-8")
     for line in ("cache_text_encoder_outputs = true", "network_train_unet_only = true",
                  "full_bf16 = true", 'resolution = "64,64"'):
         assert line in written, line
 
-    # 2. check: the pinned sdxl_train_network.py would start it (with the dataset file launch.sh passes).
-    res = cli(run, ["check", str(cfg / "config.toml"), "--dataset-config", str(cfg / "dataset.toml"), "--json"])
+    # 2. check
+    res = results[1]
     assert res.returncode == 0, explain(res)
     verdict = json.loads(res.stdout)
     assert verdict["ok"] and verdict["script"] == "sdxl_train_network.py", verdict
 
-    # 3. run: the same plan under supervision, an OOM at the 2nd backward, then the resume.
-    res = cli(run, run_args(run, real, data, steps=planned, gpu="12", model="sdxl", base=model, tokcache=tokcache,
-                            drop=CPU_SETS, extra=tuple(common)))
+    # 3. run
+    res = results[2]
     assert res.returncode == 0, explain(res)
     attempts = run.attempts()
     assert [a["outcome"] for a in attempts] == ["oom", "success"], attempts
