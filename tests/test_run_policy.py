@@ -45,6 +45,8 @@ class FakeLadder:
                 continue
             if require_resume_safe and not m.resume_safe:
                 continue
+            if kw.get("never_keep") and {c[0] for c in m.changes} & set(kw.get("keep", ())):
+                continue
             return m
         return None
 
@@ -464,6 +466,25 @@ def test_a_restart_comes_before_a_change_to_a_key_the_user_set():
     mine = decide(oom(tried=0.04, free=0.02), cfg, SD15, replace(s, user_keys=frozenset()), facts(end_step=2),
                   next_step=real_ladder.next_step)
     assert "mixed_precision" in {c.key for c in mine.changes}
+
+
+def test_a_shortfall_within_the_estimates_error_keeps_the_saved_state_instead_of_restarting():
+    # The resume-safe move that covers it all is the user's precision; the one that leaves their keys
+    # alone saves 0.1 GiB of a 0.2 GiB shortfall; the rest is a rank cut, which restarts.
+    moves = [FakeStep("rank_half", [("network_dim", 16, 8)], resume_safe=False, saved_gib=0.5),
+             FakeStep("precision", [("mixed_precision", "no", "bf16")], saved_gib=0.5),
+             FakeStep("batch_to_accumulation", [("train_batch_size", 4, 2)], saved_gib=0.1)]
+    s = state(newest_state=StateRecord("/o/lora-step00000030-state", 30, 1),
+              user_keys=frozenset({"mixed_precision"}))
+    near = decide(oom(tried=0.3, free=0.1), PLAN, SD15, s, facts(end_step=30), next_step=FakeLadder(moves))
+    assert near.move == "batch_to_accumulation" and near.resume_from == "/o/lora-step00000030-state"
+    assert "keeps the saved state" in near.note and "within the estimate's error" in near.note
+    # Short by more than the estimate's error: the move that covers it, though it restarts.
+    far = decide(oom(tried=2.0, free=0.5), PLAN, SD15, s, facts(end_step=30), next_step=FakeLadder(moves))
+    assert far.move == "rank_half" and far.resume_from is None
+    # Without a figure for the shortfall nothing can be judged near: the covering move.
+    bare = SimpleNamespace(outcome="oom", phase="training", oom=None, error=None, advice=[])
+    assert decide(bare, PLAN, SD15, s, facts(end_step=30), next_step=FakeLadder(moves)).move == "rank_half"
 
 
 # ---- continuing through moves the saved state cannot follow ----------------------------------

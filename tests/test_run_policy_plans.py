@@ -29,11 +29,6 @@ def _images(dest: Path, count: int) -> Path:
     return dest
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open defect (issue 19): for a 20 MiB deficit on the 64-px plan of the 10 GB preset the estimator says "
-    "batch_to_accumulation alone saves less than the deficit (12 MiB); the resume-safe way to cover the rest "
-    "changes mixed_precision, which the user set, so the ladder takes batch_to_accumulation+network_dim, "
-    "which cannot resume, and the run restarts from step 0 instead of resuming from the step-4 state"))
 def test_a_tiny_deficit_on_the_10gb_preset_with_accumulation_resumes_from_the_saved_state(tmp_path):
     """The plan of test_real_run's accumulation scenario (batch 2 x accumulation 2 from the 10 GB
     preset, --no-fit, the CPU harness's settings, the text encoder left out), out of memory 20 MiB

@@ -127,7 +127,7 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
               require_resume_safe: bool = False, history: list | None = None, gpu_name: str | None = None,
               bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
               keep: Iterable[str] = frozenset(), one_at_a_time: bool = False,
-              only: Iterable[str] | None = None) -> Step | None:
+              only: Iterable[str] | None = None, never_keep: bool = False) -> Step | None:
     """The next move for a run that ran out of memory in `phase`, or None at the floor.
 
     Only moves listed for that phase are considered; moves in `tried` and, with
@@ -137,7 +137,8 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
     change. `one_at_a_time` never combines (the estimate has already been wrong once).
     A move that changes a key in `keep` (the user's own settings) is taken only when no other
     move is left, and the Step's note says so. `only`: consider these moves alone (a phase
-    rule's next move)."""
+    rule's next move). `never_keep`: moves that change a key in `keep` are not taken at all (the
+    step may then save less than `deficit_gib`)."""
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
     lad = ladder or load_ladder()
@@ -174,7 +175,7 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
                 cands.append(c)
         # The user's own keys only when nothing else is left.
         free = [c for c in cands if not _touches(c, keep)]
-        cands = free or cands
+        cands = free or ([] if never_keep else cands)
         if not cands:
             break
         c = _choose(cands, _phase_value(current, phase), target, phase, policy)

@@ -345,11 +345,21 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                          dataset=dataset, tried=set(state.tried), require_resume_safe=True, **extra)
         if step is not None and resume_unsafe(_step_changes(step)):
             step = None
+    near_note = None
     if step is None or _moves_yours(step, state.user_keys):
         # A move that restarts comes before a change to a key the user set.
         other = next_step(dict(config), family, phase=lphase, deficit_gib=need, policy=state.policy,
                           dataset=dataset, tried=set(state.tried), require_resume_safe=False, **extra)
-        if other is not None and (step is None or not _moves_yours(other, state.user_keys)):
+        near = _near_resume(config, family, lphase, need, state, next_step, dataset, extra) \
+            if resumable and (other is None or resume_unsafe(_step_changes(other))) else None
+        if near is not None:
+            # The shortfall is within the estimate's error of what the state-keeping moves save: a
+            # restart would throw the trained steps away on the strength of a few MiB of estimate.
+            step = near
+            near_note = (f"keeps the saved state: it saves {_get(near, 'saved_gib'):.2f} GiB by the estimate against "
+                         f"{need:.2f} GiB short, within the estimate's error ({REPEAT_MARGIN_GIB:g} GiB), while the "
+                         "move that covers it all cannot resume; if it runs out again, the next move follows")
+        elif other is not None and (step is None or not _moves_yours(other, state.user_keys)):
             step = other
     if step is None:
         return Stop(f"out of memory{where} {_when(facts.end_step)}, and the memory ladder has no cheaper setting "
@@ -363,7 +373,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     gain = f", which saves about {saved:.2f} GiB by the estimate" if isinstance(saved, (int, float)) and saved > 0 else ""
     reason = f"out of memory{where} {_when(facts.end_step)}{figures}: {what}{gain}"
     safe = bool(_get(step, "resume_safe")) and not resume_unsafe(changes)
-    why = _get(step, "note") or ""
+    why = _join(_get(step, "note") or None, near_note) or ""
     if again:
         why = why.replace("the estimate already said an earlier move would be enough",
                           f"the estimate said the last move would be enough, and it ran out of memory{where} again")
@@ -372,6 +382,22 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                                      "shortfall, since the memory kept growing after the estimate")
     return _retry(config, changes, str(_get(step, "move")), reason, state, resume_ok=safe,
                   target_batch=target_batch, dataset=dataset, end_step=facts.end_step, step_note=why or None)
+
+
+def _near_resume(config: Mapping[str, Any], family: Family, phase: str, need: float | None, state: RunState,
+                 next_step, dataset, extra: dict[str, Any]):
+    """The state-keeping step that leaves the user's keys alone, when it falls short of `need` by
+    less than REPEAT_MARGIN_GIB; None otherwise (or without a shortfall figure)."""
+    if need is None:
+        return None
+    near = next_step(dict(config), family, phase=phase, deficit_gib=need, policy=state.policy, dataset=dataset,
+                     tried=set(state.tried), require_resume_safe=True, never_keep=True, **extra)
+    if near is None or resume_unsafe(_step_changes(near)) or _moves_yours(near, state.user_keys):
+        return None
+    saved = _get(near, "saved_gib")
+    if not isinstance(saved, (int, float)) or saved <= 0 or need - saved >= REPEAT_MARGIN_GIB:
+        return None
+    return near
 
 
 # Why a phase rule's move answers the phase, for the attempt's reason.

@@ -26,7 +26,6 @@ import pytest
 from harness import SCENARIOS, Real, check_accounting, cli, explain, image_folder, new_run, run_args
 from realtrainer_launch import PEAK_GIB
 
-from tests.policyhelp import decision_after_oom
 
 pytestmark = pytest.mark.realtrainer
 # Its jobs are whole scenarios, several launches each: conftest submits them first.
@@ -202,16 +201,6 @@ def test_oom_while_sampling_continues_from_the_step_it_sampled_at(launched):
     assert summary["steps_redone"] == 0
 
 
-# The supervisor's decision for the accumulation scenario's OOM, as it stands: the ladder adds
-# network_dim to the batch move and the run restarts from step 0 (open, issue 19). Its pure-function
-# twin, tests/test_run_policy_plans.py, is a strict expected failure that says when this is fixed.
-ACCUMULATION_DEFECT = (
-    "open defect (issue 19): for a 20 MiB deficit on the 64-px harness plan the estimator says "
-    "batch_to_accumulation alone saves less than the deficit, so the ladder adds network_dim, which cannot "
-    "resume, and the run would restart from step 0 instead of resuming from the step-4 state (the decision, "
-    "taken on this plan's dry run, says so; the trainer is not launched for a known failure)")
-
-
 @starts("test_gradient_accumulation_past_an_epoch_boundary")
 def _accumulation(real, tmp_path):
     twelve = image_folder(real, tmp_path / "img", 12)
@@ -220,21 +209,7 @@ def _accumulation(real, tmp_path):
                   SDS_INJECT_ONCE_MARKER=tmp_path / "once", SDS_INJECT_OOM_MESSAGE=SMALL_OOM_10GB)
     args = run_args(run, real, twelve, steps=5, gpu="10", drop=("gradient_accumulation_steps=1",),
                     extra=("--no-fit", "--set", "network_train_unet_only=true"))
-
-    def job(extra_env=None):
-        # The same plan, dry run: what the supervisor answers SMALL_OOM_10GB (40 MiB asked, 20 free)
-        # after step 4 with that step's state saved. Launched only once that is a resume.
-        (tmp_path / "run-plan").mkdir()
-        plan = new_run(tmp_path / "run-plan", real)
-        dry = cli(plan, [*run_args(plan, real, twelve, steps=5, gpu="10", drop=("gradient_accumulation_steps=1",),
-                                   extra=("--no-fit", "--set", "network_train_unet_only=true")), "--dry-run"])
-        if dry.returncode != 0:
-            return dry
-        action, saved = decision_after_oom(plan.out, end_step=4, tried_mib=40, free_mib=20)
-        if getattr(action, "resume_from", None) != saved:
-            return ACCUMULATION_DEFECT
-        return cli(run, args)
-    return run, job
+    return run, _cli_job(run, args)
 
 
 def test_gradient_accumulation_past_an_epoch_boundary(launched):
@@ -246,8 +221,6 @@ def test_gradient_accumulation_past_an_epoch_boundary(launched):
     encoder is left out of training from the start, and the OOM is a 10 GB card's (the small one's
     7.75 GiB total makes the ladder shrink a 10 GB plan by more than one move)."""
     run, res, _ = scenario(launched, "test_gradient_accumulation_past_an_epoch_boundary")
-    if res == ACCUMULATION_DEFECT:
-        pytest.xfail(res)
     assert res.returncode == 0, explain(res)
     attempts = run.attempts()
     assert [a["outcome"] for a in attempts] == ["oom", "success"]
