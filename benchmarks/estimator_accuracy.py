@@ -126,14 +126,16 @@ def record_config(r: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
         return None, f"unknown figure kind {r.get('vram_kind')!r}", []
     family = FAMILIES[fam]
     a: list[str] = []
-    gui = gui_defaults(r, fam)
-    if gui:
-        r = dict(r)
-        for key, value in gui.items():
-            if r.get(key) is None:
-                r[key] = value
-                shown = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
-                a.append(f"{key.replace('_', ' ')}: {shown} (the kohya_ss GUI's default)")
+    r = dict(r)
+    # A setting the record's own source implies without naming it (its other figures from the same runs
+    # could not have happened otherwise): the record says which, and why, in `implied`.
+    filled = [(k, v["value"], f"implied by the source: {v['why']}") for k, v in (r.get("implied") or {}).items()]
+    filled += [(k, v, "the kohya_ss GUI's default") for k, v in gui_defaults(r, fam).items()]
+    for key, value, why in filled:
+        if r.get(key) is None:
+            r[key] = value
+            shown = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+            a.append(f"{key.replace('_', ' ')}: {shown} ({why})")
     c: dict[str, Any] = {"network_module": r.get("network_module") or family.network_module}
     if r.get("network_args"):
         c["network_args"] = list(r["network_args"])
@@ -247,7 +249,8 @@ def make_feasible(cfg: dict[str, Any], family, r: dict[str, Any], assumed: list[
     for key in FEASIBILITY_SAVERS:
         if estimate(cfg, family).fits(gb):
             break
-        if r.get(key) is None and key not in gui_defaults(r, family.name) and not cfg.get(key):
+        given = key in (r.get("implied") or {}) or key in gui_defaults(r, family.name)
+        if r.get(key) is None and not given and not cfg.get(key):
             cfg[key] = True
             assumed[:] = [x for x in assumed if not x.startswith(key.replace("_", " "))]
             assumed.append(f"{key.replace('_', ' ')}: on (off would not fit the {gb:g} GB card the figure "
