@@ -61,7 +61,7 @@ def activation_extra(s: Setup, net: Network, tokens_x_batch: float) -> tuple[flo
     network_activations: each module traced beside the LoRA at the same size), and a note when the
     module was not traced for this family."""
     if net.traced_as is None:
-        return 0.0, None
+        return _rank_extra(s, tokens_x_batch), None
     module, algo = net.traced_as
     lines = [ln for ln in coefficients().get("network_activations", {}).get("lines", [])
              if ln["network"] == module and ln["algo"] == algo and ln["ckpt"] == s.checkpointing]
@@ -75,3 +75,20 @@ def activation_extra(s: Setup, net: Network, tokens_x_batch: float) -> tuple[flo
     # between 512 and 768 px, and would turn negative far beyond); negative only where a trace was.
     floor = min([0.0] + [y for _x, y in line.get("points", [])])
     return max(extra, floor), None
+
+
+def _rank_extra(s: Setup, tokens_x_batch: float) -> float:
+    """What the family's own LoRA module keeps per rank above the rank its activation line was traced at
+    (memory_coefficients.json, lora_rank_activations: each wrapped layer saves its down-projection's output,
+    rank values per token, for backward); negative below it. 0 where the pair was not traced."""
+    if s.network_module != s.family.network_module:
+        return 0.0
+    spec = coefficients().get("lora_rank_activations") or {}
+    base = spec.get("activation_lines_rank")
+    line = next((ln for ln in spec.get("lines", []) if ln["arch"] == s.family.name and ln["ckpt"] == s.checkpointing),
+                None)
+    if line is None or not isinstance(base, int):
+        return 0.0
+    # fp32 training keeps them in fp32: twice the traced (autocast, 16-bit) size, as the activation lines.
+    width = 2.0 if s.mixed_precision == "no" else 1.0
+    return (s.rank - base) * line["mib_per_token_per_rank"] * tokens_x_batch / 1024.0 * width

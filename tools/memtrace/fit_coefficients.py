@@ -152,6 +152,7 @@ def fit_networks(rows: list[dict]) -> list[dict]:
     add to the LoRA traced beside them at the same size: a line in tokens x batch when two sizes were
     traced, a constant from one size."""
     base: dict[tuple, float] = {}
+    rows = [r for r in rows if not r.get("rank_sweep")]
     for row in rows:
         if row.get("network") == "lora":
             base[(row["arch"], row["precision"], bool(row["ckpt"]), row_tokens(row) * row["batch"])] = act_of(row)
@@ -180,6 +181,29 @@ def fit_networks(rows: list[dict]) -> list[dict]:
                     "mib_per_token": round(slope * 1024, 5), "intercept_gib": round(icpt, 4),
                     "points": [[x, round(y, 4)] for x, y, _s in pts], "source": ", ".join(s for *_xy, s in pts)})
     return out
+
+
+def fit_ranks(rows: list[dict]) -> dict:
+    """What each rank step of the family's own LoRA adds to the activations (rank_traces.py: the same size traced
+    at two ranks), per token per sample, and the rank the activation lines were traced at."""
+    pairs: dict[tuple, dict[int, tuple[float, str]]] = defaultdict(dict)
+    for row in rows:
+        if row.get("rank_sweep"):
+            key = (row["arch"], row["precision"], bool(row["ckpt"]), row_tokens(row) * row["batch"])
+            pairs[key][int(row["rank"])] = (act_of(row), row["_src"])
+    lines = []
+    for (arch, precision, ckpt, x), by_rank in sorted(pairs.items()):
+        if len(by_rank) < 2:
+            continue
+        lo, hi = min(by_rank), max(by_rank)
+        per_rank = (by_rank[hi][0] - by_rank[lo][0]) / (hi - lo)
+        lines.append({"arch": arch, "precision": precision, "ckpt": ckpt, "ranks": [lo, hi], "tokens": x,
+                      "mib_per_token_per_rank": round(per_rank * 1024 / x, 8),
+                      "source": f"{by_rank[lo][1]}, {by_rank[hi][1]}"})
+    # The rows the activation lines are fitted from (an allocator replay is a check, not one of them).
+    traced = sorted({int(r["rank"]) for r in rows if "network" not in r and r.get("mode", "lora") == "lora"
+                     and r.get("rank") and "allocator" not in r})
+    return {"lines": lines, "activation_lines_rank": traced[0] if len(traced) == 1 else traced}
 
 
 def fit_math_attention(rows: list[dict]) -> dict:
@@ -401,6 +425,13 @@ def build(paths: list[str], assumed_versions: dict, generated_by: str) -> dict:
                      "networks.oft. extra_gib = mib_per_token * tokens * batch / 1024 + intercept_gib; one traced size "
                      "gives a constant (where two were traced the extra hardly grows with the tokens)."),
             "lines": fit_networks(rows),
+        },
+        "lora_rank_activations": {
+            "note": ("What the family's own LoRA module adds to the activations per rank above the rank the "
+                     "activation lines were traced at (rank_traces.py: one size at two ranks; each layer keeps its "
+                     "down-projection's output for backward). extra_gib = (rank - activation_lines_rank) * "
+                     "mib_per_token_per_rank * tokens * batch / 1024."),
+            **fit_ranks(rows),
         },
     }
 
