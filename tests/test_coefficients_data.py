@@ -354,3 +354,22 @@ def test_conv_dim_extension(targets):
         conv = sum(n * (9 * fin + fout) for fin, fout, n, kind in ext["targets"] if kind == "conv3x3")
         assert conv == ext["params_per_conv_rank"]
         assert _params(ext["targets"]) == ext["params_per_rank"]
+
+
+def test_lora_rank_lines_grow_with_the_rank_and_reproduce_their_traces(coeffs):
+    # rank_traces.py: the same size at two ranks; the line is the difference per rank per token of the pair
+    spec = coeffs["lora_rank_activations"]
+    assert spec["activation_lines_rank"] == 16
+    rows = {}
+    for line in (Path(__file__).resolve().parents[1] / "tools" / "memtrace" / "results" /
+                 "sdscripts_ranks.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        rows[(r["arch"], bool(r["ckpt"]), int(r["rank"]))] = r["peak_minus_weights_GiB"]
+    seen = set()
+    for ln in spec["lines"]:
+        lo, hi = ln["ranks"]
+        diff = rows[(ln["arch"], ln["ckpt"], hi)] - rows[(ln["arch"], ln["ckpt"], lo)]
+        assert ln["mib_per_token_per_rank"] * (hi - lo) * ln["tokens"] / 1024 == pytest.approx(diff, abs=1e-6)
+        assert ln["mib_per_token_per_rank"] > 0
+        seen.add((ln["arch"], ln["ckpt"]))
+    assert ("sd15", False) in seen

@@ -1,6 +1,8 @@
 """Trace the family's own LoRA module at two ranks, same size, to see what the rank adds to the activations:
 a LoRA layer keeps its down-projection's output (rank values per token) for the up-projection's backward, so
-the saved tensors grow with the rank while the traced activation lines are at one rank. One JSON line per
+the saved tensors grow with the rank while the traced activation lines are at one rank. The LoRA's gradients
+are counted apart (--grads-apart): they grow with the rank too, but the estimate counts them on their own.
+One JSON line per
 trace in results/sdscripts_ranks.jsonl (run_trace.py's rows plus `network: "lora"` and `rank_sweep: true`);
 fit_coefficients.py turns each pair into the estimator's `lora_rank_activations`.
 
@@ -22,7 +24,7 @@ PAIRS = [("sd15", 512, False, (8, 64)), ("sd15", 512, True, (8, 64)), ("sdxl", 1
 
 def run(arch: str, res: int, ckpt: bool, rank: int, checkout: str) -> dict:
     cmd = [sys.executable, os.path.join(HERE, "run_trace.py"), "--arch", arch, "--impl", "sd-scripts", "--sdscripts",
-           checkout, "--res", str(res), "--batch", "1", "--rank", str(rank)] + (["--ckpt"] if ckpt else [])
+           checkout, "--res", str(res), "--batch", "1", "--rank", str(rank), "--grads-apart"] + (["--ckpt"] if ckpt else [])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode or not lines:
