@@ -74,14 +74,15 @@ def activation_extra(s: Setup, net: Network, tokens_x_batch: float) -> tuple[flo
     # A line through two sizes is not carried below what was traced (with checkpointing the extra shrinks
     # between 512 and 768 px, and would turn negative far beyond); negative only where a trace was.
     floor = min([0.0] + [y for _x, y in line.get("points", [])])
-    return max(extra, floor), None
+    # The extra was traced beside the family's LoRA at line["lora_rank"]: it sits on that LoRA's activations.
+    return max(extra, floor) + _rank_extra(s, tokens_x_batch, rank=line.get("lora_rank")), None
 
 
-def _rank_extra(s: Setup, tokens_x_batch: float) -> float:
+def _rank_extra(s: Setup, tokens_x_batch: float, rank: int | None = None) -> float:
     """What the family's own LoRA module keeps per rank above the rank its activation line was traced at
     (memory_coefficients.json, lora_rank_activations: each wrapped layer saves its down-projection's output,
     rank values per token, for backward); negative below it. 0 where the pair was not traced."""
-    if s.network_module != s.family.network_module:
+    if rank is None and s.network_module != s.family.network_module:
         return 0.0
     spec = coefficients().get("lora_rank_activations") or {}
     base = spec.get("activation_lines_rank")
@@ -91,4 +92,5 @@ def _rank_extra(s: Setup, tokens_x_batch: float) -> float:
         return 0.0
     # fp32 training keeps them in fp32: twice the traced (autocast, 16-bit) size, as the activation lines.
     width = 2.0 if s.mixed_precision == "no" else 1.0
-    return (s.rank - base) * line["mib_per_token_per_rank"] * tokens_x_batch / 1024.0 * width
+    steps = (s.rank if rank is None else rank) - base
+    return steps * line["mib_per_token_per_rank"] * tokens_x_batch / 1024.0 * width

@@ -152,10 +152,12 @@ def fit_networks(rows: list[dict]) -> list[dict]:
     add to the LoRA traced beside them at the same size: a line in tokens x batch when two sizes were
     traced, a constant from one size."""
     base: dict[tuple, float] = {}
+    base_rank: dict[tuple, int] = {}
     rows = [r for r in rows if not r.get("rank_sweep")]
     for row in rows:
         if row.get("network") == "lora":
             base[(row["arch"], row["precision"], bool(row["ckpt"]), row_tokens(row) * row["batch"])] = act_of(row)
+            base_rank[(row["arch"], row["precision"], bool(row["ckpt"]))] = int(row["rank"])
     groups: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
     for row in rows:
         net = row.get("network")
@@ -177,7 +179,9 @@ def fit_networks(rows: list[dict]) -> list[dict]:
             slope, icpt = 0.0, pts[0][1]
         else:
             slope, icpt = linfit([(x, y) for x, y, _s in pts])
+        # The LoRA it was traced beside ran at this rank: the extra sits on the LoRA's activations at it.
         out.append({"arch": arch, "precision": precision, "ckpt": ckpt, "network": net, "algo": algo,
+                    "lora_rank": base_rank[(arch, precision, ckpt)],
                     "mib_per_token": round(slope * 1024, 5), "intercept_gib": round(icpt, 4),
                     "points": [[x, round(y, 4)] for x, y, _s in pts], "source": ", ".join(s for *_xy, s in pts)})
     return out
