@@ -79,9 +79,11 @@ def activation_extra(s: Setup, net: Network, tokens_x_batch: float) -> tuple[flo
 
 
 def _rank_extra(s: Setup, tokens_x_batch: float, rank: int | None = None) -> float:
-    """What the family's own LoRA module keeps per rank above the rank its activation line was traced at
-    (memory_coefficients.json, lora_rank_activations: each wrapped layer saves its down-projection's output,
-    rank values per token, for backward); negative below it. 0 where the pair was not traced."""
+    """What the family's own LoRA at `rank` (default network_dim) keeps above the rank its activation line was
+    traced at, without checkpointing (memory_coefficients.json, lora_rank_activations): autocast's 16-bit copies
+    of the fp32 LoRA weights, saved for backward, and each layer's down-projection output (rank values per
+    token). Negative below that rank; 0 where no pair was traced (with checkpointing the peak is in backward,
+    where the traces cannot tell these apart from the gradients)."""
     if rank is None and s.network_module != s.family.network_module:
         return 0.0
     spec = coefficients().get("lora_rank_activations") or {}
@@ -90,7 +92,14 @@ def _rank_extra(s: Setup, tokens_x_batch: float, rank: int | None = None) -> flo
                 None)
     if line is None or not isinstance(base, int):
         return 0.0
-    # fp32 training keeps them in fp32: twice the traced (autocast, 16-bit) size, as the activation lines.
+    rank = s.rank if rank is None else rank
+    # fp32 training keeps the outputs in fp32: twice the traced (autocast, 16-bit) size, as the activation lines.
     width = 2.0 if s.mixed_precision == "no" else 1.0
-    steps = (s.rank if rank is None else rank) - base
-    return steps * line["mib_per_token_per_rank"] * tokens_x_batch / 1024.0 * width
+    extra = (rank - base) * line["mib_per_token_per_rank"] * tokens_x_batch / 1024.0 * width
+    if s.mixed_precision != "no" and s.lora_dtype == "fp32":
+        def params(r: int) -> int:
+            return lora_count(s.family.name, rank=r, conv_rank=None, net_args=s.network_args,
+                              train_unet=s.train_unet, te_trained=s.te_trained).total
+
+        extra += line["weight_copy_bytes_per_param"] * (params(rank) - params(base)) / 1024.0**3
+    return extra

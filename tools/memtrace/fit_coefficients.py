@@ -39,6 +39,7 @@ GiB = 2 ** 30
 IMPL_PREFERENCE: dict[str, str] = {"sd15": "diffusers", "sdxl": "sd-scripts"}
 
 
+
 def load_rows(paths: list[str]) -> list[dict]:
     rows = []
     for path in paths:
@@ -188,22 +189,26 @@ def fit_networks(rows: list[dict]) -> list[dict]:
 
 
 def fit_ranks(rows: list[dict]) -> dict:
-    """What each rank step of the family's own LoRA adds to the activations (rank_traces.py: the same size traced
-    at two ranks), per token per sample, and the rank the activation lines were traced at."""
-    pairs: dict[tuple, dict[int, tuple[float, str]]] = defaultdict(dict)
+    """What a higher rank of the family's own LoRA adds to the activations (rank_traces.py: the same size traced
+    at two ranks). Only pairs whose peak is at the end of the forward, where no gradient exists yet: with
+    checkpointing the peak is in backward, where the LoRA's gradients (growing with the rank) move it. The
+    difference is autocast's 16-bit copies of the fp32 LoRA weights, saved for backward (2 bytes per LoRA
+    parameter, whatever the batch), and the down-projections' outputs (rank values per token)."""
+    pairs: dict[tuple, dict[int, dict]] = defaultdict(dict)
     for row in rows:
-        if row.get("rank_sweep"):
+        if row.get("rank_sweep") and row.get("peak_phase") == "fwd":
             key = (row["arch"], row["precision"], bool(row["ckpt"]), row_tokens(row) * row["batch"])
-            pairs[key][int(row["rank"])] = (act_of(row), row["_src"])
+            pairs[key][int(row["rank"])] = row
     lines = []
     for (arch, precision, ckpt, x), by_rank in sorted(pairs.items()):
         if len(by_rank) < 2:
             continue
-        lo, hi = min(by_rank), max(by_rank)
-        per_rank = (by_rank[hi][0] - by_rank[lo][0]) / (hi - lo)
-        lines.append({"arch": arch, "precision": precision, "ckpt": ckpt, "ranks": [lo, hi], "tokens": x,
-                      "mib_per_token_per_rank": round(per_rank * 1024 / x, 8),
-                      "source": f"{by_rank[lo][1]}, {by_rank[hi][1]}"})
+        lo, hi = by_rank[min(by_rank)], by_rank[max(by_rank)]
+        copies = 2 * (hi["lora_params"] - lo["lora_params"]) / GiB
+        per_token = (act_of(hi) - act_of(lo) - copies) / (hi["rank"] - lo["rank"]) * 1024 / x
+        lines.append({"arch": arch, "precision": precision, "ckpt": ckpt, "ranks": [lo["rank"], hi["rank"]],
+                      "tokens": x, "weight_copy_bytes_per_param": 2, "mib_per_token_per_rank": round(per_token, 8),
+                      "source": f"{lo['_src']}, {hi['_src']}"})
     # The rows the activation lines are fitted from (an allocator replay is a check, not one of them).
     traced = sorted({int(r["rank"]) for r in rows if "network" not in r and r.get("mode", "lora") == "lora"
                      and r.get("rank") and "allocator" not in r})
@@ -431,9 +436,11 @@ def build(paths: list[str], assumed_versions: dict, generated_by: str) -> dict:
             "lines": fit_networks(rows),
         },
         "lora_rank_activations": {
-            "note": ("What the family's own LoRA module adds to the activations per rank above the rank the "
-                     "activation lines were traced at (rank_traces.py: one size at two ranks; each layer keeps its "
-                     "down-projection's output for backward). extra_gib = (rank - activation_lines_rank) * "
+            "note": ("What the family's own LoRA module adds to the activations above the rank the activation "
+                     "lines were traced at, without checkpointing (rank_traces.py: one size at two ranks, peak at the "
+                     "end of the forward): autocast's 16-bit copies of the fp32 LoRA weights, saved for backward, and "
+                     "each layer's down-projection output. extra_gib = weight_copy_bytes_per_param * (lora_params - "
+                     "lora_params at activation_lines_rank) / 2**30 + (rank - activation_lines_rank) * "
                      "mib_per_token_per_rank * tokens * batch / 1024."),
             **fit_ranks(rows),
         },
