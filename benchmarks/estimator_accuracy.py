@@ -16,7 +16,8 @@ tools people read GPU memory from (nvidia-smi, Task Manager, nvitop) count in bi
 compared with the estimate's monitor figure (the CUDA context included) unless the record's
 `figure_is` says it is PyTorch's `allocated` or `reserved` peak.
 Settings a record leaves unsaid are filled in by the rules in UNSTATED below, the same for
-every record, and printed with it.
+every record, and printed with it; a record made with the kohya_ss GUI first takes the GUI's own
+defaults (GUI_TOOL), which is what its user got.
 """
 
 from __future__ import annotations
@@ -73,6 +74,30 @@ UNSTATED = {
 }
 
 
+# A record made with the kohya_ss GUI leaves unsaid what the GUI's form held: its own defaults, not
+# sd-scripts' (the tab's fields as recorded in kohya_tuner/data/kohya_gui_fields.json; the same
+# defaults in the GUI of May 2024, bmaltais/kohya_ss 31e5f75: optimizer AdamW8bit, cache latents on,
+# SDXL text-encoder outputs not cached, xformers). Only the memory settings below are taken from it.
+GUI_TOOL = "kohya_ss"
+_GUI_TE_CACHE = {"sdxl": "sdxl_cache_text_encoder_outputs", "flux": "flux1_cache_text_encoder_outputs",
+                 "sd3": "sd3_cache_text_encoder_outputs", "sd35m": "sd3_cache_text_encoder_outputs",
+                 "sd35l": "sd3_cache_text_encoder_outputs"}
+
+
+def gui_defaults(r: dict[str, Any], fam: str) -> dict[str, Any]:
+    """The kohya_ss GUI's defaults for a record's unstated memory settings ({} for other tools)."""
+    if str(r.get("tool") or "").split(" ")[0] != GUI_TOOL:
+        return {}
+    fields = json.loads((ROOT / "kohya_tuner" / "data" / "kohya_gui_fields.json").read_text(encoding="utf-8"))
+    tab = fields["tabs"]["dreambooth" if r.get("training_type") == "full_finetune" else "lora"]
+    value = {k: v[1] for k, v in tab.items() if isinstance(v, list) and len(v) == 2}
+    out = {"optimizer": value.get("optimizer"), "mixed_precision": value.get("mixed_precision"),
+           "cache_latents": value.get("cache_latents"), "attention": value.get("xformers")}
+    if fam in _GUI_TE_CACHE:
+        out["cache_text_encoder_outputs"] = value.get(_GUI_TE_CACHE[fam])
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def _optimizer(text: str | None) -> tuple[str, list[str] | None, str | None]:
     if not text:
         return "AdamW", None, UNSTATED["optimizer"]
@@ -101,6 +126,16 @@ def record_config(r: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
         return None, f"unknown figure kind {r.get('vram_kind')!r}", []
     family = FAMILIES[fam]
     a: list[str] = []
+    r = dict(r)
+    # A setting the record's own source implies without naming it (its other figures from the same runs
+    # could not have happened otherwise): the record says which, and why, in `implied`.
+    filled = [(k, v["value"], f"implied by the source: {v['why']}") for k, v in (r.get("implied") or {}).items()]
+    filled += [(k, v, "the kohya_ss GUI's default") for k, v in gui_defaults(r, fam).items()]
+    for key, value, why in filled:
+        if r.get(key) is None:
+            r[key] = value
+            shown = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+            a.append(f"{key.replace('_', ' ')}: {shown} ({why})")
     c: dict[str, Any] = {"network_module": r.get("network_module") or family.network_module}
     if r.get("network_args"):
         c["network_args"] = list(r["network_args"])
@@ -214,7 +249,8 @@ def make_feasible(cfg: dict[str, Any], family, r: dict[str, Any], assumed: list[
     for key in FEASIBILITY_SAVERS:
         if estimate(cfg, family).fits(gb):
             break
-        if r.get(key) is None and not cfg.get(key):
+        given = key in (r.get("implied") or {}) or key in gui_defaults(r, family.name)
+        if r.get(key) is None and not given and not cfg.get(key):
             cfg[key] = True
             assumed[:] = [x for x in assumed if not x.startswith(key.replace("_", " "))]
             assumed.append(f"{key.replace('_', ' ')}: on (off would not fit the {gb:g} GB card the figure "

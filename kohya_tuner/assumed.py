@@ -15,6 +15,10 @@ from typing import Any
 MARK = "kohya-tuner assumes:"
 # Not an sd-scripts key: the model family the plan is for, recorded while no model file names it.
 MODEL_KEY = "kohya_tuner_model"
+# Not an sd-scripts key either: the entry script the plan is for, recorded when the file's own keys
+# would not tell a reader (a full fine-tune TOML without a key only the fine-tune script takes reads
+# as its family's LoRA script).
+SCRIPT_KEY = "kohya_tuner_script"
 _LINE = re.compile(r"^#\s*" + re.escape(MARK) + r"\s*(.+?)\s*$")
 HEADER = ("Not given yet; kohya-tuner planned for the values below (sd-scripts ignores these comments; "
           "kohya-tuner estimate and fit read them back). Setting the key in this file replaces them.")

@@ -100,11 +100,17 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
     # The family kohya-tuner config planned for, while no model file says it (sd3_train_network.py
     # trains SD3 and both SD3.5 sizes alike).
     planned_model = recorded.pop(assumed_record.MODEL_KEY, None)
+    planned_script = recorded.pop(assumed_record.SCRIPT_KEY, None)
     if model is None and planned_model in FAMILIES and not config.get("pretrained_model_name_or_path"):
         model = planned_model
     fam = guess_family(config, None, model, weak)
-    fine_tune = _fine_tune_reading(config, fam, model)
-    if fine_tune is not None:
+    planned = _planned_fine_tune(config, planned_script, model)
+    fine_tune = None if planned is not None else _fine_tune_reading(config, fam, model)
+    if planned is not None:
+        notes.append(f"read as a full fine-tune ({planned.script}, {planned.label}): the entry script kohya-tuner "
+                     f"recorded when it wrote this file")
+        fam, weak = planned, []
+    elif fine_tune is not None:
         notes.append(f"no network settings and {fine_tune[1]}, which only {fine_tune[0].script} takes: read as a "
                      f"full fine-tune ({fine_tune[0].script}, {fine_tune[0].label})")
         fam, weak = fine_tune[0], []
@@ -121,6 +127,25 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
 _FINE_TUNE_SCRIPTS = {"sdxl_train.py": "sdxl_train_network.py", "train_db.py": "train_network.py",
                       "fine_tune.py": "train_network.py", "flux_train.py": "flux_train_network.py",
                       "sd3_train.py": "sd3_train_network.py"}
+
+
+def _planned_fine_tune(config: dict[str, Any], script: Any, model: str | None) -> Family | None:
+    """The fine-tune family of the entry script a written plan recorded, or None. A network_* key
+    the user added since says the file now trains a network, whatever the record says."""
+    if not isinstance(script, str) or any(k.startswith("network_") for k in config):
+        return None
+    from kohya_tuner.memory.finetune import family_for
+
+    return family_for(script, config, model)
+
+
+def recorded_script(config: dict[str, Any], family: Family) -> str | None:
+    """The entry script to record in a written config: `family.script` when a reader of the file
+    would not find it from the keys alone (a full fine-tune TOML with no fine-tune-only key)."""
+    if family.script not in _FINE_TUNE_SCRIPTS:
+        return None
+    reading = _fine_tune_reading(config, guess_family(config, None, None), None)
+    return None if reading is not None and reading[0].script == family.script else family.script
 
 
 def _fine_tune_reading(config: dict[str, Any], fam: Family | None, model: str | None
@@ -268,6 +293,10 @@ def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, s
             from kohya_tuner.assumed import MODEL_KEY
 
             record[MODEL_KEY] = family.name
+    if family is not None and (planned := recorded_script(config, family)):
+        from kohya_tuner.assumed import SCRIPT_KEY
+
+        record[SCRIPT_KEY] = planned
     if record:
         from kohya_tuner.assumed import comment_block
 

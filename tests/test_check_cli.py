@@ -264,3 +264,23 @@ def test_a_config_kohya_tuner_wrote_is_checked_with_the_dataset_file_beside_it(t
     (own / "dataset.toml").write_text((out / "dataset.toml").read_text())
     data = json.loads(invoke("check", own / "config.toml", "--json").stdout)
     assert not data["ok"] and ["train_data_dir", "dataset_config"] in [p["keys"] for p in data["problems"]]
+
+
+@pytest.mark.parametrize("script,model", [("sdxl_train.py", "sd_xl_base_1.0.safetensors"),
+                                          ("train_db.py", "v1-5-pruned.safetensors")])
+def test_a_fitted_full_fine_tune_is_checked_and_estimated_with_its_own_script(tmp_path, script, model):
+    # No key in the fitted file is one only the fine-tune script takes: the script the plan was for is
+    # what the file records, or check and estimate would read it as the family's LoRA script.
+    cmd = tmp_path / "ft.sh"
+    cmd.write_text(f"accelerate launch {script} --pretrained_model_name_or_path={model} --train_batch_size=1 "
+                   "--mixed_precision=bf16 --learning_rate=1e-5 --gradient_checkpointing\n")
+    fitted = tmp_path / "ft.toml"
+    assert invoke("fit", cmd, "--gpu", "24", "--no-history", "--out", fitted).exit_code == 0
+    data = json.loads(invoke("check", fitted, "--json").stdout)
+    assert data["script"] == script, data
+    assert not any(p["rule"] == "network_module_required" for p in data["problems"])
+    est = json.loads(invoke("estimate", fitted, "--json").stdout)
+    assert est["settings"]["trained"] == "full" and est["input"]["script"] == script
+    # a network module the user adds since makes the file a LoRA config again, whatever was recorded
+    fitted.write_text(fitted.read_text() + '\n[added]\nnetwork_module = "networks.lora"\n')
+    assert json.loads(invoke("check", fitted, "--json").stdout)["script"] != script

@@ -354,3 +354,25 @@ def test_conv_dim_extension(targets):
         conv = sum(n * (9 * fin + fout) for fin, fout, n, kind in ext["targets"] if kind == "conv3x3")
         assert conv == ext["params_per_conv_rank"]
         assert _params(ext["targets"]) == ext["params_per_rank"]
+
+
+def test_lora_rank_lines_grow_with_the_rank_and_reproduce_their_traces(coeffs):
+    # rank_traces.py: the same size at two ranks, peak at the end of the forward; the difference is the 16-bit
+    # copies of the added LoRA weights (2 bytes each) plus the down-projections' outputs, per token per rank
+    spec = coeffs["lora_rank_activations"]
+    assert spec["activation_lines_rank"] == 16
+    rows = {}
+    for line in (Path(__file__).resolve().parents[1] / "tools" / "memtrace" / "results" /
+                 "sdscripts_ranks.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        rows[(r["arch"], bool(r["ckpt"]), int(r["rank"]))] = r
+    seen = set()
+    for ln in spec["lines"]:
+        lo, hi = (rows[(ln["arch"], ln["ckpt"], r)] for r in ln["ranks"])
+        assert lo["peak_phase"] == hi["peak_phase"] == "fwd" and not ln["ckpt"]
+        copies = ln["weight_copy_bytes_per_param"] * (hi["lora_params"] - lo["lora_params"]) / 1024**3
+        outputs = ln["mib_per_token_per_rank"] * (hi["rank"] - lo["rank"]) * ln["tokens"] / 1024
+        assert copies + outputs == pytest.approx(hi["peak_minus_weights_GiB"] - lo["peak_minus_weights_GiB"], abs=1e-5)
+        assert ln["mib_per_token_per_rank"] > 0
+        seen.add(ln["arch"])
+    assert seen == {"sd15", "sdxl", "flux"}

@@ -96,6 +96,32 @@ def test_schnell_defaults_to_256_t5_tokens():
     assert dev.settings["tokens"] - schnell.settings["tokens"] == 256
 
 
+def _rank_lines():
+    from kohya_tuner.memory.data import coefficients
+
+    return {(ln["arch"], ln["ckpt"]) for ln in coefficients()["lora_rank_activations"]["lines"]}
+
+
+@pytest.mark.parametrize("make,family,ckpt", [(sd15_cfg, SD15, None), (sdxl_cfg, SDXL, None), (sdxl_cfg, SDXL, True),
+                                              (flux_cfg, FLUX, None), (flux_cfg, FLUX, True)])
+def test_a_higher_lora_rank_keeps_more_activations(make, family, ckpt):
+    # traced at two ranks (tools/memtrace/rank_traces.py): autocast's 16-bit copies of the LoRA weights and each
+    # layer's down-projection output are saved for backward, so without checkpointing the activations grow with
+    # the rank from the rank the lines were traced at (16); with it no pair separates them from the gradients
+    assert ("sd15", False) in _rank_lines()
+    act = {r: training(estimate(make(network_dim=r, gradient_checkpointing=ckpt, train_batch_size=4), family),
+                       "activations") for r in (4, 16, 128)}
+    if (family.name, bool(ckpt)) not in _rank_lines():
+        assert act[4] == act[16] == act[128]  # no traced pair: nothing is added
+        return
+    assert act[4] < act[16] < act[128]
+    lyco = dict(network_module="lycoris.kohya", network_args=["algo=loha"], gradient_checkpointing=ckpt)
+    if family is not FLUX:
+        # LyCORIS' traced extra is its own: the LoRA module's rank term is not added to it
+        low, high = (training(estimate(make(network_dim=r, **lyco), family), "activations") for r in (4, 128))
+        assert low == high
+
+
 def test_plain_attention_keeps_attention_matrices():
     flash = training(estimate(sd15_cfg(resolution="768"), SD15), "activations")
     math = training(estimate(sd15_cfg(resolution="768", xformers=None), SD15), "activations")

@@ -39,3 +39,30 @@ def test_groups_count_their_rows():
                                    "verdicts": 1, "verdicts_right": 1}
     assert g[("flux", "oft")]["verdicts"] == 1 and g[("flux", "oft")]["verdicts_right"] == 0
     assert g[("flux", "oft")]["measured"] == 0
+
+
+def test_a_kohya_ss_record_leaves_unsaid_what_the_gui_form_held():
+    # the GUI's DreamBooth tab fills in AdamW8bit, cached latents, uncached SDXL text-encoder outputs and xformers;
+    # an sd-scripts record keeps sd-scripts' own defaults, and a stated value always wins
+    rec = {"model_family": "sdxl", "training_type": "full_finetune", "script": "sdxl_train.py", "resolution": 1024,
+           "batch_size": 1, "mixed_precision": "fp16 + --full_fp16", "vram_kind": "reported_usage", "vram_gb": 19}
+    cfg, _fam, assumed = acc.record_config(rec | {"tool": "kohya_ss"})
+    assert cfg["optimizer_type"] == "AdamW8bit" and cfg["cache_latents"] and cfg["xformers"]
+    assert not cfg.get("cache_text_encoder_outputs") and cfg["mixed_precision"] == "fp16"
+    assert any("kohya_ss GUI's default" in a for a in assumed)
+    cfg, _fam, assumed = acc.record_config(rec | {"tool": "sd-scripts"})
+    assert cfg["optimizer_type"] == "AdamW" and not cfg.get("cache_latents") and cfg.get("sdpa")
+    cfg, _fam, _a = acc.record_config(rec | {"tool": "kohya_ss", "optimizer": "adafactor"})
+    assert cfg["optimizer_type"] == "Adafactor"
+
+
+def test_a_setting_the_source_implies_is_taken_with_its_reason_and_a_stated_one_wins():
+    rec = {"model_family": "sdxl", "training_type": "full_finetune", "script": "sdxl_train.py", "resolution": 1024,
+           "mixed_precision": "bf16 + --full_bf16", "optimizer": "prodigy", "vram_kind": "reported_usage",
+           "vram_gb": 33, "tool": "sd-scripts",
+           "implied": {"gradient_checkpointing": {"value": True, "why": "its sibling run could not fit otherwise"}}}
+    cfg, _fam, assumed = acc.record_config(rec)
+    assert cfg.get("gradient_checkpointing") is True
+    assert any("implied by the source: its sibling run" in a for a in assumed)
+    cfg, _fam, assumed = acc.record_config(rec | {"gradient_checkpointing": False})
+    assert not cfg.get("gradient_checkpointing") and not any("implied" in a for a in assumed)

@@ -61,7 +61,7 @@ def activation_extra(s: Setup, net: Network, tokens_x_batch: float) -> tuple[flo
     network_activations: each module traced beside the LoRA at the same size), and a note when the
     module was not traced for this family."""
     if net.traced_as is None:
-        return 0.0, None
+        return _rank_extra(s, tokens_x_batch), None
     module, algo = net.traced_as
     lines = [ln for ln in coefficients().get("network_activations", {}).get("lines", [])
              if ln["network"] == module and ln["algo"] == algo and ln["ckpt"] == s.checkpointing]
@@ -74,4 +74,32 @@ def activation_extra(s: Setup, net: Network, tokens_x_batch: float) -> tuple[flo
     # A line through two sizes is not carried below what was traced (with checkpointing the extra shrinks
     # between 512 and 768 px, and would turn negative far beyond); negative only where a trace was.
     floor = min([0.0] + [y for _x, y in line.get("points", [])])
-    return max(extra, floor), None
+    # The extra was traced beside the family's LoRA at line["lora_rank"]: it sits on that LoRA's activations.
+    return max(extra, floor) + _rank_extra(s, tokens_x_batch, rank=line.get("lora_rank")), None
+
+
+def _rank_extra(s: Setup, tokens_x_batch: float, rank: int | None = None) -> float:
+    """What the family's own LoRA at `rank` (default network_dim) keeps above the rank its activation line was
+    traced at, without checkpointing (memory_coefficients.json, lora_rank_activations): autocast's 16-bit copies
+    of the fp32 LoRA weights, saved for backward, and each layer's down-projection output (rank values per
+    token). Negative below that rank; 0 where no pair was traced (with checkpointing the peak is in backward,
+    where the traces cannot tell these apart from the gradients)."""
+    if rank is None and s.network_module != s.family.network_module:
+        return 0.0
+    spec = coefficients().get("lora_rank_activations") or {}
+    base = spec.get("activation_lines_rank")
+    line = next((ln for ln in spec.get("lines", []) if ln["arch"] == s.family.name and ln["ckpt"] == s.checkpointing),
+                None)
+    if line is None or not isinstance(base, int):
+        return 0.0
+    rank = s.rank if rank is None else rank
+    # fp32 training keeps the outputs in fp32: twice the traced (autocast, 16-bit) size, as the activation lines.
+    width = 2.0 if s.mixed_precision == "no" else 1.0
+    extra = (rank - base) * line["mib_per_token_per_rank"] * tokens_x_batch / 1024.0 * width
+    if s.mixed_precision != "no" and s.lora_dtype == "fp32":
+        def params(r: int) -> int:
+            return lora_count(s.family.name, rank=r, conv_rank=None, net_args=s.network_args,
+                              train_unet=s.train_unet, te_trained=s.te_trained).total
+
+        extra += line["weight_copy_bytes_per_param"] * (params(rank) - params(base)) / 1024.0**3
+    return extra

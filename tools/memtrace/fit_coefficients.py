@@ -39,6 +39,7 @@ GiB = 2 ** 30
 IMPL_PREFERENCE: dict[str, str] = {"sd15": "diffusers", "sdxl": "sd-scripts"}
 
 
+
 def load_rows(paths: list[str]) -> list[dict]:
     rows = []
     for path in paths:
@@ -152,9 +153,12 @@ def fit_networks(rows: list[dict]) -> list[dict]:
     add to the LoRA traced beside them at the same size: a line in tokens x batch when two sizes were
     traced, a constant from one size."""
     base: dict[tuple, float] = {}
+    base_rank: dict[tuple, int] = {}
+    rows = [r for r in rows if not r.get("rank_sweep")]
     for row in rows:
         if row.get("network") == "lora":
             base[(row["arch"], row["precision"], bool(row["ckpt"]), row_tokens(row) * row["batch"])] = act_of(row)
+            base_rank[(row["arch"], row["precision"], bool(row["ckpt"]))] = int(row["rank"])
     groups: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
     for row in rows:
         net = row.get("network")
@@ -176,10 +180,39 @@ def fit_networks(rows: list[dict]) -> list[dict]:
             slope, icpt = 0.0, pts[0][1]
         else:
             slope, icpt = linfit([(x, y) for x, y, _s in pts])
+        # The LoRA it was traced beside ran at this rank: the extra sits on the LoRA's activations at it.
         out.append({"arch": arch, "precision": precision, "ckpt": ckpt, "network": net, "algo": algo,
+                    "lora_rank": base_rank[(arch, precision, ckpt)],
                     "mib_per_token": round(slope * 1024, 5), "intercept_gib": round(icpt, 4),
                     "points": [[x, round(y, 4)] for x, y, _s in pts], "source": ", ".join(s for *_xy, s in pts)})
     return out
+
+
+def fit_ranks(rows: list[dict]) -> dict:
+    """What a higher rank of the family's own LoRA adds to the activations (rank_traces.py: the same size traced
+    at two ranks). Only pairs whose peak is at the end of the forward, where no gradient exists yet: with
+    checkpointing the peak is in backward, where the LoRA's gradients (growing with the rank) move it. The
+    difference is autocast's 16-bit copies of the fp32 LoRA weights, saved for backward (2 bytes per LoRA
+    parameter, whatever the batch), and the down-projections' outputs (rank values per token)."""
+    pairs: dict[tuple, dict[int, dict]] = defaultdict(dict)
+    for row in rows:
+        if row.get("rank_sweep") and row.get("peak_phase") == "fwd":
+            key = (row["arch"], row["precision"], bool(row["ckpt"]), row_tokens(row) * row["batch"])
+            pairs[key][int(row["rank"])] = row
+    lines = []
+    for (arch, precision, ckpt, x), by_rank in sorted(pairs.items()):
+        if len(by_rank) < 2:
+            continue
+        lo, hi = by_rank[min(by_rank)], by_rank[max(by_rank)]
+        copies = 2 * (hi["lora_params"] - lo["lora_params"]) / GiB
+        per_token = (act_of(hi) - act_of(lo) - copies) / (hi["rank"] - lo["rank"]) * 1024 / x
+        lines.append({"arch": arch, "precision": precision, "ckpt": ckpt, "ranks": [lo["rank"], hi["rank"]],
+                      "tokens": x, "weight_copy_bytes_per_param": 2, "mib_per_token_per_rank": round(per_token, 8),
+                      "source": f"{lo['_src']}, {hi['_src']}"})
+    # The rows the activation lines are fitted from (an allocator replay is a check, not one of them).
+    traced = sorted({int(r["rank"]) for r in rows if "network" not in r and r.get("mode", "lora") == "lora"
+                     and r.get("rank") and "allocator" not in r})
+    return {"lines": lines, "activation_lines_rank": traced[0] if len(traced) == 1 else traced}
 
 
 def fit_math_attention(rows: list[dict]) -> dict:
@@ -401,6 +434,15 @@ def build(paths: list[str], assumed_versions: dict, generated_by: str) -> dict:
                      "networks.oft. extra_gib = mib_per_token * tokens * batch / 1024 + intercept_gib; one traced size "
                      "gives a constant (where two were traced the extra hardly grows with the tokens)."),
             "lines": fit_networks(rows),
+        },
+        "lora_rank_activations": {
+            "note": ("What the family's own LoRA module adds to the activations above the rank the activation "
+                     "lines were traced at, without checkpointing (rank_traces.py: one size at two ranks, peak at the "
+                     "end of the forward): autocast's 16-bit copies of the fp32 LoRA weights, saved for backward, and "
+                     "each layer's down-projection output. extra_gib = weight_copy_bytes_per_param * (lora_params - "
+                     "lora_params at activation_lines_rank) / 2**30 + (rank - activation_lines_rank) * "
+                     "mib_per_token_per_rank * tokens * batch / 1024."),
+            **fit_ranks(rows),
         },
     }
 

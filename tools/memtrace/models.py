@@ -204,7 +204,7 @@ def build(arch: str, impl: str, rank: int, precision: str, fp8: bool, checkout: 
             import models_sdscripts
             return models_sdscripts.build(arch, rank, precision, fp8, checkout, full=full, network=network,
                                           network_args=network_args)
+        return build_sdscripts(arch, rank, precision, fp8, checkout)
     if full:
         raise SystemExit("--full traces sd-scripts' own classes: --impl sd-scripts")
-        return build_sdscripts(arch, rank, precision, fp8, checkout)
     return build_diffusers(arch, rank, precision, fp8)

@@ -48,6 +48,8 @@ def parse(argv=None):
                     help="amp: bf16 base, fp32 LoRA, CUDA autocast policy emulated; bf16: everything bf16, no autocast")
     ap.add_argument("--fp8", action="store_true", help="fp8 base weights (as --fp8_base)")
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--grads-apart", action="store_true",
+                    help="count the LoRA's gradients apart from the activations (as --full does), for a peak in backward")
     ap.add_argument("--network", default=None,
                     help="network module in place of the family's LoRA (lycoris.kohya, networks.oft, networks.oft_flux); "
                          "sd-scripts classes only")
@@ -125,8 +127,9 @@ def main(argv=None) -> int:
             tracker.track(b, "param_base")
         for t in torch.utils._pytree.tree_flatten(inputs)[0]:
             tracker.track(t, "input")
-        if args.full:
-            # Gradients are what a full fine-tune adds besides activations; count them apart.
+        if args.full or args.grads_apart:
+            # Gradients are what a full fine-tune adds besides activations (and the estimate counts a LoRA's
+            # gradients on their own): count them apart.
             for p in setup.parameters():
                 if p.requires_grad:
                     p.register_post_accumulate_grad_hook(lambda q: tracker.recategorize(q.grad, "grad"))
