@@ -46,18 +46,10 @@ STEP_MISSES = {
 PHASE_MISSES.update({
     "public/225": "batch 11, first read: read as training (context); the label says saving ('saving checkpoint: "
                   "…/MyLoRA-step00005000.safetensors' right before the traceback (krea2_t)",
-    "public/227": "batch 11, first read: read as cache_latents (context); the label says cache_text_encoder (the latent"
-                  " cache script finishes ('INFO:fizgig.scripts.cache_latents:Encoding dataset [0]')",
     "public/229": "batch 11, first read: read as unknown (no evidence); the label says training (litgpt's per-iteration"
                   " records ('Epoch 1 | iter 947 step 236 | loss train: …'): the text e)",
-    "public/230": "batch 11, first read: read as first_step (frames); the label says saving (transformers Trainer "
-                  "_inner_training_loop -> callback_handler.on_step_begin (the web UI's )",
     "public/231": "batch 11, first read: read as unknown (no evidence); the label says training (Lightning's 'Epoch 0:'"
                   " bar at 1/2020 with a loss, then the script's 'Here comes the checkp)",
-    "public/233": "batch 11, first read: read as unknown (no evidence); the label says training (only torch._inductor "
-                  "frames (compile_fx_inner -> cudagraphify -> triton autotune): a compi)",
-    "public/234": "batch 11, first read: read as first_step (frames); the label says training (train_network.py train "
-                  "-> accelerator.backward(loss) -> autograd (the backward pass))",
     "public/239": "batch 11, first read: read as unknown (no evidence); the label says training (PyTorch's cuDNN SDPA "
                   "backward warning from autograd graph.py (_execution_engine.run_backwa)",
     "public/246": "batch 11, first read: read as unknown (no evidence); the label says cache_latents (rich traceback: "
