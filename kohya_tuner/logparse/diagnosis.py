@@ -89,12 +89,13 @@ class _Run:
                 # A refresh of the bar after a save or a sample means training went on.
                 self.phase = "training"
         elif isinstance(ev, Milestone):
+            phase = None if ev.phase == "unknown" else ev.phase
             for f in reversed(self.failures):
-                if f.phase_after is not None:
+                if f.phase_after is not None or phase is None:
                     break
-                f.phase_after = ev.phase
+                f.phase_after = phase
             if not done:
-                self.phase = ev.phase
+                self.phase = phase
             self.last_milestone = ev.name
             if ev.name.startswith("accelerator device:"):
                 self.on_cpu = ev.name.endswith(": cpu")

@@ -13,8 +13,11 @@ from typing import Any, ClassVar
 # The phases a failure can belong to, in the order a run goes through them.
 PHASES = ("model_load", "cache_latents", "cache_text_encoder", "first_step", "training", "sampling", "saving",
           "unknown")
-# Phases a Milestone can name (first_step is decided from the step count, unknown is no milestone).
-MILESTONE_PHASES = ("model_load", "cache_latents", "cache_text_encoder", "training", "sampling", "saving")
+# Phases a Milestone can name (first_step is decided from the step count). A milestone saying
+# `unknown` is a run doing what belongs to no phase yet (reading its dataset, a host application
+# setting a training run up): what was printed before it no longer says where the run is.
+MILESTONE_PHASES = ("model_load", "cache_latents", "cache_text_encoder", "training", "sampling", "saving",
+                    "unknown")
 # error.kind values of the diagnose JSON, and Failure.kind values. `truncated`: the log stops
 # inside a traceback, so the error line that would name the failure is missing.
 ERROR_KINDS = ("cpu_oom", "missing_file", "bad_argument", "nan_loss", "xformers", "bitsandbytes",

@@ -29,6 +29,8 @@ class FrameRule:
     what: str
     level: int
     rx: re.Pattern
+    # The files a Python warning names that say this rule's phase (None: no warning does).
+    warning: re.Pattern | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,9 @@ class _Table:
 @lru_cache(maxsize=1)
 def table() -> _Table:
     data = tomllib.loads(_TABLE.read_text(encoding="utf-8"))
-    frames = tuple(FrameRule(r["phase"], r["what"], int(r["level"]), re.compile(r["match"])) for r in data["frame"])
+    frames = tuple(FrameRule(r["phase"], r["what"], int(r["level"]), re.compile(r["match"]),
+                             re.compile(r["warning"]) if r.get("warning") else None)
+                   for r in data["frame"])
     # The list order is the specificity order for wrappers: sd-scripts (last) only when nothing else shows.
     wrappers = tuple(_Named(r["name"], i, re.compile(r["match"]), tuple(r["needles"]))
                      for i, r in enumerate(data["wrapper"]))
@@ -103,6 +107,14 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
                 if best.level == 1:
                     return best
     return best
+
+
+def warning_evidence(path: str) -> FrameEvidence | None:
+    """The phase the file a Python warning was raised in says, by the rules marked `warning`."""
+    for rule in table().frames:
+        if rule.warning is not None and rule.warning.search(path):
+            return FrameEvidence(rule.phase, rule.what, rule.level, path.strip()[:300])
+    return None
 
 
 def names_in(line: str, low: str | None = None) -> tuple[str | None, tuple[str, int] | None]:

@@ -24,6 +24,14 @@ from kohya_tuner.logparse.events import (
 STEP_OF_RE = re.compile(
     r"(?P<starting>(?:starting|beginning|begin)\s+(?:training\s+|train\s+)?)?step\s*\(?\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\b",
     re.I)
+# A per-step training record with no total: the step, then the training loss ("Epoch 1 | iter 940
+# step 235 | loss train: 0.35", "step: 120, loss: 0.31", "global_step 80 | train_loss 0.2"). Anchored
+# at the record's start so that prose naming a step is not one; a validation loss is not a step's.
+STEP_RECORD_RE = re.compile(
+    r"(?:epoch[\s:=]*\d+\s*[|,]\s*)?(?:iter(?:ation)?[\s:=]*\d+\s*[|,]?\s*)?(?:global[_ ])?step[\s:=]*(?P<n>\d+)"
+    r"\s*[|,]\s*(?:train(?:ing)?[_ ]?)?loss\b", re.I)
+# Python's warning format: "<file>:<line>: <Category>Warning: <message>".
+WARNING_AT_RE = re.compile(r"(.+?\.py):\d+: (?:[\w.]+\.)?\w*Warning: ")
 # ComfyUI's error report: "- **Node Type:** FluxTrainLoop".
 NODE_TYPE_RE = re.compile(r"Node Type:\W*([A-Za-z_]\w*)")
 # A line that names a model file written: "… model as StableDiffusion checkpoint to ./out/x.safetensors"
@@ -162,6 +170,13 @@ class Milestones:
             # "***** Running training *****" (diffusers' scripts, the transformers Trainer).
             s = s.strip("*=# ")
         low = s[:48].lower()
+        if "Warning: " in s:
+            m = WARNING_AT_RE.match(s)
+            ev = F.warning_evidence(m.group(1)) if m else None
+            if ev is not None:
+                # A warning raised where only one phase runs (the autograd engine: a backward pass).
+                out.append(Milestone(phase=ev.diagnose_phase, name=f"a warning from {ev.what}", line=s))
+                return True
         if ".py" in s and not s.startswith(("File ", "Traceback")):
             found = PW.command_phase(s.lower())
             if found is not None:
@@ -180,6 +195,10 @@ class Milestones:
                 n = int(m.group("n"))
                 out.append(Progress(step=max(0, n - 1) if m.group("starting") else n, total=int(m.group("total")),
                                     line=s))
+                return True
+            m = STEP_RECORD_RE.match(s)
+            if m:
+                out.append(Progress(step=int(m.group("n")), total=0, line=s))
                 return True
         if low.startswith(P.MILESTONE_HEADS):
             for prefix, phase, name in P.MILESTONE_PREFIXES:

@@ -33,6 +33,7 @@ from kohya_tuner.logparse.events import (
 )
 
 from kohya_tuner.logparse.records import BOX_FRAME_RE, MAX_LINE, _PendingOom, _RichRecord, _Traceback, last_frame
+from kohya_tuner.logparse.records import headless_opening
 
 _RICH_INDENT = " " * P.RICH_MESSAGE_COLUMN
 # Logical lines at the start of each run searched for the wrapper and the model family (the
@@ -73,6 +74,8 @@ class LogParser(BarRuns, RecordNames, Milestones):
         self._hints: deque[tuple[int, str]] = deque(maxlen=8)
         self._oom_words_at: int | None = None
         self._n = 0
+        # (line number, text) of the last indented bare line: a caret row under it makes it a frame's source.
+        self._indented: tuple[int, str] | None = None
         self._exit_cut = False
         self._processes = 1
         # The rank whose `[rankN]:` prefix the line being read carried (torchrun's per-rank output).
@@ -369,13 +372,15 @@ class LogParser(BarRuns, RecordNames, Milestones):
             self._tb_level = None
             self._tb.add(s.strip("│┃ "))
             return
-        if level is None and (P.FRAME_LINE_RE.match(s) or s.startswith("[Previous line repeated ")):
-            # A paste that starts inside a traceback (a frame, or the line Python's traceback
-            # prints for a frame repeated by recursion): its frames still say where it failed.
-            self._tb = _Traceback(explicit=False, boxed=False, headless=True)
-            self._tb_level = None
-            self._tb.add(s)
-            return
+        if level is None:
+            indented = self._indented
+            opening = headless_opening(s, indented[1] if indented and indented[0] == self._n - 1 else None)
+            if opening:
+                # A paste that starts inside a traceback: its frames still say where it failed.
+                self._tb, self._tb_level = _Traceback.headless_at(opening), None
+                return
+            if text[:1].isspace():
+                self._indented = (self._n, s)
         if level is None and not text[:1].isspace():
             m = P.EXC_LINE_RE.match(s)
             if m:

@@ -35,10 +35,12 @@ DASH_LEVEL_RE = re.compile(r"- (?:[\w.]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL)
 # "steps:  17%|█▋        | 1/6 [00:01<00:09,  1.91s/it, avr_loss=1.2]", and the same without the
 # bar ("steps:   0% 0/2300 [00:01<?, ?it/s]") where tqdm writes to a notebook or Colab cell.
 # With tqdm's unit_scale the counts carry SI prefixes ("1.02k/30.0k", "5.00/100"; progress.py).
+# The closing bracket may be missing: a paste cut inside the postfix, or another message printed
+# onto the bar's line before tqdm closed it (the rest of the line is then read as postfix).
 BAR_RE = re.compile(
     r"(?P<desc>[^|\r\n]*?)\s*(?P<pct>\d{1,3})%(?:\|[^|]*\||(?= ))\s*"
     r"(?P<n>\d+(?:\.\d+)?[kMGTPEZY]?)/(?P<total>\d+(?:\.\d+)?[kMGTPEZY]?)\s*"
-    r"\[(?:[^<\],]*<[^,\]]*,\s*(?P<rate>[\d.]+|\?)\s*(?P<scale>[kMGTPEZY]?)(?P<unit>it/s|s/it))?(?P<inner>[^\]]*)\]"
+    r"\[(?:[^<\],]*<[^,\]]*,\s*(?P<rate>[\d.]+|\?)\s*(?P<scale>[kMGTPEZY]?)(?P<unit>it/s|s/it))?(?P<inner>[^\]]*)(?:\]|$)"
 )
 # A bar cut right after it started ("Steps:   0%|" at the end of a paste): step 0, total unknown.
 BAR_START_RE = re.compile(r"(?P<desc>[^|\r\n]*?)\s*0%\|\s*$")

@@ -93,6 +93,30 @@ class _Traceback:
         if len(self.frames) < _MAX_FRAMES:
             self.frames.append(line)
 
+    @classmethod
+    def headless_at(cls, lines: tuple[str, ...]) -> _Traceback:
+        """A traceback whose header a paste cut, opened by `lines` (headless_opening's)."""
+        tb = cls(explicit=False, boxed=False, headless=True)
+        for line in lines:
+            tb.add(line)
+        return tb
+
+
+# Python 3.11 and later mark the failing part of a frame's source line with a row of carets
+# ("^^^^", "~~~~^^^^~~"), and only inside a traceback.
+CARETS_RE = re.compile(r"[~^]*\^[~^]*$")
+
+
+def headless_opening(s: str, before: str | None) -> tuple[str, ...] | None:
+    """The lines that open a traceback whose header a paste cut, else None: a frame line, the
+    line Python prints for a frame repeated by recursion, or a source line (`before`, the line
+    right before, indented) with its caret row under it."""
+    if P.FRAME_LINE_RE.match(s) or s.startswith("[Previous line repeated "):
+        return (s,)
+    if before is not None and s[0] in "^~" and len(s) >= 3 and CARETS_RE.match(s):
+        return (before, s)
+    return None
+
 
 # A Rich traceback box without its header still counts when it shows a frame ("file.py:12 in f").
 # Rich folds a long path: the function name ("in │ init_process_group") goes to the next row.
