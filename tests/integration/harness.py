@@ -245,6 +245,16 @@ def cli_steps(run: Run, steps: list[list[str]]):
     return job
 
 
+def model_scenario(prelaunched, module: str, missing: list[str], what: str, builder: str):
+    """The module's prelaunched scenario, or a skip that says how to build the random-weight model."""
+    if missing:
+        import pytest
+
+        pytest.skip(f"no random-weight {what} ({', '.join(missing)} unset): build it with "
+                    f"tools/realmodels/{builder} (.ci/run does) and export what it prints")
+    return prelaunched[module]
+
+
 def explain(res: subprocess.CompletedProcess) -> str:
     return f"exit {res.returncode}\n--- stdout ---\n{res.stdout[-6000:]}\n--- stderr ---\n{res.stderr[-4000:]}"
 

@@ -37,6 +37,7 @@ from harness import (
     explain,
     image_folder,
     lora_metadata,
+    model_scenario,
     new_run,
     run_args,
 )
@@ -89,10 +90,7 @@ def prelaunch(pool, cases, tmp_path_factory) -> dict[str, tuple]:
 
 @pytest.fixture(scope="module")
 def launched(prelaunched):
-    if _flux_missing():
-        pytest.skip(f"no random-weight FLUX.1 ({', '.join(_flux_missing())} unset): build it with "
-                    "tools/realmodels/build_flux_random.py (.ci/run does) and export what it prints")
-    return prelaunched[__name__]
+    return model_scenario(prelaunched, __name__, _flux_missing(), "FLUX.1", "build_flux_random.py")
 
 
 def test_flux_config_check_run_oom_resume(launched):

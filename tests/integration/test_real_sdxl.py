@@ -29,6 +29,7 @@ from harness import (
     explain,
     image_folder,
     lora_metadata,
+    model_scenario,
     new_run,
     run_args,
 )
@@ -83,10 +84,7 @@ def prelaunch(pool, cases, tmp_path_factory) -> dict[str, tuple]:
 
 @pytest.fixture(scope="module")
 def launched(prelaunched):
-    if _sdxl_missing():
-        pytest.skip(f"no random-weight SDXL ({', '.join(_sdxl_missing())} unset): build it with "
-                    "tools/realmodels/build_sdxl_random.py (.ci/run does) and export what it prints")
-    return prelaunched[__name__]
+    return model_scenario(prelaunched, __name__, _sdxl_missing(), "SDXL", "build_sdxl_random.py")
 
 
 def test_sdxl_config_check_run_oom_resume(launched):
