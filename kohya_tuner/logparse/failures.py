@@ -10,11 +10,14 @@ from collections import deque
 
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
-from kohya_tuner.logparse.events import Event, Exited, Failure, Oom
+from kohya_tuner.logparse.events import Event, Exited, Failure, Oom, Progress
 from kohya_tuner.logparse.records import BOX_FRAME_RE, _PendingOom, _Traceback, last_frame
 
 # A Python traceback this long without its error line is not one (or its end was lost).
 _MAX_TRACEBACK_LINES = 2000
+# Logical lines a traceback's header may come after a bar with no description and still be read
+# with it: the bar's line with another message run onto its end, then the header.
+_BAR_BEFORE_LINES = 2
 # Logical lines after a hint (a warning naming a cause) within which a failure may be its.
 HINT_WINDOW = 60
 
@@ -29,6 +32,21 @@ class Failures:
     _oom_words_at: int | None
     _n: int
     _line_rank: int | None
+    _loose_bar: tuple[int, Progress] | None
+
+    def _bar_before(self) -> Progress | None:
+        """The update of a bar with no description (or with its description cut by a paste)
+        printed right before a traceback opens. A failure whose frames are in the trainer's own
+        training step makes it the training bar: the bar on screen when that step failed."""
+        loose, self._loose_bar = self._loose_bar, None
+        if loose is None or self._n - loose[0] > _BAR_BEFORE_LINES:
+            return None
+        return loose[1]
+
+    @staticmethod
+    def _step_bar(bar: Progress | None, ev: F.FrameEvidence | None, out: list[Event]) -> None:
+        if bar is not None and ev is not None and ev.phase == F.STEP and ev.level == 1:
+            out.append(bar)
 
     def _in_traceback(self, tb: _Traceback, text: str, s: str, level: str | None, out: list[Event]) -> bool:
         """Take a line that arrives while a traceback is open; False when the traceback ended
@@ -49,7 +67,7 @@ class Failures:
             m = P.EXC_LINE_RE.match(s)
             if m:
                 self._tb = None
-                self._exception(m.group(1) or m.group(3), s, tb.frames, out)
+                self._exception(m.group(1) or m.group(3), s, tb.frames, out, tb.bar)
                 return True
             if tb.boxed:
                 # After a Rich box only its exception line belongs to it.
@@ -134,6 +152,7 @@ class Failures:
 
     def _start_traceback(self, s: str) -> None:
         self._tb = _Traceback(explicit=True, boxed=s[0] in "╭┏")
+        self._tb.bar = self._bar_before()
         rest = s.split(P.TRACEBACK_HEAD, 1)[-1].strip(" ):─╮┓")
         if rest:
             self._tb.add(rest)
@@ -163,6 +182,7 @@ class Failures:
             return
         last = last_frame(tb)
         ev = F.frame_evidence(tb.frames)
+        self._step_bar(tb.bar, ev, out)
         suspected = None
         if any(P.GPU_OOM_RE.search(f.lower()) for f in tb.frames) or (
                 self._oom_words_at is not None and self._n - self._oom_words_at <= HINT_WINDOW):
@@ -176,8 +196,10 @@ class Failures:
                            where=ev.diagnose_phase if ev else None, frame=ev.what if ev else None,
                            frame_level=ev.level if ev else None, suspected=suspected, line=P.TRACEBACK_HEAD))
 
-    def _exception(self, exc_type: str, s: str, frames: list[str] | None, out: list[Event]) -> None:
+    def _exception(self, exc_type: str, s: str, frames: list[str] | None, out: list[Event],
+                   bar: Progress | None = None) -> None:
         ev = F.frame_evidence(frames) if frames else None
+        self._step_bar(bar, ev, out)
         where = ev.diagnose_phase if ev else None
         if exc_type in P.LAUNCHER_WRAPPERS:
             out.append(Exited(status=P.exit_status(s), line=s))

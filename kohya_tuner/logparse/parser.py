@@ -91,6 +91,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         # The last phase-word milestone was text-encoder caching (a text encoder loaded next is for it).
         self._caching_te = False
         self._last_func: str | None = None
+        # (logical line number, update) of the last bar with no description (Failures._bar_before).
+        self._loose_bar: tuple[int, Progress] | None = None
         self._nan_reported = False
         self._zero_steps: set[int] = set()
         self._zero_reported = False
@@ -180,9 +182,10 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
     # ---- physical lines to logical lines --------------------------------------------------
 
     def _physical(self, line: str, out: list[Event], cleaned: bool = False) -> None:
-        if line[:2] == "> ":
-            # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at.
-            line = line[2:]
+        if line[:1] == ">" and (line[:2] == "> " or len(line) == 1 or line[1] in P.BOX_CHARS):
+            # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at;
+            # a quoted blank line is a bare ">", and a quoted box row may lack the space.
+            line = line[2:] if line[:2] == "> " else line[1:]
             cleaned = False
         if not cleaned:
             self._line_rank = None
@@ -197,7 +200,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             line = P.clean(line)
         if self._relay is not None or line.find("Traceback (most", 0, 130) >= 0:
             line, self._relay = P.strip_relay(line, self._relay)
-        if "%|" in line or "% " in line or "it [" in line or "━" in line:  # what every bar form holds
+        if "%|" in line or "% " in line or "it [" in line or "━" in line or (  # what every bar form holds
+                line[:1] in PR.HEADLESS_START and "|" in line):
             m = PR.match_bar(line)
             if m is None and line.endswith("0%|"):
                 m = P.BAR_START_RE.match(line)
@@ -368,6 +372,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         if s[0] in P.BOX_CHARS:
             # The top of a Rich traceback box may have scrolled away; its frames still count.
             self._tb = _Traceback(explicit=False, boxed=True)
+            self._tb.bar = self._bar_before()
             self._tb_level = None
             self._tb.add(s.strip("│┃ "))
             return
@@ -377,6 +382,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             if opening:
                 # A paste that starts inside a traceback: its frames still say where it failed.
                 self._tb, self._tb_level = _Traceback.headless_at(opening), None
+                self._tb.bar = self._bar_before()
                 return
             if text[:1].isspace():
                 self._indented = (self._n, s)
