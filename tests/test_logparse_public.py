@@ -59,31 +59,10 @@ PHASE_MISSES.update({
 
 # Batch 12's misses on its first read (the record is first_runs.json), kept as they were read.
 KIND_MISSES.update({
-    "public/264": "batch 12, first read: DeepSpeed's launcher line that a rank exited with return code 1 is not "
-                  "read as the launcher's exit (read as an unfinished run); the label calls it the launcher's error",
     "public/267": "batch 12, first read: the bar's 'loss=nan' is read as a NaN loss (error nan_loss); the label "
                   "calls the paste cut before any error line (incomplete)",
-    "public/273": "batch 12, first read: rows of a Rich traceback box quoted with '> ' on every line are not read "
-                  "as a traceback (read as an unfinished run); the label calls it a cut traceback",
 })
-PHASE_MISSES.update({
-    "public/266": "batch 12, first read: a rank-prefixed traceback cut in a safetensors read under a pipeline's "
-                  "model loader ('load_model', '[rank6]:') gives no phase; the label says model_load",
-    "public/269": "batch 12, first read: a spawned data-loader child re-importing the training script is read as "
-                  "the first step; the label says nothing shows when it failed (unknown)",
-    "public/280": "batch 12, first read: the error message run onto the '0/30000' bar, then a frame building the "
-                  "first step's noisy latents, gives no phase; the label says the first step",
-})
-STEP_MISSES.update({
-    "public/265": "batch 12, first read: 'STARTING AT STEP: 1/40000' and a bar at 0/40000 give no step; the "
-                  "label says 0 of 40000",
-    "public/280": "batch 12, first read: the bar with the error message run onto it gives no step; the label says "
-                  "0 of 30000",
-})
-FAMILY_MISSES = {
-    "public/279": "batch 12, first read: a FutureWarning from SimpleTuner's sd3 pipeline module, imported by a "
-                  "FLUX run, names the family sd3",
-}
+FAMILY_MISSES: dict[str, str] = {}
 
 
 def _known_miss(fx, misses: dict[str, str]) -> None:

@@ -66,10 +66,16 @@ class BarRuns:
 
     def _bar(self, bar: PR.Bar, line: str, out: list[Event]) -> None:
         desc = bar.desc
+        self._loose_bar = None
         if P.is_main_bar(desc):
             self._train_bar_total = None
         elif not P.trainer_postfix(bar.inner) and not self._nameless_training_bar(desc, bar) \
                 and not self._job_named_bar(desc):
+            if bar.n is not None and bar.total and not desc.strip(" :"):
+                # A bar with no description (or one a paste cut off) may be the training bar:
+                # the failure right after it says whether it was (Failures._bar_before).
+                self._loose_bar = (self._n, Progress(step=bar.n, total=bar.total, rate=bar.rate,
+                                                     line=line[: bar.end].strip()))
             if bar.n is not None or bar.pct == 0:
                 self._side_bar(desc, bar.n or 0, out)
             return
@@ -165,6 +171,7 @@ class BarRuns:
 
     def _bars_begin(self, out: list[Event]) -> None:
         # What a bar line ends, as in _physical.
+        self._loose_bar = None
         self._flush_rich(out)
         self._flush_oom(out)
         if self._tb is not None:

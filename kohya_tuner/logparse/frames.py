@@ -72,6 +72,10 @@ class _Table:
     families: tuple[_Named, ...]
     # Every needle of every wrapper and family: a line without any is not looked at further.
     triggers: tuple[str, ...]
+    # (pattern, the strongest family evidence a line it matches gives) (`[[weak_family]]`).
+    weak: tuple[tuple[re.Pattern, int], ...]
+    # A frame line from which on a traceback imports a script (`[[import]]`); None: no such rule.
+    imports: re.Pattern | None
 
 
 @lru_cache(maxsize=1)
@@ -89,16 +93,24 @@ def table() -> _Table:
     triggers = tuple(sorted({n for e in wrappers + families for n in e.needles}, key=len))
     # A needle that contains another is never the first found: drop it from the triggers.
     triggers = tuple(t for t in triggers if not any(o != t and o in t for o in triggers))
-    return _Table(frames, wrappers, families, triggers)
+    weak = tuple((re.compile(r["match"]), int(r["strength"])) for r in data.get("weak_family", ()))
+    imports = [r["match"] for r in data.get("import", ())]
+    return _Table(frames, wrappers, families, triggers, weak,
+                  re.compile("|".join(f"(?:{m})" for m in imports)) if imports else None)
 
 
 def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
-    """The strongest evidence in a traceback's frames (outermost first within a level)."""
+    """The strongest evidence in a traceback's frames (outermost first within a level). The
+    frames below a script's re-import (a spawned child's) are left out: they say no phase."""
     best: FrameEvidence | None = None
-    rules = table().frames
+    t = table()
+    rules = t.frames
+    imports = t.imports
     for line in frames:
         if not line or line[0] == "^":
             continue
+        if imports is not None and imports.search(line):
+            break
         for rule in rules:
             if best is not None and rule.level >= best.level:
                 continue
@@ -134,6 +146,10 @@ def names_in(line: str, low: str | None = None) -> tuple[str | None, tuple[str, 
     for f in t.families:
         if (family is None or f.strength < family[1]) and f.search(low):
             family = (f.name, f.strength)
+    if family is not None:
+        for rx, weakest in t.weak:
+            if family[1] < weakest and rx.search(line):
+                family = (family[0], weakest)
     return wrapper, family
 
 

@@ -19,11 +19,12 @@ from kohya_tuner.logparse.events import (
     EpochStart, Event, Failure, Finished, Milestone, Oom, Progress, Resumed, Saved, TotalSteps,
 )
 
-# A trainer's own step counter: "Starting training step (361/7200)" (that step begins, the one
-# before it is done), "Step 120/2000" at the start of a line (that step is done).
+# A trainer's own step counter: "Starting training step (361/7200)", "STARTING AT STEP: 1/40000",
+# "Starting from step 1/500" (that step begins, the one before it is done), "Step 120/2000" at the
+# start of a line (that step is done).
 STEP_OF_RE = re.compile(
-    r"(?P<starting>(?:starting|beginning|begin)\s+(?:training\s+|train\s+)?)?step\s*\(?\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\b",
-    re.I)
+    r"(?P<starting>(?:starting|beginning|begin|start)\s+(?:(?:at|from)\s+)?(?:training\s+|train\s+)?)?"
+    r"step\s*:?\s*\(?\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\b", re.I)
 # A per-step training record with no total: the step, then the training loss ("Epoch 1 | iter 940
 # step 235 | loss train: 0.35", "step: 120, loss: 0.31", "global_step 80 | train_loss 0.2"). Anchored
 # at the record's start so that prose naming a step is not one; a validation loss is not a step's.
@@ -192,9 +193,11 @@ class Milestones:
         if "step" in low:
             m = STEP_OF_RE.match(s)
             if m:
-                n = int(m.group("n"))
-                out.append(Progress(step=max(0, n - 1) if m.group("starting") else n, total=int(m.group("total")),
-                                    line=s))
+                n, total = int(m.group("n")), int(m.group("total"))
+                if m.group("starting"):
+                    # Training starts here: a bar with no description and this total is its bar.
+                    self._train_bar_total = total
+                out.append(Progress(step=max(0, n - 1) if m.group("starting") else n, total=total, line=s))
                 return True
             m = STEP_RECORD_RE.match(s)
             if m:

@@ -199,8 +199,9 @@ _EXIT_PATTERNS = (
     (re.compile(r"failed \(exitcode: (-?\d+)\)"), 1),
     (re.compile(r"Signals\.SIG\w+: (\d+)"), -1),
     (re.compile(r"^\s*exitcode\s*:\s*(-?\d+)"), 1),
-    # A GUI's or node's own report of the trainer process: "Command failed with exit code 3221225477".
-    (re.compile(r"(?:failed|exited|terminated) with (?:exit )?(?:code|status) (-?\d+)"), 1),
+    # A GUI's or node's own report of the trainer process: "Command failed with exit code 3221225477";
+    # a launcher's record of a worker process: DeepSpeed's "[…] exits with return code = 1".
+    (re.compile(r"(?:failed|exit(?:s|ed)?|terminated) with (?:exit |return )?(?:code|status)\s*[:=]?\s*(-?\d+)"), 1),
 )
 
 

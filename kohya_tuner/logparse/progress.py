@@ -40,6 +40,14 @@ RICH_BAR_RE = re.compile(
     r"(?:(?P<pct>\d{1,3}(?:\.\d)?)%(?:\s+|$))?(?:(?P<n>\d+)/(?P<total>\d+)(?:\s+|$))?(?P<inner>.*)$"
 )
 _RICH_RATE_RE = re.compile(r"(?:^|\s)([\d.]+)(it/s|s/it)\b")
+# A tqdm bar whose start a paste cut (its description, percentage and part of the bar):
+# "| 0/30000 [00:02<?, ?it/s]", "█▌        | 17/400 [00:30<11:20,  1.80s/it, loss=0.1]". The times
+# in the brackets are required, so that a table row ("| 3/4 [done]") is not taken for one.
+HEADLESS_BAR_RE = re.compile(
+    r"[ █▉▊▋▌▍▎▏#]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?:\d+:)?\d+:\d\d<(?:\?|(?:\d+:)?\d+:\d\d),\s*"
+    r"(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it)(?P<inner>[^\]]*)(?:\]|$)")
+# What such a line starts with.
+HEADLESS_START = frozenset("| █▉▊▋▌▍▎▏#")
 
 
 class Bar(NamedTuple):
@@ -88,7 +96,7 @@ def _from_tqdm(m: re.Match) -> Bar:
 
 def match_bar(line: str) -> Bar | None:
     """The bar at the start of a line, in any of the forms above, else None. A line holding none of
-    "%|", "% ", "it [" and "━" is none of them (the parser tests that first)."""
+    "%|", "% ", "it [", "━" and a "|" before its counts is none of them (the parser tests that first)."""
     m = P.BAR_RE.match(line)
     if m is not None:
         return _from_tqdm(m)
@@ -106,6 +114,11 @@ def match_bar(line: str) -> Bar | None:
                        total=int(m.group("total") or 0), inner=inner,
                        rate=_rate(r.group(1), "", r.group(2)) if r else None, end=m.end(),
                        pct=float(m.group("pct")) if m.group("pct") else None)
+    if line[:1] in HEADLESS_START:
+        m = HEADLESS_BAR_RE.match(line)
+        if m is not None:
+            return Bar(desc="", n=int(m.group("n")), total=int(m.group("total")), inner=m.group("inner"),
+                       rate=_rate(m.group("rate"), "", m.group("unit")), end=m.end())
     return None
 
 

@@ -77,10 +77,12 @@ class _PendingOom:
 
 
 class _Traceback:
-    __slots__ = ("frames", "explicit", "boxed", "headless", "lines")
+    __slots__ = ("frames", "explicit", "boxed", "headless", "lines", "bar")
 
     def __init__(self, explicit: bool, boxed: bool, headless: bool = False):
         self.frames: list[str] = []
+        # The update of a bar with no description printed right before it (parser: _bar_before).
+        self.bar = None
         # explicit: its "Traceback (most recent call last)" header was seen; boxed: drawn by Rich;
         # headless: it starts at a frame line, the header cut off.
         self.explicit = explicit
@@ -119,8 +121,9 @@ def headless_opening(s: str, before: str | None) -> tuple[str, ...] | None:
 
 
 # A Rich traceback box without its header still counts when it shows a frame ("file.py:12 in f").
-# Rich folds a long path: the function name ("in │ init_process_group") goes to the next row.
-BOX_FRAME_RE = re.compile(r"\.py:\d+ in(?: \w|\s*$)")
+# Rich folds a long path: the function name ("in │ init_process_group") or the whole "in f" goes
+# to the next row, and the path's start to the row before (a row may begin "py:45 in main").
+BOX_FRAME_RE = re.compile(r"(?:\.|^)py:\d+(?: in(?: \w|\s*$)|\s*$)")
 
 
 def last_frame(tb: _Traceback) -> str:

@@ -1,0 +1,239 @@
+"""Tracebacks, exception lines, OOM messages and other failure lines: the failure half of the
+parser. A mixin of LogParser (its state is set up in LogParser.__init__): `_in_traceback` takes
+a line while a traceback is open, `_exception` an exception line, `_end_traceback` a traceback
+cut before its error line, `_failure_line` a bare line that may name a failure.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from kohya_tuner.logparse import frames as F
+from kohya_tuner.logparse import patterns as P
+from kohya_tuner.logparse.events import Event, Exited, Failure, Oom, Progress
+from kohya_tuner.logparse.records import BOX_FRAME_RE, _PendingOom, _Traceback, last_frame
+
+# A Python traceback this long without its error line is not one (or its end was lost).
+_MAX_TRACEBACK_LINES = 2000
+# Logical lines a traceback's header may come after a bar with no description and still be read
+# with it: the bar's line with another message run onto its end, then the header.
+_BAR_BEFORE_LINES = 2
+# Logical lines after a hint (a warning naming a cause) within which a failure may be its.
+HINT_WINDOW = 60
+
+
+class Failures:
+    _tb: _Traceback | None
+    _tb_level: str | None
+    _suspended: _Traceback | None
+    _suspended_for: int
+    _oom: _PendingOom | None
+    _hints: deque[tuple[int, str]]
+    _oom_words_at: int | None
+    _n: int
+    _line_rank: int | None
+    _loose_bar: tuple[int, Progress] | None
+
+    def _bar_before(self) -> Progress | None:
+        """The update of a bar with no description (or with its description cut by a paste)
+        printed right before a traceback opens. A failure whose frames are in the trainer's own
+        training step makes it the training bar: the bar on screen when that step failed."""
+        loose, self._loose_bar = self._loose_bar, None
+        if loose is None or self._n - loose[0] > _BAR_BEFORE_LINES:
+            return None
+        return loose[1]
+
+    @staticmethod
+    def _step_bar(bar: Progress | None, ev: F.FrameEvidence | None, out: list[Event]) -> None:
+        if bar is not None and ev is not None and ev.phase == F.STEP and ev.level == 1:
+            out.append(bar)
+
+    def _in_traceback(self, tb: _Traceback, text: str, s: str, level: str | None, out: list[Event]) -> bool:
+        """Take a line that arrives while a traceback is open; False when the traceback ended
+        and the line is to be read as usual."""
+        if level is not None and level != self._tb_level:
+            self._end_traceback(out)
+            return False
+        if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
+            if tb.frames:
+                self._end_traceback(out)
+            # else: the same header twice (two streams printing one traceback): one traceback.
+            self._start_traceback(s)
+            return True
+        if s[0] in P.BOX_CHARS:
+            tb.add(s.strip("│┃ "))
+            return True
+        if not text[:1].isspace():
+            m = P.EXC_LINE_RE.match(s)
+            if m:
+                self._tb = None
+                self._exception(m.group(1) or m.group(3), s, tb.frames, out, tb.bar)
+                return True
+            if tb.boxed:
+                # After a Rich box only its exception line belongs to it.
+                self._end_traceback(out)
+                return False
+            found: list[Event] = []
+            if self._milestone(s, found):
+                # Training output in the middle of a traceback: another pipe's line, or the
+                # traceback was cut short. Hold it open for a few lines to tell which.
+                self._suspend_traceback(out)
+                out.extend(found)
+                return True
+        tb.add(s)
+        if tb.lines > _MAX_TRACEBACK_LINES:
+            self._end_traceback(out)
+        return True
+
+    def _failure_line(self, s: str, level: str | None, out: list[Event], low: str) -> None:
+        """A line that is not an exception line but may still name a failure."""
+        if "closing signal" in low and low.startswith("sending process", low.find("] ") + 2 if "] " in low else 0):
+            # torchrun's agent stopping the other ranks ("Sending process N closing signal
+            # SIGTERM"): a worker failed, and the run with it.
+            out.append(Exited(status=None, line=s))
+            return
+        if s == "Killed" or s.endswith(" Killed"):
+            out.append(Failure(kind="cpu_oom", message="the process was killed (Killed), most likely by the "
+                                                        "system's out-of-memory killer", line=s))
+            return
+        if not P.SUSPECT_RE.search(low):
+            return
+        status = P.exit_status(s)
+        if status is not None:
+            out.append(Exited(status=status, line=s))
+            return
+        if P.plain_line_is_oom(s):
+            self._oom = _PendingOom(s, None, self._line_rank)
+            if self._oom.done():
+                self._flush_oom(out)
+            return
+        if P.CPU_OOM_RE.search(low):
+            out.append(Failure(kind="cpu_oom", message=s[:500], line=s))
+            return
+        kind = P.error_kind(s)
+        if kind == "distributed" and "allreduce" in low and P.NCCL_ALLREDUCE_TIMEOUT_RE.search(low):
+            out.append(Failure(kind=kind, message=s[:500], where="training", line=s,
+                               frame="a gradient all-reduce timed out (NCCL's watchdog)", frame_level=2))
+            return
+        if kind == "bad_argument" and ".py: error:" in s:
+            out.append(Failure(kind=kind, message=s[:500], line=s))
+            return
+        if kind != "other" and (level in ("ERROR", "CRITICAL") or low.startswith(("error", "fatal"))):
+            out.append(Failure(kind=kind, message=s[:500], line=s))
+            return
+        self._hint(s, low)
+
+    def _hint(self, s: str, low: str | None = None) -> None:
+        if low is None:
+            low = s.lower()
+        if not P.SUSPECT_RE.search(low):
+            return
+        if "memory" in low and P.GPU_OOM_RE.search(low):
+            # Wording that says out of memory without being the error itself: a cut traceback
+            # after it is likely an OOM.
+            self._oom_words_at = self._n
+        kind = P.hint_kind(s)
+        if kind is not None:
+            self._hints.append((self._n, kind))
+
+    def _context_kind(self, frames: list[str] | None) -> str:
+        """For an error with no telling message: what its frames or the lines before it say."""
+        if frames:
+            for line in frames:
+                kind = P.error_kind(line)
+                if kind in ("xformers", "bitsandbytes", "distributed", "cuda_unavailable"):
+                    return kind
+        for n, kind in reversed(self._hints):
+            if self._n - n <= HINT_WINDOW:
+                return kind
+        return "other"
+
+    # ---- tracebacks, exceptions, OOM messages ---------------------------------------------
+
+    def _start_traceback(self, s: str) -> None:
+        self._tb = _Traceback(explicit=True, boxed=s[0] in "╭┏")
+        self._tb.bar = self._bar_before()
+        rest = s.split(P.TRACEBACK_HEAD, 1)[-1].strip(" ):─╮┓")
+        if rest:
+            self._tb.add(rest)
+
+    def _end_suspended(self, out: list[Event]) -> None:
+        if self._suspended is not None:
+            self._tb, self._suspended = self._suspended, None
+            self._end_traceback(out)
+
+    def _suspend_traceback(self, out: list[Event]) -> None:
+        """Training output broke into a traceback: hold it open for a few lines (its error line
+        may still follow, from the other stream), then report it cut."""
+        self._end_suspended(out)
+        self._suspended, self._suspended_for, self._tb = self._tb, 0, None
+
+    def _end_traceback(self, out: list[Event]) -> None:
+        """A traceback that stopped without its exception line: the log was cut (how users
+        usually paste) or other output broke in. Its frames still say where it failed."""
+        tb = self._tb
+        self._tb = None
+        if tb is None:
+            return
+        if not tb.explicit and not tb.headless and not (tb.boxed and any(BOX_FRAME_RE.search(f) for f in tb.frames)):
+            return
+        if P.launcher_only(tb.frames):
+            out.append(Exited(status=None, line="Traceback (launcher)"))
+            return
+        last = last_frame(tb)
+        ev = F.frame_evidence(tb.frames)
+        self._step_bar(tb.bar, ev, out)
+        suspected = None
+        if any(P.GPU_OOM_RE.search(f.lower()) for f in tb.frames) or (
+                self._oom_words_at is not None and self._n - self._oom_words_at <= HINT_WINDOW):
+            suspected = "oom"
+        else:
+            kind = self._context_kind(tb.frames)
+            suspected = None if kind == "other" else kind
+        out.append(Failure(kind="truncated",
+                           message="the log ends inside a traceback: its error line is missing"
+                                   + (f" (last frame: {last[:200]})" if last else ""),
+                           where=ev.diagnose_phase if ev else None, frame=ev.what if ev else None,
+                           frame_level=ev.level if ev else None, suspected=suspected, line=P.TRACEBACK_HEAD))
+
+    def _exception(self, exc_type: str, s: str, frames: list[str] | None, out: list[Event],
+                   bar: Progress | None = None) -> None:
+        ev = F.frame_evidence(frames) if frames else None
+        self._step_bar(bar, ev, out)
+        where = ev.diagnose_phase if ev else None
+        if exc_type in P.LAUNCHER_WRAPPERS:
+            out.append(Exited(status=P.exit_status(s), line=s))
+            return
+        if exc_type == "KeyboardInterrupt":
+            out.append(Failure(kind="other", message="KeyboardInterrupt: the run was interrupted", where=where,
+                               line=s))
+            return
+        if P.is_oom(s):
+            self._oom = _PendingOom(s, ev, self._line_rank)
+            if self._oom.done():
+                self._flush_oom(out)
+            return
+        kind = P.error_kind(s, exc_type)
+        if kind == "other" and P.exit_status(s) is not None:  # a wrapper raising the trainer's exit status
+            out.append(Exited(status=P.exit_status(s), line=s))
+            return
+        if kind == "other":
+            kind = self._context_kind(frames)
+        out.append(Failure(kind=kind, message=s[:500], where=where, frame=ev.what if ev else None,
+                           frame_level=ev.level if ev else None, line=s))
+
+    def _oom_continues(self, s: str) -> bool:
+        if s[0] in P.BOX_CHARS or s.startswith((P.TRACEBACK_HEAD, "During handling", "The above exception",
+                                                  'File "', "Traceback")):
+            return False
+        return not P.EXC_LINE_RE.match(s) or bool(P.OOM_STAT_LINE_RE.match(s))
+
+    def _flush_oom(self, out: list[Event]) -> None:
+        pending = self._oom
+        if pending is None:
+            return
+        self._oom = None
+        ev = pending.evidence
+        out.append(Oom(figures=P.oom_figures(pending.text()), where=ev.diagnose_phase if ev else None,
+                       frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=pending.first,
+                       rank=pending.rank))
