@@ -18,6 +18,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 _TABLE = Path(__file__).with_name("frames.toml")
+# An option read from the parsed arguments (`args.cache_text_encoder_outputs`, `self.args.cache_latents`)
+# names a setting, not a call: a phase's words in it say nothing of what ran, so the rules see it
+# as `args.option`. A method called on the arguments is left as it is.
+_ARG_READ_RE = re.compile(r"\bargs\.\w+\b(?!\s*\()")
 # The phase a frame rule names for the training step; the progress evidence splits it into
 # first_step and training.
 STEP = "step"
@@ -111,10 +115,11 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
             continue
         if imports is not None and imports.search(line):
             break
+        seen = _ARG_READ_RE.sub("args.option", line) if "args." in line else line
         for rule in rules:
             if best is not None and rule.level >= best.level:
                 continue
-            if rule.rx.search(line):
+            if rule.rx.search(seen):
                 best = FrameEvidence(rule.phase, rule.what, rule.level, line.strip()[:300])
                 if best.level == 1:
                     return best

@@ -26,11 +26,13 @@ STEP_OF_RE = re.compile(
     r"(?P<starting>(?:starting|beginning|begin|start)\s+(?:(?:at|from)\s+)?(?:training\s+|train\s+)?)?"
     r"step\s*:?\s*\(?\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\b", re.I)
 # A per-step training record with no total: the step, then the training loss ("Epoch 1 | iter 940
-# step 235 | loss train: 0.35", "step: 120, loss: 0.31", "global_step 80 | train_loss 0.2"). Anchored
-# at the record's start so that prose naming a step is not one; a validation loss is not a step's.
+# step 235 | loss train: 0.35", "step: 120, loss: 0.31", "global_step 80 | train_loss 0.2",
+# DeepSpeed's "steps: 2 loss: nan iter time (s): 8.4"), or the step's optimizer record (DeepSpeed's
+# "step=2, skipped=0, lr=[…]"). Anchored at the record's start so that prose naming a step is not
+# one; a validation loss is not a step's.
 STEP_RECORD_RE = re.compile(
-    r"(?:epoch[\s:=]*\d+\s*[|,]\s*)?(?:iter(?:ation)?[\s:=]*\d+\s*[|,]?\s*)?(?:global[_ ])?step[\s:=]*(?P<n>\d+)"
-    r"\s*[|,]\s*(?:train(?:ing)?[_ ]?)?loss\b", re.I)
+    r"(?:epoch[\s:=]*\d+\s*[|,]\s*)?(?:iter(?:ation)?[\s:=]*\d+\s*[|,]?\s*)?(?:global[_ ])?steps?[\s:=]*(?P<n>\d+)"
+    r"(?:\s*[|,]\s*|\s+)(?:(?:train(?:ing)?[_ ]?)?loss\b|skipped\s*[:=]\s*\d+\s*,\s*lr\s*[:=])", re.I)
 # Python's warning format: "<file>:<line>: <Category>Warning: <message>".
 WARNING_AT_RE = re.compile(r"(.+?\.py):\d+: (?:[\w.]+\.)?\w*Warning: ")
 # ComfyUI's error report: "- **Node Type:** FluxTrainLoop".

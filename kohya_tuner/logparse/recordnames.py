@@ -28,7 +28,9 @@ class RecordNames:
         name = where.rsplit(":", 1)[0]
         if name != self._last_source:
             self._last_source = name
-            self._names(name, name.lower(), out)
+            # The module that logged, not the script that ran: sd-scripts' FLUX, SD3 and SDXL
+            # trainers log from train_network.py. It names the wrapper, never the family.
+            self._names(name, name.lower(), out, with_family=False)
             self._logger(name[:-3] if name.endswith(".py") else name, out)
 
     def _record_names(self, body: str, out: list[Event]) -> str:
@@ -57,9 +59,11 @@ class RecordNames:
         if found is not None:
             out.append(Milestone(phase=found[0], name=found[1], line=name))
 
-    def _names(self, s: str, low: str, out: list[Event]) -> None:
-        """The wrapper and the model family a line names (frames.toml)."""
+    def _names(self, s: str, low: str, out: list[Event], with_family: bool = True) -> None:
+        """The wrapper and (unless `with_family` is False) the model family a line names (frames.toml)."""
         wrapper, family = F.names_in(s, low)
+        if not with_family:
+            family = None
         if wrapper is not None and wrapper != self._wrapper and F.wrapper_rank(wrapper) < F.wrapper_rank(self._wrapper):
             self._wrapper = wrapper
             out.append(Wrapper(wrapper=wrapper, line=s))
