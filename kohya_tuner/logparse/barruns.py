@@ -77,9 +77,10 @@ class BarRuns:
                 self._loose_bar = (self._n, Progress(step=bar.n, total=bar.total, rate=bar.rate,
                                                      line=line[: bar.end].strip()))
             if bar.n is not None or bar.pct == 0:
-                self._side_bar(desc, bar.n or 0, out)
+                self._side_bar(desc, bar.n or 0, out, bar.total)
             return
         self._before_training = False
+        self._said_phase = "training"
         if desc != self._bar_prefix and desc:
             self._bar_prefix = desc
             self._bar_rx = _bar_run_re(desc)

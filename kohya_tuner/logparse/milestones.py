@@ -79,8 +79,15 @@ def failure_report(low: str) -> tuple[str, bool] | None:
 
 
 
+# The phases a bar at its total ends, and the milestone that says so.
+_CACHING = {"cache_latents": "caching latents", "cache_text_encoder": "caching text encoder outputs"}
+CACHING_DONE = "start-up after caching (the caching bar reached its total)"
+
+
 class Milestones:
     _side: tuple[str, int] | None
+    _said_phase: str | None
+    _cache_ended: str | None
     _train_bar_total: int | None
     _before_training: bool
     _job_bar: str | None
@@ -91,7 +98,33 @@ class Milestones:
     def _logger(self, name: str, out: list[Event]) -> None:  # pragma: no cover - the parser defines it
         raise NotImplementedError
 
-    def _side_bar(self, desc: str, n: int, out: list[Event]) -> None:
+    def _note_said(self, out: list[Event]) -> None:
+        """The phase the milestone just read says (what a caching bar at its total ends)."""
+        ev = out[-1] if out else None
+        if isinstance(ev, Milestone):
+            self._said_phase = ev.phase
+        elif isinstance(ev, (EpochStart, Progress)):
+            self._said_phase = "training"
+
+    def _side_bar(self, desc: str, n: int, out: list[Event], total: int = 0) -> None:
+        """A bar other than the training bar: its name read as a milestone (`_named_side_bar`).
+        A caching bar that reached its total ends the caching: what follows, until another
+        phase shows, is start-up (the trainer building what training needs). A nameless bar
+        starting over right after it is the caching of the next dataset."""
+        said = self._said_phase
+        self._named_side_bar(desc, n, out)
+        if not total or self._said_phase != said:
+            return
+        if n >= total and said in _CACHING:
+            self._cache_ended = said
+            self._said_phase = "model_load"
+            out.append(Milestone(phase="model_load", name=CACHING_DONE, line=f"{desc}{n}/{total}".strip()))
+        elif n < total and said == "model_load" and self._cache_ended and not desc.strip(" :"):
+            phase, self._cache_ended = self._cache_ended, None
+            self._said_phase = phase
+            out.append(Milestone(phase=phase, name=_CACHING[phase], line=f"{n}/{total}"))
+
+    def _named_side_bar(self, desc: str, n: int, out: list[Event]) -> None:
         """A named bar other than the training bar says what the trainer is doing ("Loading
         pipeline components", "Caching latents to disk"): its description is read as a milestone
         line, once when the bar appears or starts again."""
@@ -109,6 +142,7 @@ class Milestones:
         found: list[Event] = []
         if self._milestone(name, found):
             out.extend(e for e in found if isinstance(e, (Milestone, EpochStart)) and getattr(e, "name", "") != "start")
+            self._note_said(out)
 
     def _report(self, s: str, low: str, level: str | None, out: list[Event]) -> bool:
         """A trainer's own report of a failure that names the phase ("Error during training: …",

@@ -101,6 +101,10 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._train_bar_total: int | None = None
         # The last named side bar (not the training bar) and its count, to read it once per run.
         self._side: tuple[str, int] | None = None
+        # The phase the last milestone or training-bar update said, and the caching phase a bar
+        # at its total ended (Milestones._side_bar).
+        self._said_phase: str | None = None
+        self._cache_ended: str | None = None
         # After words announcing the pass right before training: True until a bar whose name no
         # phase word knows is taken as the training bar (its description then in _job_bar).
         self._before_training = False
@@ -201,7 +205,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         if self._relay is not None or line.find("Traceback (most", 0, 130) >= 0:
             line, self._relay = P.strip_relay(line, self._relay)
         if "%|" in line or "% " in line or "it [" in line or "━" in line or (  # what every bar form holds
-                line[:1] in PR.HEADLESS_START and "|" in line):
+                line[:1] in PR.HEADLESS_START and ("|" in line or ("<" in line and "/" in line[:24]))):
             m = PR.match_bar(line)
             if m is None and line.endswith("0%|"):
                 m = P.BAR_START_RE.match(line)
@@ -394,6 +398,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         if ("fail" in low or "during" in low or "while" in low or " in " in low) and self._report(s, low, level, out):
             return
         if self._milestone(s, out):
+            self._note_said(out)
             return
         if level in ("INFO", "DEBUG", "WARNING"):
             # sd-scripts' own log messages: they report progress, never the crash itself; only
