@@ -69,8 +69,9 @@ class BarRuns:
         self._loose_bar = None
         if P.is_main_bar(desc):
             self._train_bar_total = None
-        elif not P.trainer_postfix(bar.inner) and not self._nameless_training_bar(desc, bar) \
-                and not self._job_named_bar(desc):
+        elif (desc and P.sampling_bar(desc)) or (
+                not P.trainer_postfix(bar.inner) and not self._nameless_training_bar(desc, bar)
+                and not self._job_named_bar(desc)):
             if bar.n is not None and bar.total and not desc.strip(" :"):
                 # A bar with no description (or one a paste cut off) may be the training bar:
                 # the failure right after it says whether it was (Failures._bar_before).

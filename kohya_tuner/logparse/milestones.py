@@ -95,7 +95,7 @@ class Milestones:
     def _new_run(self) -> None:  # pragma: no cover - the parser defines it
         raise NotImplementedError
 
-    def _logger(self, name: str, out: list[Event]) -> None:  # pragma: no cover - the parser defines it
+    def _logger(self, name: str, out: list[Event], message: str = "") -> None:  # pragma: no cover - the parser defines it
         raise NotImplementedError
 
     def _note_said(self, out: list[Event]) -> None:
@@ -195,9 +195,9 @@ class Milestones:
             if m and m.end() < len(s):
                 # SimpleTuner's "(VAECache) (Rank: 0) message": the tag may say the phase, the
                 # message after it is read as any other.
-                if m.group("tag"):
-                    self._logger(m.group("tag"), out)
                 s = s[m.end():]
+                if m.group("tag"):
+                    self._logger(m.group("tag"), out, s)
         elif c == "[":
             m = PW.BRACKETS_RE.match(s)
             if m and m.end() < len(s):

@@ -257,7 +257,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         elif line[:1] in ("D", "I", "W", "E", "C"):
             m = P.PYLOG_RE.match(line)
             if m:
-                self._logger(m.group(2), out)
+                self._logger(m.group(2), out, m.group(3))
                 self._logical(m.group(3), m.group(1), out)
                 return
             m = P.LOOSE_HEAD_RE.match(line)
@@ -289,7 +289,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             m = P.DASH_LEVEL_RE.match(line)
             if m:
                 if m.group("logger"):
-                    self._logger(m.group("logger"), out)
+                    self._logger(m.group("logger"), out, m.group(3))
                 self._logical(m.group(3), m.group(1), out)
                 return
         self._logical(line, None, out)

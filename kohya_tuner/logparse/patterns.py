@@ -64,6 +64,21 @@ def trainer_postfix(inner: str) -> bool:
             or " loss=" in inner or ",loss=" in inner or inner.startswith("loss="))
 
 
+@lru_cache(maxsize=256)
+def sampling_bar(desc: str) -> bool:
+    """A bar whose description the milestone words read as sampling ("Generating Samples:",
+    "Generating images", "Sampling"): its name says what it counts, whatever training postfix a
+    trainer carries over onto it (loss, lr)."""
+    low = desc.strip().rstrip(":").strip().lower()
+    if not low:
+        return False
+    phase = next((ph for prefix, ph, _ in MILESTONE_PREFIXES if low.startswith(prefix)), None)
+    if phase is None:
+        found = phase_words.phrase_phase(low[:120])
+        phase = found[0] if found else None
+    return phase == "sampling"
+
+
 _MAIN_BAR: dict[str, bool] = {}
 
 
