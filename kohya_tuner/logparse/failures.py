@@ -119,7 +119,7 @@ class Failures:
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return
         if kind != "other" and (level in ("ERROR", "CRITICAL") or low.startswith(("error", "fatal"))
-                                or (kind == "cuda_error" and low.lstrip().startswith(("cuda error:", "hip error:")))):
+                                or low.lstrip().startswith(("cuda error:", "hip error:"))):
             # A "CUDA error: <text>" message with its exception's name cut off is the error itself.
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return
