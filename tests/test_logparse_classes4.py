@@ -293,9 +293,13 @@ _RICH = ("2024-08-16 10:58:26 INFO     unet dtype: torch.float8_e4m3fn, device: 
          "                       train_network.py:1004\n")
 
 
-def test_richs_source_column_names_no_family():
+def test_richs_source_column_names_no_family_by_an_entry_scripts_name():
     d = diagnose(parse_text(_RICH))
     assert d.family is None
+    # A module only one family's trainer has still says its family.
+    for module, family in (("flux_train_network.py:412", "flux"), ("sdxl_model_util.py:60", "sdxl"),
+                           ("flux_train.py:1890", "flux")):
+        assert diagnose(parse_text(_RICH.replace("train_network.py:1004", module))).family == family, module
     # The column still names the wrapper.
     assert d.wrapper == "sd-scripts"
     # The script that ran names the family.

@@ -38,8 +38,8 @@ class RecordNames:
         if name != self._last_source:
             self._last_source = name
             # The module that logged, not the script that ran: sd-scripts' FLUX, SD3 and SDXL
-            # trainers log from train_network.py. It names the wrapper, never the family.
-            self._names(name, name.lower(), out, with_family=False)
+            # trainers log from train_network.py, whose name says SD 1.5 only as the script run.
+            self._names(name, name.lower(), out, module=True)
             self._logger(name[:-3] if name.endswith(".py") else name, out)
 
     def _record_names(self, body: str, out: list[Event]) -> str:
@@ -74,11 +74,10 @@ class RecordNames:
         elif new:
             out.append(Milestone(phase=found[0], name=found[1], line=name))
 
-    def _names(self, s: str, low: str, out: list[Event], with_family: bool = True) -> None:
-        """The wrapper and (unless `with_family` is False) the model family a line names (frames.toml)."""
-        wrapper, family = F.names_in(s, low)
-        if not with_family:
-            family = None
+    def _names(self, s: str, low: str, out: list[Event], module: bool = False) -> None:
+        """The wrapper and the model family a line names (frames.toml); `module`: the line is
+        the name of the module that logged a record (F.names_in)."""
+        wrapper, family = F.names_in(s, low, module=module)
         if wrapper is not None and wrapper != self._wrapper and F.wrapper_rank(wrapper) < F.wrapper_rank(self._wrapper):
             self._wrapper = wrapper
             out.append(Wrapper(wrapper=wrapper, line=s))
