@@ -13,7 +13,7 @@ import pytest
 from kohya_tuner.logparse import diagnose, parse_text
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import progress as PR
-from kohya_tuner.logparse.events import Progress
+from kohya_tuner.logparse.events import Exited, Progress
 
 OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
        "23.65 GiB of which 10.00 MiB is free.\n")
@@ -198,6 +198,10 @@ def test_a_caching_bar_at_its_total_ends_the_caching(announce):
     steps = "steps:  10%|█         | 10/100 [00:10<01:30,  1.00it/s, avr_loss=0.1]\n"
     assert _phase(steps + "generating sample images at step 10\n" + _DONE) == "sampling"
     assert _phase(announce + steps + _DONE) == "training"
+    # A named caching bar seen only at its total ends the caching too; a model loaded after the
+    # caching ended is no caching when a nameless bar follows.
+    assert _phase("Caching latents: " + _DONE + _BUCKETS) == "model_load"
+    assert _phase(announce + _DONE + "loading model\n" + nxt) == "model_load"
     # Caching, then a bar with no total.
     assert _phase(announce + "30it [00:15,  1.98it/s]\n") == _phase(announce + part)
 
@@ -262,6 +266,9 @@ def test_a_workers_sigkill_reads_as_a_bare_killed(line):
     for same in ("Killed", "exitcode  : -9 (pid: 4411)", "Signals.SIGKILL: 9"):
         other = diagnose(parse_text(same + "\n"))
         assert (d.outcome, d.error.kind) == (other.outcome, other.error.kind) == ("cpu_oom", "cpu_oom"), same
+    # torch elastic's record gives the status twice (its exitcode, then the signal): one exit.
+    record = "  exitcode  : -9 (pid: 1234)\n" + line + "\n"
+    assert [e.status for e in parse_text(record) if isinstance(e, Exited)] == [-9]
     # Another signal is no memory kill; prose naming a signal is no record.
     d = diagnose(parse_text("traceback : Signal 15 (SIGTERM) received by PID 7\n"))
     assert d.error is not None and d.error.kind == "other"

@@ -82,6 +82,7 @@ class BarRuns:
             return
         self._before_training = False
         self._said_phase = "training"
+        self._cache_ended = None
         if desc != self._bar_prefix and desc:
             self._bar_prefix = desc
             self._bar_rx = _bar_run_re(desc)

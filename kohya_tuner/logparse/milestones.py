@@ -103,23 +103,25 @@ class Milestones:
         ev = out[-1] if out else None
         if isinstance(ev, Milestone):
             self._said_phase = ev.phase
+            self._cache_ended = None
         elif isinstance(ev, (EpochStart, Progress)):
             self._said_phase = "training"
+            self._cache_ended = None
 
     def _side_bar(self, desc: str, n: int, out: list[Event], total: int = 0) -> None:
         """A bar other than the training bar: its name read as a milestone (`_named_side_bar`).
         A caching bar that reached its total ends the caching: what follows, until another
         phase shows, is start-up (the trainer building what training needs). A nameless bar
         starting over right after it is the caching of the next dataset."""
-        said = self._said_phase
         self._named_side_bar(desc, n, out)
-        if not total or self._said_phase != said:
+        if not total:
             return
+        said = self._said_phase
         if n >= total and said in _CACHING:
             self._cache_ended = said
             self._said_phase = "model_load"
             out.append(Milestone(phase="model_load", name=CACHING_DONE, line=f"{desc}{n}/{total}".strip()))
-        elif n < total and said == "model_load" and self._cache_ended and not desc.strip(" :"):
+        elif n < total and self._cache_ended and not desc.strip(" :"):
             phase, self._cache_ended = self._cache_ended, None
             self._said_phase = phase
             out.append(Milestone(phase=phase, name=_CACHING[phase], line=f"{n}/{total}"))

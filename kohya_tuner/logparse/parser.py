@@ -76,6 +76,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         # (line number, text) of the last indented bare line: a caret row under it makes it a frame's source.
         self._indented: tuple[int, str] | None = None
         self._exit_cut = False
+        # (logical line number, status) of the last exit status read from a line.
+        self._last_exit: tuple[int, int] | None = None
         self._processes = 1
         # The rank whose `[rankN]:` prefix the line being read carried (torchrun's per-rank output).
         self._line_rank: int | None = None
