@@ -207,7 +207,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         if self._relay is not None or line.find("Traceback (most", 0, 130) >= 0:
             line, self._relay = P.strip_relay(line, self._relay)
         if "%|" in line or "% " in line or "it [" in line or "━" in line or (  # what every bar form holds
-                line[:1] in PR.HEADLESS_START and ("|" in line or ("<" in line and "/" in line[:24]))):
+                line[:1] in PR.HEADLESS_START and "|" in line) or (
+                line[:1].isdigit() and "<" in line and "/" in line[:24]):
             m = PR.match_bar(line)
             if m is None and line.endswith("0%|"):
                 m = P.BAR_START_RE.match(line)

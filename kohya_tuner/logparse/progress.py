@@ -48,8 +48,8 @@ _RICH_RATE_RE = re.compile(r"(?:^|\s)([\d.]+)(it/s|s/it)\b")
 HEADLESS_BAR_RE = re.compile(
     r"(?:[ █▉▊▋▌▍▎▏#]*\|)?\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?:\d+:)?\d+:\d\d<(?:\?|(?:\d+:)?\d+:\d\d),\s*"
     r"(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it)(?P<inner>[^\]]*)(?:\]|$)")
-# What such a line starts with.
-HEADLESS_START = frozenset("| █▉▊▋▌▍▎▏#0123456789")
+# What such a line starts with (or a digit, with no "|").
+HEADLESS_START = frozenset("| █▉▊▋▌▍▎▏#")
 
 
 class Bar(NamedTuple):
@@ -116,7 +116,7 @@ def match_bar(line: str) -> Bar | None:
                        total=int(m.group("total") or 0), inner=inner,
                        rate=_rate(r.group(1), "", r.group(2)) if r else None, end=m.end(),
                        pct=float(m.group("pct")) if m.group("pct") else None)
-    if line[:1] in HEADLESS_START:
+    if line[:1] in HEADLESS_START or line[:1].isdigit():
         m = HEADLESS_BAR_RE.match(line)
         if m is not None:
             return Bar(desc="", n=int(m.group("n")), total=int(m.group("total")), inner=m.group("inner"),
