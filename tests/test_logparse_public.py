@@ -66,42 +66,10 @@ FAMILY_MISSES: dict[str, str] = {}
 
 # Batch 13's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/285": "batch 13, first read: transformers' record that all the weights of a model were initialized, "
-                  "cut, gives no phase; the label says model_load",
-    "public/286": "batch 13, first read: a trainer's 'Before training:' prints of the LoRA's tensors and a "
-                  "diffusers warning give no phase; the label says model_load (start-up)",
-    "public/295": "batch 13, first read: a ValueError from RandomSampler while DataLoader( is being built is read "
-                  "as the data loader fetching a batch (first step); the label says start-up (model_load)",
-    "public/300": "batch 13, first read: DeepSpeed's 'steps: 2 loss: nan iter time (s)' records give no phase; the "
-                  "label says training",
-    "public/301": "batch 13, first read: a bar's tail with no description and no '|' "
-                  "('5/1080 [19:43<70:40:10, 236.66s/it, avr_loss=0.133]') gives no phase; the label says training",
     "public/304": "batch 13, first read: '[Dataset 0]' then a paste cut at 'cac' is read as model_load; the label "
                   "reads the cut word as latent caching",
-    "public/307": "batch 13, first read: 'Generating Samples:' bars carrying the training postfix are read as the "
-                  "first step; the label says sampling",
-    "public/308": "batch 13, first read: a latent-caching bar at its total, then the bucket list, is read as "
-                  "caching; the label says start-up after it (model_load)",
-    "public/310": "batch 13, first read: a frame whose source line only tests args.cache_text_encoder_outputs is "
-                  "read as text-encoder caching; the label says start-up (model_load)",
     "public/311": "batch 13, first read: sd-scripts' assertion that caching text-encoder outputs excludes caption "
                   "dropout, alone, is read as start-up; the label says the text cannot tell (unknown)",
-    "public/313": "batch 13, first read: SimpleTuner's warnings that a cached prompt embedding was not found, while "
-                  "the bar counts step 91, are read as text-encoder caching; the label says training",
-})
-STEP_MISSES.update({
-    "public/300": "batch 13, first read: DeepSpeed's 'steps: 2 loss: …' records give no step; the label says 2",
-    "public/301": "batch 13, first read: the bar tail '5/1080 [19:43<…]' gives no step; the label says 5 of 1080",
-})
-KIND_MISSES.update({
-    "public/293": "batch 13, first read: torch elastic's 'Signal 9 (SIGKILL) received by PID' alone is read as an "
-                  "unfinished run; the label calls it a kill for host memory (cpu_oom)",
-    "public/296": "batch 13, first read: 'CUDA error: unknown error' run onto one line with its hints and no "
-                  "exception name is read as an unfinished run; the label says cuda_error",
-})
-FAMILY_MISSES.update({
-    "public/292": "batch 13, first read: a record's source column 'train_network.py:1004' names SD 1.5 in a run "
-                  "the thread shows to be FLUX",
 })
 
 

@@ -69,17 +69,20 @@ class BarRuns:
         self._loose_bar = None
         if P.is_main_bar(desc):
             self._train_bar_total = None
-        elif not P.trainer_postfix(bar.inner) and not self._nameless_training_bar(desc, bar) \
-                and not self._job_named_bar(desc):
+        elif (desc and P.sampling_bar(desc)) or (
+                not P.trainer_postfix(bar.inner) and not self._nameless_training_bar(desc, bar)
+                and not self._job_named_bar(desc)):
             if bar.n is not None and bar.total and not desc.strip(" :"):
                 # A bar with no description (or one a paste cut off) may be the training bar:
                 # the failure right after it says whether it was (Failures._bar_before).
                 self._loose_bar = (self._n, Progress(step=bar.n, total=bar.total, rate=bar.rate,
                                                      line=line[: bar.end].strip()))
             if bar.n is not None or bar.pct == 0:
-                self._side_bar(desc, bar.n or 0, out)
+                self._side_bar(desc, bar.n or 0, out, bar.total)
             return
         self._before_training = False
+        self._said_phase = "training"
+        self._cache_ended = None
         if desc != self._bar_prefix and desc:
             self._bar_prefix = desc
             self._bar_rx = _bar_run_re(desc)

@@ -18,8 +18,8 @@ from typing import Iterable
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
-    EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed,
-    Saved, TotalSteps, Wrapper,
+    CACHE_READ, EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes,
+    Progress, Resumed, Saved, TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.frames import wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
@@ -89,6 +89,9 @@ class _Run:
                 # A refresh of the bar after a save or a sample means training went on.
                 self.phase = "training"
         elif isinstance(ev, Milestone):
+            if ev.name == CACHE_READ and self.phase == "training" and self.max_step is not None:
+                # Steps are being counted: the training step reading its cache.
+                return
             phase = None if ev.phase == "unknown" else ev.phase
             for f in reversed(self.failures):
                 if f.phase_after is not None or phase is None:

@@ -66,6 +66,12 @@ class Milestone(Event):
     name: str
 
 
+# A cache's record that an entry was not found or could not be read ("(TextEmbeddingCache) Failed
+# retrieving prompt from cache"): while steps are counted it is the training step reading its
+# cache, and says no caching phase (diagnosis.py).
+CACHE_READ = "an entry missing from a cache"
+
+
 @dataclass(frozen=True, kw_only=True)
 class TotalSteps(Event):
     kind: ClassVar[str] = "total_steps"

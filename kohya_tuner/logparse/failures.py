@@ -33,6 +33,7 @@ class Failures:
     _n: int
     _line_rank: int | None
     _loose_bar: tuple[int, Progress] | None
+    _last_exit: tuple[int, int] | None
 
     def _bar_before(self) -> Progress | None:
         """The update of a bar with no description (or with its description cut by a paste)
@@ -100,7 +101,11 @@ class Failures:
             return
         status = P.exit_status(s)
         if status is not None:
-            out.append(Exited(status=status, line=s))
+            if self._last_exit != (self._n - 1, status):
+                # torch elastic's error record gives a worker's status twice, as its `exitcode`
+                # and its `traceback : Signal 9 (SIGKILL) …` on the next line: one exit.
+                out.append(Exited(status=status, line=s))
+            self._last_exit = (self._n, status)
             return
         if P.plain_line_is_oom(s):
             self._oom = _PendingOom(s, None, self._line_rank)
@@ -118,7 +123,9 @@ class Failures:
         if kind == "bad_argument" and ".py: error:" in s:
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return
-        if kind != "other" and (level in ("ERROR", "CRITICAL") or low.startswith(("error", "fatal"))):
+        if kind != "other" and (level in ("ERROR", "CRITICAL") or low.startswith(("error", "fatal"))
+                                or low.lstrip().startswith(("cuda error:", "hip error:"))):
+            # A "CUDA error: <text>" message with its exception's name cut off is the error itself.
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return
         self._hint(s, low)

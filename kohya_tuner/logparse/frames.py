@@ -18,6 +18,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 _TABLE = Path(__file__).with_name("frames.toml")
+# An option read from the parsed arguments (`args.cache_text_encoder_outputs`, `self.args.cache_latents`)
+# names a setting, not a call: a phase's words in it say nothing of what ran, so the rules see it
+# as `args.option`. A method called on the arguments is left as it is.
+_ARG_READ_RE = re.compile(r"\bargs\.\w+\b(?!\s*\()")
 # The phase a frame rule names for the training step; the progress evidence splits it into
 # first_step and training.
 STEP = "step"
@@ -57,6 +61,8 @@ class _Named:
     # Plain substrings one of which every match contains: the pattern runs only when one is in
     # the line.
     needles: tuple[str, ...]
+    # The name says the family only as the script run, not as a module that logged.
+    entry_only: bool = False
 
     def search(self, low: str) -> bool:
         for needle in self.needles:
@@ -87,7 +93,8 @@ def table() -> _Table:
     # The list order is the specificity order for wrappers: sd-scripts (last) only when nothing else shows.
     wrappers = tuple(_Named(r["name"], i, re.compile(r["match"]), tuple(r["needles"]))
                      for i, r in enumerate(data["wrapper"]))
-    families = tuple(_Named(r["name"], int(r["strength"]), re.compile(r["match"]), tuple(r["needles"]))
+    families = tuple(_Named(r["name"], int(r["strength"]), re.compile(r["match"]), tuple(r["needles"]),
+                            bool(r.get("entry_only", False)))
                      for r in data["family"])
     # Shortest first: a short needle ("xl", ".py"-free "flux") is the likeliest to be found.
     triggers = tuple(sorted({n for e in wrappers + families for n in e.needles}, key=len))
@@ -111,10 +118,11 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
             continue
         if imports is not None and imports.search(line):
             break
+        seen = _ARG_READ_RE.sub("args.option", line) if "args." in line else line
         for rule in rules:
             if best is not None and rule.level >= best.level:
                 continue
-            if rule.rx.search(line):
+            if rule.rx.search(seen):
                 best = FrameEvidence(rule.phase, rule.what, rule.level, line.strip()[:300])
                 if best.level == 1:
                     return best
@@ -129,10 +137,11 @@ def warning_evidence(path: str) -> FrameEvidence | None:
     return None
 
 
-def names_in(line: str, low: str | None = None) -> tuple[str | None, tuple[str, int] | None]:
+def names_in(line: str, low: str | None = None, *, module: bool = False) -> tuple[str | None, tuple[str, int] | None]:
     """(wrapper, (family, strength)) a line names, each None when it names none. The wrapper
     is the most specific one in the line; the family the strongest. `low`: the line lower-cased,
-    when the caller has it."""
+    when the caller has it. `module`: the line is the name of a module that logged, which names
+    no family by an entry script's name."""
     if low is None:
         low = line.lower()
     t = table()
@@ -144,7 +153,7 @@ def names_in(line: str, low: str | None = None) -> tuple[str | None, tuple[str, 
     wrapper = next((w.name for w in t.wrappers if w.search(low)), None)
     family = None
     for f in t.families:
-        if (family is None or f.strength < family[1]) and f.search(low):
+        if (family is None or f.strength < family[1]) and not (module and f.entry_only) and f.search(low):
             family = (f.name, f.strength)
     if family is not None:
         for rx, weakest in t.weak:

@@ -26,11 +26,13 @@ STEP_OF_RE = re.compile(
     r"(?P<starting>(?:starting|beginning|begin|start)\s+(?:(?:at|from)\s+)?(?:training\s+|train\s+)?)?"
     r"step\s*:?\s*\(?\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\b", re.I)
 # A per-step training record with no total: the step, then the training loss ("Epoch 1 | iter 940
-# step 235 | loss train: 0.35", "step: 120, loss: 0.31", "global_step 80 | train_loss 0.2"). Anchored
-# at the record's start so that prose naming a step is not one; a validation loss is not a step's.
+# step 235 | loss train: 0.35", "step: 120, loss: 0.31", "global_step 80 | train_loss 0.2",
+# DeepSpeed's "steps: 2 loss: nan iter time (s): 8.4"), or the step's optimizer record (DeepSpeed's
+# "step=2, skipped=0, lr=[…]"). Anchored at the record's start so that prose naming a step is not
+# one; a validation loss is not a step's.
 STEP_RECORD_RE = re.compile(
-    r"(?:epoch[\s:=]*\d+\s*[|,]\s*)?(?:iter(?:ation)?[\s:=]*\d+\s*[|,]?\s*)?(?:global[_ ])?step[\s:=]*(?P<n>\d+)"
-    r"\s*[|,]\s*(?:train(?:ing)?[_ ]?)?loss\b", re.I)
+    r"(?:epoch[\s:=]*\d+\s*[|,]\s*)?(?:iter(?:ation)?[\s:=]*\d+\s*[|,]?\s*)?(?:global[_ ])?steps?[\s:=]*(?P<n>\d+)"
+    r"(?:\s*[|,]\s*|\s+)(?:(?:train(?:ing)?[_ ]?)?loss\b|skipped\s*[:=]\s*\d+\s*,\s*lr\s*[:=])", re.I)
 # Python's warning format: "<file>:<line>: <Category>Warning: <message>".
 WARNING_AT_RE = re.compile(r"(.+?\.py):\d+: (?:[\w.]+\.)?\w*Warning: ")
 # ComfyUI's error report: "- **Node Type:** FluxTrainLoop".
@@ -77,8 +79,15 @@ def failure_report(low: str) -> tuple[str, bool] | None:
 
 
 
+# The phases a bar at its total ends, and the milestone that says so.
+_CACHING = {"cache_latents": "caching latents", "cache_text_encoder": "caching text encoder outputs"}
+CACHING_DONE = "start-up after caching (the caching bar reached its total)"
+
+
 class Milestones:
     _side: tuple[str, int] | None
+    _said_phase: str | None
+    _cache_ended: str | None
     _train_bar_total: int | None
     _before_training: bool
     _job_bar: str | None
@@ -86,10 +95,38 @@ class Milestones:
     def _new_run(self) -> None:  # pragma: no cover - the parser defines it
         raise NotImplementedError
 
-    def _logger(self, name: str, out: list[Event]) -> None:  # pragma: no cover - the parser defines it
+    def _logger(self, name: str, out: list[Event], message: str = "") -> None:  # pragma: no cover - the parser defines it
         raise NotImplementedError
 
-    def _side_bar(self, desc: str, n: int, out: list[Event]) -> None:
+    def _note_said(self, out: list[Event]) -> None:
+        """The phase the milestone just read says (what a caching bar at its total ends)."""
+        ev = out[-1] if out else None
+        if isinstance(ev, Milestone):
+            self._said_phase = ev.phase
+            self._cache_ended = None
+        elif isinstance(ev, (EpochStart, Progress)):
+            self._said_phase = "training"
+            self._cache_ended = None
+
+    def _side_bar(self, desc: str, n: int, out: list[Event], total: int = 0) -> None:
+        """A bar other than the training bar: its name read as a milestone (`_named_side_bar`).
+        A caching bar that reached its total ends the caching: what follows, until another
+        phase shows, is start-up (the trainer building what training needs). A nameless bar
+        starting over right after it is the caching of the next dataset."""
+        self._named_side_bar(desc, n, out)
+        if not total:
+            return
+        said = self._said_phase
+        if n >= total and said in _CACHING:
+            self._cache_ended = said
+            self._said_phase = "model_load"
+            out.append(Milestone(phase="model_load", name=CACHING_DONE, line=f"{desc}{n}/{total}".strip()))
+        elif n < total and self._cache_ended and not desc.strip(" :"):
+            phase, self._cache_ended = self._cache_ended, None
+            self._said_phase = phase
+            out.append(Milestone(phase=phase, name=_CACHING[phase], line=f"{n}/{total}"))
+
+    def _named_side_bar(self, desc: str, n: int, out: list[Event]) -> None:
         """A named bar other than the training bar says what the trainer is doing ("Loading
         pipeline components", "Caching latents to disk"): its description is read as a milestone
         line, once when the bar appears or starts again."""
@@ -107,6 +144,7 @@ class Milestones:
         found: list[Event] = []
         if self._milestone(name, found):
             out.extend(e for e in found if isinstance(e, (Milestone, EpochStart)) and getattr(e, "name", "") != "start")
+            self._note_said(out)
 
     def _report(self, s: str, low: str, level: str | None, out: list[Event]) -> bool:
         """A trainer's own report of a failure that names the phase ("Error during training: …",
@@ -159,9 +197,9 @@ class Milestones:
             if m and m.end() < len(s):
                 # SimpleTuner's "(VAECache) (Rank: 0) message": the tag may say the phase, the
                 # message after it is read as any other.
-                if m.group("tag"):
-                    self._logger(m.group("tag"), out)
                 s = s[m.end():]
+                if m.group("tag"):
+                    self._logger(m.group("tag"), out, s)
         elif c == "[":
             m = PW.BRACKETS_RE.match(s)
             if m and m.end() < len(s):

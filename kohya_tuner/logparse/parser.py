@@ -76,6 +76,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         # (line number, text) of the last indented bare line: a caret row under it makes it a frame's source.
         self._indented: tuple[int, str] | None = None
         self._exit_cut = False
+        # (logical line number, status) of the last exit status read from a line.
+        self._last_exit: tuple[int, int] | None = None
         self._processes = 1
         # The rank whose `[rankN]:` prefix the line being read carried (torchrun's per-rank output).
         self._line_rank: int | None = None
@@ -101,6 +103,10 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._train_bar_total: int | None = None
         # The last named side bar (not the training bar) and its count, to read it once per run.
         self._side: tuple[str, int] | None = None
+        # The phase the last milestone or training-bar update said, and the caching phase a bar
+        # at its total ended (Milestones._side_bar).
+        self._said_phase: str | None = None
+        self._cache_ended: str | None = None
         # After words announcing the pass right before training: True until a bar whose name no
         # phase word knows is taken as the training bar (its description then in _job_bar).
         self._before_training = False
@@ -201,7 +207,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         if self._relay is not None or line.find("Traceback (most", 0, 130) >= 0:
             line, self._relay = P.strip_relay(line, self._relay)
         if "%|" in line or "% " in line or "it [" in line or "━" in line or (  # what every bar form holds
-                line[:1] in PR.HEADLESS_START and "|" in line):
+                line[:1] in PR.HEADLESS_START and "|" in line) or (
+                line[:1].isdigit() and "<" in line and "/" in line[:24]):
             m = PR.match_bar(line)
             if m is None and line.endswith("0%|"):
                 m = P.BAR_START_RE.match(line)
@@ -253,7 +260,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         elif line[:1] in ("D", "I", "W", "E", "C"):
             m = P.PYLOG_RE.match(line)
             if m:
-                self._logger(m.group(2), out)
+                self._logger(m.group(2), out, m.group(3))
                 self._logical(m.group(3), m.group(1), out)
                 return
             m = P.LOOSE_HEAD_RE.match(line)
@@ -285,7 +292,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             m = P.DASH_LEVEL_RE.match(line)
             if m:
                 if m.group("logger"):
-                    self._logger(m.group("logger"), out)
+                    self._logger(m.group("logger"), out, m.group(3))
                 self._logical(m.group(3), m.group(1), out)
                 return
         self._logical(line, None, out)
@@ -394,6 +401,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         if ("fail" in low or "during" in low or "while" in low or " in " in low) and self._report(s, low, level, out):
             return
         if self._milestone(s, out):
+            self._note_said(out)
             return
         if level in ("INFO", "DEBUG", "WARNING"):
             # sd-scripts' own log messages: they report progress, never the crash itself; only

@@ -64,6 +64,21 @@ def trainer_postfix(inner: str) -> bool:
             or " loss=" in inner or ",loss=" in inner or inner.startswith("loss="))
 
 
+@lru_cache(maxsize=256)
+def sampling_bar(desc: str) -> bool:
+    """A bar whose description the milestone words read as sampling ("Generating Samples:",
+    "Generating images", "Sampling"): its name says what it counts, whatever training postfix a
+    trainer carries over onto it (loss, lr)."""
+    low = desc.strip().rstrip(":").strip().lower()
+    if not low:
+        return False
+    phase = next((ph for prefix, ph, _ in MILESTONE_PREFIXES if low.startswith(prefix)), None)
+    if phase is None:
+        found = phase_words.phrase_phase(low[:120])
+        phase = found[0] if found else None
+    return phase == "sampling"
+
+
 _MAIN_BAR: dict[str, bool] = {}
 
 
@@ -198,6 +213,9 @@ _EXIT_PATTERNS = (
     (re.compile(r"died with <Signals\.\w+: (\d+)>"), -1),
     (re.compile(r"failed \(exitcode: (-?\d+)\)"), 1),
     (re.compile(r"Signals\.SIG\w+: (\d+)"), -1),
+    # torch elastic's error record of a worker killed by a signal: "traceback : Signal 9 (SIGKILL)
+    # received by PID 4923".
+    (re.compile(r"\bSignal (\d+) \(SIG\w+\) received by PID\b"), -1),
     (re.compile(r"^\s*exitcode\s*:\s*(-?\d+)"), 1),
     # A GUI's or node's own report of the trainer process: "Command failed with exit code 3221225477";
     # a launcher's record of a worker process: DeepSpeed's "[…] exits with return code = 1".
@@ -227,7 +245,7 @@ EXIT_TAIL_RE = re.compile(r"(?:status )?(-?\d+)\.?\s*$")
 
 def exit_status(text: str) -> int | None:
     """The trainer's exit status as a launcher reports it (a signal as its negative)."""
-    if "exit" not in text and "Signals" not in text:
+    if "exit" not in text and "Signal" not in text:
         return None
     for rx, sign in _EXIT_PATTERNS:
         m = rx.search(text)

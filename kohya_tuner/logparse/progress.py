@@ -41,12 +41,14 @@ RICH_BAR_RE = re.compile(
 )
 _RICH_RATE_RE = re.compile(r"(?:^|\s)([\d.]+)(it/s|s/it)\b")
 # A tqdm bar whose start a paste cut (its description, percentage and part of the bar):
-# "| 0/30000 [00:02<?, ?it/s]", "█▌        | 17/400 [00:30<11:20,  1.80s/it, loss=0.1]". The times
-# in the brackets are required, so that a table row ("| 3/4 [done]") is not taken for one.
+# "| 0/30000 [00:02<?, ?it/s]", "█▌        | 17/400 [00:30<11:20,  1.80s/it, loss=0.1]", or all of
+# it up to the counts ("5/1080 [19:43<70:40:10, 236.66s/it, avr_loss=0.133]"). The times in the
+# brackets (elapsed<remaining, then the rate) are required, so that a table row ("| 3/4 [done]"), a
+# date or a fraction in prose is not taken for one.
 HEADLESS_BAR_RE = re.compile(
-    r"[ █▉▊▋▌▍▎▏#]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?:\d+:)?\d+:\d\d<(?:\?|(?:\d+:)?\d+:\d\d),\s*"
+    r"(?:[ █▉▊▋▌▍▎▏#]*\|)?\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?:\d+:)?\d+:\d\d<(?:\?|(?:\d+:)?\d+:\d\d),\s*"
     r"(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it)(?P<inner>[^\]]*)(?:\]|$)")
-# What such a line starts with.
+# What such a line starts with (or a digit, with no "|").
 HEADLESS_START = frozenset("| █▉▊▋▌▍▎▏#")
 
 
@@ -114,7 +116,7 @@ def match_bar(line: str) -> Bar | None:
                        total=int(m.group("total") or 0), inner=inner,
                        rate=_rate(r.group(1), "", r.group(2)) if r else None, end=m.end(),
                        pct=float(m.group("pct")) if m.group("pct") else None)
-    if line[:1] in HEADLESS_START:
+    if line[:1] in HEADLESS_START or line[:1].isdigit():
         m = HEADLESS_BAR_RE.match(line)
         if m is not None:
             return Bar(desc="", n=int(m.group("n")), total=int(m.group("total")), inner=m.group("inner"),

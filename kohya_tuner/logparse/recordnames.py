@@ -5,10 +5,19 @@ and the logger, source file, tag or function of a record, which may say the phas
 
 from __future__ import annotations
 
+import re
+
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import phase_words as PW
-from kohya_tuner.logparse.events import Event, Milestone, ModelFamily, Processes, Wrapper
+from kohya_tuner.logparse.events import CACHE_READ, Event, Milestone, ModelFamily, Processes, Wrapper
+
+_CACHES = ("cache_latents", "cache_text_encoder")
+# A cache reporting an entry it lacks: "Failed retrieving prompt from cache", "… not found", "could
+# not load cached latents", "missing from the cache".
+_CACHE_MISS_RE = re.compile(
+    r"\bfail(?:ed|ure)? (?:to )?(?:retriev|load|read|find|fetch|get)\w*|\bnot found\b|\bmissing\b"
+    r"|\b(?:could|can)(?:not|n't| not) (?:be )?(?:retriev|load|read|find|fetch|get)\w*|\bdoes not exist\b")
 
 
 class RecordNames:
@@ -28,7 +37,9 @@ class RecordNames:
         name = where.rsplit(":", 1)[0]
         if name != self._last_source:
             self._last_source = name
-            self._names(name, name.lower(), out)
+            # The module that logged, not the script that ran: sd-scripts' FLUX, SD3 and SDXL
+            # trainers log from train_network.py, whose name says SD 1.5 only as the script run.
+            self._names(name, name.lower(), out, module=True)
             self._logger(name[:-3] if name.endswith(".py") else name, out)
 
     def _record_names(self, body: str, out: list[Event]) -> str:
@@ -37,7 +48,7 @@ class RecordNames:
         returned without the logger."""
         m = P.LOGGER_BAR_RE.match(body)
         if m:
-            self._logger(m.group(1), out)
+            self._logger(m.group(1), out, m.group(2))
             body = m.group(2)
         m = P.FUNC_SUFFIX_RE.search(body)
         if m and m.group(1) != self._last_func:
@@ -47,19 +58,26 @@ class RecordNames:
                 out.append(Milestone(phase=ev.diagnose_phase, name=f"logged from {func}", line=body))
         return body
 
-    def _logger(self, name: str, out: list[Event]) -> None:
+    def _logger(self, name: str, out: list[Event], message: str = "") -> None:
         """A record's logger, source file or tag that says the phase by itself (a caching
-        script, a cache class): the phase from its first record on, read once per change."""
-        if name == self._last_logger:
+        script, a cache class): the phase from its first record on, read once per change. A
+        cache's record of an entry it lacks (`message`) is a read of the cache, said apart."""
+        new = name != self._last_logger
+        if not new and not message:
             return
         self._last_logger = name
         found = PW.source_phase(name)
-        if found is not None:
+        if found is None:
+            return
+        if message and found[0] in _CACHES and _CACHE_MISS_RE.search(message[:200].lower()):
+            out.append(Milestone(phase=found[0], name=CACHE_READ, line=message[:300]))
+        elif new:
             out.append(Milestone(phase=found[0], name=found[1], line=name))
 
-    def _names(self, s: str, low: str, out: list[Event]) -> None:
-        """The wrapper and the model family a line names (frames.toml)."""
-        wrapper, family = F.names_in(s, low)
+    def _names(self, s: str, low: str, out: list[Event], module: bool = False) -> None:
+        """The wrapper and the model family a line names (frames.toml); `module`: the line is
+        the name of the module that logged a record (F.names_in)."""
+        wrapper, family = F.names_in(s, low, module=module)
         if wrapper is not None and wrapper != self._wrapper and F.wrapper_rank(wrapper) < F.wrapper_rank(self._wrapper):
             self._wrapper = wrapper
             out.append(Wrapper(wrapper=wrapper, line=s))
