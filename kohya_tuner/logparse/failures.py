@@ -207,6 +207,8 @@ class Failures:
                    bar: Progress | None = None) -> None:
         ev = F.frame_evidence(frames) if frames else None
         self._step_bar(bar, ev, out)
+        if ev is None:
+            ev = F.message_evidence(s)
         where = ev.diagnose_phase if ev else None
         if exc_type in P.LAUNCHER_WRAPPERS:
             out.append(Exited(status=P.exit_status(s), line=s))
