@@ -79,6 +79,9 @@ class BarRuns:
                                                      line=line[: bar.end].strip()))
             if bar.n is not None or bar.pct == 0:
                 self._side_bar(desc, bar.n or 0, out, bar.total)
+            elif desc.strip(" :"):
+                # Cut before its counts, the bar still says by its name what the trainer was doing.
+                self._named_side_bar(desc, 0, out)
             return
         self._before_training = False
         self._said_phase = "training"

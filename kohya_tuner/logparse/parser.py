@@ -107,6 +107,10 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         # at its total ended (Milestones._side_bar).
         self._said_phase: str | None = None
         self._cache_ended: str | None = None
+        # The end of caching a bar at its total said, held until something else is printed: a
+        # caching bar that is the last thing in the text leaves the run caching.
+        self._cache_done: Event | None = None
+        self._cache_done_desc: str | None = None
         # After words announcing the pass right before training: True until a bar whose name no
         # phase word knows is taken as the training bar (its description then in _job_bar).
         self._before_training = False
@@ -223,11 +227,15 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                 self._flush_oom(out)
                 if self._tb is not None:
                     self._suspend_traceback(out)
+                if self._cache_done is not None and not (m.desc == self._cache_done_desc and m.n == m.total):
+                    self._end_caching(out)
                 self._bar(m, line, out)
                 rest = line[m.end:]
                 if rest.strip():
                     self._physical(rest, out)
                 return
+        if self._cache_done is not None and line.strip():
+            self._end_caching(out)
         if len(line) >= 80 and (line.count(":") >= 4 or "[rank" in line or 'File "' in line):
             lines = unflatten(line)
             if lines is not None:
