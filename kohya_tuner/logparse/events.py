@@ -176,6 +176,9 @@ class Failure(Event):
     # For a `truncated` failure: what the wording around it suggests ("oom", or an error kind
     # named by a warning shortly before), None when nothing does.
     suspected: str | None = None
+    # A traceback cut before its error line that was raised while handling the error logged before
+    # it ("During handling of the above exception…"): the run ended in this one, not in that.
+    chained: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,7 +24,7 @@ import re
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import progress as PR
 from kohya_tuner.logparse.barruns import BarRuns
-from kohya_tuner.logparse.failures import Failures
+from kohya_tuner.logparse.failures import CHAIN_WORDS, Failures
 from kohya_tuner.logparse.unflatten import unflatten
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.recordnames import RecordNames
@@ -78,6 +78,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._exit_cut = False
         # (logical line number, status) of the last exit status read from a line.
         self._last_exit: tuple[int, int] | None = None
+        self._chain: tuple[int, str] | None = None
+        self._last_error: str | None = None
         self._processes = 1
         # The rank whose `[rankN]:` prefix the line being read carried (torchrun's per-rank output).
         self._line_rank: int | None = None
@@ -196,6 +198,9 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at;
             # a quoted blank line is a bare ">", and a quoted box row may lack the space.
             line = line[2:] if line[:2] == "> " else line[1:]
+            while line[:2] == "> " or line == ">":
+                # A quote inside a quote (a reply quoting a quoted log): "> > " before every line.
+                line = line[2:]
             cleaned = False
         if not cleaned:
             self._line_rank = None
@@ -369,6 +374,9 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
             self._start_traceback(s)
             self._tb_level = level
+            return
+        if s[0] in "DT" and s.startswith(CHAIN_WORDS) and self._last_error is not None:
+            self._chain = (self._n, self._last_error)
             return
         if s[0] in "╭┏" and any(ch.isalpha() for ch in s):
             # A titled box that is not a traceback (a trainer's progress panel): its rows are
