@@ -229,7 +229,8 @@ class Milestones:
         if ".py" in s and not s.startswith(("File ", "Traceback")):
             found = PW.command_phase(s.lower())
             if found is not None:
-                # A command line that runs a caching script (musubi-tuner's, sd-scripts' tools).
+                # A command line that runs a caching script (musubi-tuner's, sd-scripts' tools), or
+                # that starts a trainer (no phase until it says one).
                 out.append(Milestone(phase=found[0], name=found[1], line=s))
                 return True
         if low.startswith("generating sample images"):
