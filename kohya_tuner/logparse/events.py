@@ -218,7 +218,7 @@ class Processes(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Wrapper(Event):
-    """The log shows which tool ran the trainer (kohya_ss, fluxgym, ai-toolkit, onetrainer,
+    """The log shows which tool ran the trainer (kohya_ss, fluxgym, lora-scripts, ai-toolkit, onetrainer,
     simpletuner, musubi-tuner, comfyui, or sd-scripts itself)."""
 
     kind: ClassVar[str] = "wrapper"
