@@ -50,13 +50,15 @@ def test_something_printed_after_a_caching_bar_at_its_total_ends_the_caching(bar
     assert _phase(LOADING + bar + "\nsome line no rule knows\n") == "model_load"
 
 
-@pytest.mark.parametrize("bar", [
-    "Caching latents: 100%|████",
-    "Caching latents:  37%|███▋      ",
-    "caching latents to disk:   5%|▌",
+@pytest.mark.parametrize("bar, rich", [
+    ("Caching latents: 100%|████", "Caching latents ━━━━━━━━━━━━━━━━ 100% 0:00:05"),
+    ("Caching latents:  37%|███▋      ", "Caching latents ━━━━━━          37% 0:00:03"),
+    ("caching latents to disk:   5%|▌", "caching latents to disk ━        5% 0:01:10"),
 ])
-def test_a_named_bar_cut_before_its_counts_is_still_read_by_its_name(bar):
+def test_a_named_bar_cut_before_its_counts_is_still_read_by_its_name(bar, rich):
     assert _phase(LOADING + bar) == "cache_latents"
+    # Rich's bar shows a percentage and a time, no counts: its name still says what runs.
+    assert _phase(LOADING + rich) == "cache_latents"
 
 
 @pytest.mark.parametrize("bar", ["100%|████", " 37%|███▋      ", "steps:   5%|▌"])
@@ -266,6 +268,14 @@ def test_a_job_runners_failure_record_is_the_error(record):
                                                   + _frame("/tk/run.py", 96, "main", "job.run()")).splitlines())
     d = diagnose(parse_text(quoted))
     assert (d.outcome, d.error.kind, d.step) == ("error", "other", 0)
+
+
+def test_a_job_runners_record_takes_the_frames_of_the_cut_traceback_after_it():
+    text = ("Running 1 job\nError running job: cannot import name 'X' from 'diffusers.loaders'\n" + HEAD
+            + _frame("/tk/run.py", 95, "main", "job = get_job(config_file, args.name)")
+            + '  File "/tk/toolkit/job.py", line 29, in get_job\n  File "/tk/too')
+    d = diagnose(parse_text(text))
+    assert (d.error.kind, d.phase) == ("other", "model_load")
 
 
 @pytest.mark.parametrize("line", [
