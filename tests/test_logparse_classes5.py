@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kohya_tuner.logparse import diagnose, parse_text
+from kohya_tuner.logparse import LogParser, diagnose, parse_text
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse.events import Failure
 from kohya_tuner.logparse.terms import in_trainer_terms
@@ -48,6 +48,18 @@ def test_a_caching_bar_at_its_total_that_ends_the_text_leaves_the_run_caching(ba
 def test_something_printed_after_a_caching_bar_at_its_total_ends_the_caching(bar):
     assert _phase(LOADING + bar + "\nprepare optimizer, data loader etc.\n") == "model_load"
     assert _phase(LOADING + bar + "\nsome line no rule knows\n") == "model_load"
+
+
+def test_training_bar_updates_after_a_caching_bar_at_its_total_come_after_its_end():
+    """Folded bar updates (coalescing) reach the parser without a line of their own in between."""
+    def steps(*ns: int) -> str:
+        return "".join(f"steps:  {n}0%|█         | {n}/10 [00:0{n}<00:09,  1.00it/s, avr_loss=0.1]\n" for n in ns)
+    text = (LOADING + steps(1, 1) + "caching latents\n" + _BAR_AT_TOTAL[0] + "\n" + steps(2, 3, 4)
+            + "some other line\n")
+    parser = LogParser(coalesce_progress=True)
+    events = parser.feed(text) + parser.finish()
+    assert diagnose(events).phase == "training"
+    assert _phase(text) == "training"
 
 
 @pytest.mark.parametrize("bar, rich", [

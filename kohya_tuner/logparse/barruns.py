@@ -187,6 +187,9 @@ class BarRuns:
         """Fold the pending candidate lines of the current run into its summary."""
         run = self._run[:]
         self._run.clear()
+        if self._cache_done is not None:
+            # The training bar's updates came after a caching bar at its total: the caching ended first.
+            self._end_caching(out)
         self._fold_text("\n".join(run), out)
 
     def _fold_text(self, text: str, out: list[Event]) -> None:

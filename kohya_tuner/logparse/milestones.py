@@ -133,8 +133,9 @@ class Milestones:
 
     def _end_caching(self, out: list[Event]) -> None:
         """Something else was printed after a caching bar at its total: the caching has ended."""
-        out.append(self._cache_done)
-        self._cache_done = None
+        if self._cache_done is not None:
+            out.append(self._cache_done)
+            self._cache_done = None
 
     def _named_side_bar(self, desc: str, n: int, out: list[Event]) -> None:
         """A named bar other than the training bar says what the trainer is doing ("Loading
