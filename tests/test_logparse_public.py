@@ -73,38 +73,6 @@ PHASE_MISSES.update({
 })
 
 
-# Batch 14's misses on its first read (the record is first_runs.json), kept as they were read.
-PHASE_MISSES.update({
-    "public/317": "batch 14, first read: a GUI's records and its accelerate command line, then a paste cut at "
-                  "'prepare tokeni', is read as start-up; the label says no trainer milestone shows (unknown)",
-    "public/323": "batch 14, first read: 'Vae to device' then a 'Caching latents: 100%|' bar cut before its counts "
-                  "is read as start-up; the label says latent caching",
-    "public/324": "batch 14, first read: the web UI's 'Error completing request' and a traceback cut in "
-                  "shared.state.begin() give no phase; the label says start-up (model_load)",
-    "public/326": "batch 14, first read: 'Preparing Dataset (With Caching)' then a nameless bar cut inside its "
-                  "blocks gives no phase; the label says latent caching",
-    "public/331": "batch 14, first read: a traceback printed twice, interleaved line by line, through ai-toolkit's "
-                  "get_job gives no phase; the label says start-up (model_load)",
-    "public/332": "batch 14, first read: 'Error(s) in loading state_dict for QwenImageTextEncoder' alone gives no "
-                  "phase; the label says model_load",
-    "public/335": "batch 14, first read: a traceback cut below train_network.py train's "
-                  "'gradient_stats = analyze_gradient_norms(…)' gives no phase; the label says training",
-})
-KIND_MISSES.update({
-    "public/318": "batch 14, first read: an ImportError, then 'During handling of the above exception' and a "
-                  "second traceback cut before its error line, is read as the ImportError (other); the label calls "
-                  "it a cut traceback (truncated)",
-    "public/333": "batch 14, first read: 'Error running job: …' run onto the job's bar and a '> > '-quoted "
-                  "traceback is read as an unfinished run; the label says other",
-})
-FAMILY_MISSES.update({
-    "public/339": "batch 14, first read: lora-scripts' vendored sd-scripts is named sd-scripts; the label names the "
-                  "wrapper lora-scripts and does not say sd-scripts",
-    "public/340": "batch 14, first read: as 339",
-    "public/341": "batch 14, first read: as 339",
-})
-
-
 def _known_miss(fx, misses: dict[str, str]) -> None:
     if fx.name in misses:
         pytest.xfail(misses[fx.name])
@@ -165,7 +133,7 @@ def test_wrapper_and_family_are_never_wrong(fx):
     d = diagnose_fixture(fx)
     said = (fx.label.get("wrapper") or fx.label.get("tool") or "").lower()
     allowed = set(fx.wrappers_named)
-    if allowed & {"kohya_ss", "fluxgym"} or "kohya" in said:
+    if allowed & {"kohya_ss", "fluxgym", "lora-scripts"} or "kohya" in said:
         allowed.add("sd-scripts")  # they run sd-scripts: naming it is less specific, not wrong
     if d.wrapper is not None:
         assert d.wrapper in allowed, (d.wrapper, said)

@@ -79,6 +79,9 @@ class BarRuns:
                                                      line=line[: bar.end].strip()))
             if bar.n is not None or bar.pct == 0:
                 self._side_bar(desc, bar.n or 0, out, bar.total)
+            elif desc.strip(" :"):
+                # Cut before its counts, the bar still says by its name what the trainer was doing.
+                self._named_side_bar(desc, 0, out)
             return
         self._before_training = False
         self._said_phase = "training"
@@ -184,6 +187,9 @@ class BarRuns:
         """Fold the pending candidate lines of the current run into its summary."""
         run = self._run[:]
         self._run.clear()
+        if self._cache_done is not None:
+            # The training bar's updates came after a caching bar at its total: the caching ended first.
+            self._end_caching(out)
         self._fold_text("\n".join(run), out)
 
     def _fold_text(self, text: str, out: list[Event]) -> None:

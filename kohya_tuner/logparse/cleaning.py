@@ -30,6 +30,7 @@ _PREFIX_RE = re.compile(
 
 
 _HOST_RE = re.compile(r"[A-Za-z0-9][\w.\-]*[A-Za-z0-9]")
+_BAR_AFTER_RE = re.compile(r" *\d{1,3}%\|")
 
 
 def host_prefix_end(line: str) -> int:
@@ -49,6 +50,9 @@ def host_prefix_end(line: str) -> int:
     if not ("-" in token or any(ch.isdigit() for ch in token)) or token.endswith(".py"):
         return 0
     if not _HOST_RE.fullmatch(token):
+        return 0
+    if _BAR_AFTER_RE.match(line, end):
+        # "my-job-v1:   0%|…": a bar's description (ai-toolkit names its bar after the job), not a host.
         return 0
     return end
 

@@ -125,6 +125,10 @@ class _Run:
             self.finished_at = index
             self.phase = "saving"
         elif isinstance(ev, (Oom, Failure)):
+            if isinstance(ev, Failure) and ev.chained and self.failures and isinstance(self.failures[-1].event, Failure):
+                # A traceback raised while handling the error before it, cut before its own error
+                # line: the run ended in it (its message names the earlier error).
+                self.failures.pop()
             self.failures.append(_Failed(ev, index, self.phase, done))
         elif isinstance(ev, Exited):
             self.exits.append((ev.status, done))
@@ -171,9 +175,11 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
         # then cut: the frames of the cut traceback that follows are this OOM's. A failure
         # reported in several lines (NCCL's watchdog: "Some NCCL operations have failed", then
         # which collective timed out) takes the evidence of the later line of its kind.
-        same = "truncated" if isinstance(ev, Oom) else ev.kind
+        # An error's record printed before its traceback (a job runner's "Error running job: …")
+        # takes the frames of the cut traceback after it as well.
+        same = ("truncated", "truncated") if isinstance(ev, Oom) else (ev.kind, "truncated")
         after = next((g.event for g in run.failures if g.index > f.index and isinstance(g.event, Failure)
-                      and g.event.kind == same and g.event.where), None)
+                      and g.event.kind in same and g.event.where), None)
         if after is not None:
             where, level = after.where, after.frame_level if after.frame_level is not None else _STRONG_FRAME
             f.borrowed_frame = after.frame

@@ -176,6 +176,9 @@ class Failure(Event):
     # For a `truncated` failure: what the wording around it suggests ("oom", or an error kind
     # named by a warning shortly before), None when nothing does.
     suspected: str | None = None
+    # A traceback cut before its error line that was raised while handling the error logged before
+    # it ("During handling of the above exception…"): the run ended in this one, not in that.
+    chained: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,7 +218,7 @@ class Processes(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Wrapper(Event):
-    """The log shows which tool ran the trainer (kohya_ss, fluxgym, ai-toolkit, onetrainer,
+    """The log shows which tool ran the trainer (kohya_ss, fluxgym, lora-scripts, ai-toolkit, onetrainer,
     simpletuner, musubi-tuner, comfyui, or sd-scripts itself)."""
 
     kind: ClassVar[str] = "wrapper"

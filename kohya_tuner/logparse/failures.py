@@ -18,6 +18,10 @@ _MAX_TRACEBACK_LINES = 2000
 # Logical lines a traceback's header may come after a bar with no description and still be read
 # with it: the bar's line with another message run onto its end, then the header.
 _BAR_BEFORE_LINES = 2
+# Logical lines between a chaining line ("During handling of the above exception…") and the header of
+# the traceback it introduces (a blank line, the header doubled by two streams).
+_CHAIN_LINES = 3
+CHAIN_WORDS = ("During handling of the above exception", "The above exception was the direct cause")
 # Logical lines after a hint (a warning naming a cause) within which a failure may be its.
 HINT_WINDOW = 60
 
@@ -34,6 +38,10 @@ class Failures:
     _line_rank: int | None
     _loose_bar: tuple[int, Progress] | None
     _last_exit: tuple[int, int] | None
+    # (logical line, the error line before it) of the last "During handling of the above exception"
+    # or "The above exception was the direct cause" line.
+    _chain: tuple[int, str] | None
+    _last_error: str | None
 
     def _bar_before(self) -> Progress | None:
         """The update of a bar with no description (or with its description cut by a paste)
@@ -116,6 +124,11 @@ class Failures:
             out.append(Failure(kind="cpu_oom", message=s[:500], line=s))
             return
         kind = P.error_kind(s)
+        if P.JOB_FAILED_RE.match(low):
+            # A job runner's record of the job's failure (ai-toolkit's "Error running job: …"): the
+            # error; the traceback printed after it, if any, is its own.
+            out.append(Failure(kind=kind, message=s[:500], line=s))
+            return
         if kind == "distributed" and "allreduce" in low and P.NCCL_ALLREDUCE_TIMEOUT_RE.search(low):
             out.append(Failure(kind=kind, message=s[:500], where="training", line=s,
                                frame="a gradient all-reduce timed out (NCCL's watchdog)", frame_level=2))
@@ -160,6 +173,10 @@ class Failures:
     def _start_traceback(self, s: str) -> None:
         self._tb = _Traceback(explicit=True, boxed=s[0] in "╭┏")
         self._tb.bar = self._bar_before()
+        chain = self._chain
+        if chain is not None and self._n - chain[0] <= _CHAIN_LINES:
+            self._tb.chained = chain[1]
+        self._chain = None
         rest = s.split(P.TRACEBACK_HEAD, 1)[-1].strip(" ):─╮┓")
         if rest:
             self._tb.add(rest)
@@ -197,16 +214,20 @@ class Failures:
         else:
             kind = self._context_kind(tb.frames)
             suspected = None if kind == "other" else kind
+        during = f" raised while handling `{tb.chained[:200]}`" if tb.chained else ""
         out.append(Failure(kind="truncated",
-                           message="the log ends inside a traceback: its error line is missing"
+                           message=f"the log ends inside a traceback{during}: its error line is missing"
                                    + (f" (last frame: {last[:200]})" if last else ""),
                            where=ev.diagnose_phase if ev else None, frame=ev.what if ev else None,
-                           frame_level=ev.level if ev else None, suspected=suspected, line=P.TRACEBACK_HEAD))
+                           frame_level=ev.level if ev else None, suspected=suspected, line=P.TRACEBACK_HEAD,
+                           chained=tb.chained is not None))
 
     def _exception(self, exc_type: str, s: str, frames: list[str] | None, out: list[Event],
                    bar: Progress | None = None) -> None:
         ev = F.frame_evidence(frames) if frames else None
         self._step_bar(bar, ev, out)
+        if ev is None:
+            ev = F.message_evidence(s)
         where = ev.diagnose_phase if ev else None
         if exc_type in P.LAUNCHER_WRAPPERS:
             out.append(Exited(status=P.exit_status(s), line=s))
@@ -226,6 +247,7 @@ class Failures:
             return
         if kind == "other":
             kind = self._context_kind(frames)
+        self._last_error = s
         out.append(Failure(kind=kind, message=s[:500], where=where, frame=ev.what if ev else None,
                            frame_level=ev.level if ev else None, line=s))
 

@@ -82,6 +82,8 @@ class _Table:
     weak: tuple[tuple[re.Pattern, int], ...]
     # A frame line from which on a traceback imports a script (`[[import]]`); None: no such rule.
     imports: re.Pattern | None
+    # Error lines whose words say what failed (`[[message]]`).
+    messages: tuple[FrameRule, ...] = ()
 
 
 @lru_cache(maxsize=1)
@@ -102,8 +104,10 @@ def table() -> _Table:
     triggers = tuple(t for t in triggers if not any(o != t and o in t for o in triggers))
     weak = tuple((re.compile(r["match"]), int(r["strength"])) for r in data.get("weak_family", ()))
     imports = [r["match"] for r in data.get("import", ())]
+    messages = tuple(FrameRule(r["phase"], r["what"], int(r["level"]), re.compile(r["match"]))
+                     for r in data.get("message", ()))
     return _Table(frames, wrappers, families, triggers, weak,
-                  re.compile("|".join(f"(?:{m})" for m in imports)) if imports else None)
+                  re.compile("|".join(f"(?:{m})" for m in imports)) if imports else None, messages)
 
 
 def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
@@ -127,6 +131,14 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
                 if best.level == 1:
                     return best
     return best
+
+
+def message_evidence(line: str) -> FrameEvidence | None:
+    """What an error line's own words say failed (`[[message]]`), for an error whose frames say nothing."""
+    for rule in table().messages:
+        if rule.rx.search(line):
+            return FrameEvidence(rule.phase, rule.what, rule.level, line.strip()[:300])
+    return None
 
 
 def warning_evidence(path: str) -> FrameEvidence | None:

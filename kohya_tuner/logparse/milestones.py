@@ -88,6 +88,8 @@ class Milestones:
     _side: tuple[str, int] | None
     _said_phase: str | None
     _cache_ended: str | None
+    _cache_done: Event | None
+    _cache_done_desc: str | None
     _train_bar_total: int | None
     _before_training: bool
     _job_bar: str | None
@@ -120,11 +122,20 @@ class Milestones:
         if n >= total and said in _CACHING:
             self._cache_ended = said
             self._said_phase = "model_load"
-            out.append(Milestone(phase="model_load", name=CACHING_DONE, line=f"{desc}{n}/{total}".strip()))
+            # Said only once something else is printed (`_end_caching`): a caching bar at its total
+            # that is the last thing in the text leaves the run caching.
+            self._cache_done = Milestone(phase="model_load", name=CACHING_DONE, line=f"{desc}{n}/{total}".strip())
+            self._cache_done_desc = desc
         elif n < total and self._cache_ended and not desc.strip(" :"):
             phase, self._cache_ended = self._cache_ended, None
             self._said_phase = phase
             out.append(Milestone(phase=phase, name=_CACHING[phase], line=f"{n}/{total}"))
+
+    def _end_caching(self, out: list[Event]) -> None:
+        """Something else was printed after a caching bar at its total: the caching has ended."""
+        if self._cache_done is not None:
+            out.append(self._cache_done)
+            self._cache_done = None
 
     def _named_side_bar(self, desc: str, n: int, out: list[Event]) -> None:
         """A named bar other than the training bar says what the trainer is doing ("Loading
@@ -219,7 +230,8 @@ class Milestones:
         if ".py" in s and not s.startswith(("File ", "Traceback")):
             found = PW.command_phase(s.lower())
             if found is not None:
-                # A command line that runs a caching script (musubi-tuner's, sd-scripts' tools).
+                # A command line that runs a caching script (musubi-tuner's, sd-scripts' tools), or
+                # that starts a trainer (no phase until it says one).
                 out.append(Milestone(phase=found[0], name=found[1], line=s))
                 return True
         if low.startswith("generating sample images"):

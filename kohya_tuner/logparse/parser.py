@@ -24,7 +24,7 @@ import re
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import progress as PR
 from kohya_tuner.logparse.barruns import BarRuns
-from kohya_tuner.logparse.failures import Failures
+from kohya_tuner.logparse.failures import CHAIN_WORDS, Failures
 from kohya_tuner.logparse.unflatten import unflatten
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.recordnames import RecordNames
@@ -78,6 +78,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._exit_cut = False
         # (logical line number, status) of the last exit status read from a line.
         self._last_exit: tuple[int, int] | None = None
+        self._chain: tuple[int, str] | None = None
+        self._last_error: str | None = None
         self._processes = 1
         # The rank whose `[rankN]:` prefix the line being read carried (torchrun's per-rank output).
         self._line_rank: int | None = None
@@ -107,6 +109,10 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         # at its total ended (Milestones._side_bar).
         self._said_phase: str | None = None
         self._cache_ended: str | None = None
+        # The end of caching a bar at its total said, held until something else is printed: a
+        # caching bar that is the last thing in the text leaves the run caching.
+        self._cache_done: Event | None = None
+        self._cache_done_desc: str | None = None
         # After words announcing the pass right before training: True until a bar whose name no
         # phase word knows is taken as the training bar (its description then in _job_bar).
         self._before_training = False
@@ -192,6 +198,9 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at;
             # a quoted blank line is a bare ">", and a quoted box row may lack the space.
             line = line[2:] if line[:2] == "> " else line[1:]
+            while line[:2] == "> " or line == ">":
+                # A quote inside a quote (a reply quoting a quoted log): "> > " before every line.
+                line = line[2:]
             cleaned = False
         if not cleaned:
             self._line_rank = None
@@ -223,11 +232,15 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                 self._flush_oom(out)
                 if self._tb is not None:
                     self._suspend_traceback(out)
+                if self._cache_done is not None and not (m.desc == self._cache_done_desc and m.n == m.total):
+                    self._end_caching(out)
                 self._bar(m, line, out)
                 rest = line[m.end:]
                 if rest.strip():
                     self._physical(rest, out)
                 return
+        if self._cache_done is not None and line.strip():
+            self._end_caching(out)
         if len(line) >= 80 and (line.count(":") >= 4 or "[rank" in line or 'File "' in line):
             lines = unflatten(line)
             if lines is not None:
@@ -361,6 +374,9 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
             self._start_traceback(s)
             self._tb_level = level
+            return
+        if s[0] in "DT" and s.startswith(CHAIN_WORDS) and self._last_error is not None:
+            self._chain = (self._n, self._last_error)
             return
         if s[0] in "╭┏" and any(ch.isalpha() for ch in s):
             # A titled box that is not a traceback (a trainer's progress panel): its rows are

@@ -448,6 +448,10 @@ def is_own_process(process_gib: float, reserved_gib: float) -> bool:
 # ---- failure kinds ------------------------------------------------------------------------------
 
 # Lines worth classifying at all: the rest of a log never names a failure. Lower-cased text.
+# A job runner's record of a job that failed, with the error's message (lower-cased): "Error running
+# job: tuple index out of range", "error running task 'x': …", "Job failed with error: …".
+JOB_FAILED_RE = re.compile(r"\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"
+                           r"|\s*(?:the )?(?:job|task)\b[^:]{0,60} failed with (?:an? )?(?:error|exception)\b[^:]{0,20}: \S")
 SUSPECT_RE = re.compile(
     r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|unrecogni[sz]ed"
     r"|exception|abort|no such file|does not exist|not exist|no kernel|not compiled|no cuda|nccl|c10d|xformers"

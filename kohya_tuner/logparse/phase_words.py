@@ -56,7 +56,17 @@ def command_phase(low: str) -> tuple[str, str] | None:
     if ".py" not in low or not ("python" in low or "accelerate" in low or "launch" in low):
         return None
     m = SCRIPT_RE.search(low)
-    return source_phase(m.group(1)) if m else None
+    found = source_phase(m.group(1)) if m else None
+    if found is None and m is not None:
+        for rx, phase, what in _launches():
+            if rx.match(low):
+                return phase, what
+    return found
+
+
+@lru_cache(maxsize=1)
+def _launches() -> tuple[tuple[re.Pattern, str, str], ...]:
+    return tuple((re.compile(r["match"]), r["phase"], r["name"]) for r in _data().get("launch", ()))
 
 
 @lru_cache(maxsize=1)

@@ -77,7 +77,7 @@ class _PendingOom:
 
 
 class _Traceback:
-    __slots__ = ("frames", "explicit", "boxed", "headless", "lines", "bar")
+    __slots__ = ("frames", "explicit", "boxed", "headless", "lines", "bar", "chained")
 
     def __init__(self, explicit: bool, boxed: bool, headless: bool = False):
         self.frames: list[str] = []
@@ -89,6 +89,8 @@ class _Traceback:
         self.boxed = boxed
         self.headless = headless
         self.lines = 0
+        # The error line it was raised while handling (a chained traceback), None when not chained.
+        self.chained: str | None = None
 
     def add(self, line: str) -> None:
         self.lines += 1
