@@ -142,9 +142,9 @@ _TRAIN = _frame("/opt/lora/cli_lora_pti.py", 1012, "train", "perform_tuning(")
     _frame("/opt/lora/cli_lora_pti.py", 685, "perform_tuning", "save_all(")
     + _frame("/opt/lora/lora.py", 1110, "save_all", "save_safeloras_with_embeds(loras, embeds, path)")
     + '  File "/opt/conda',
-    _frame("/opt/lora/cli_lora_pti.py", 700, "perform_tuning", "save_lora_weight(unet, path)") + '  File "/opt/x',
+    _frame("/opt/lora/cli_lora_pti.py", 700, "perform_tuning", "save_safeloras(modelmap, path)") + '  File "/opt/x',
     _frame("/opt/lora/lora.py", 1110, "save_all"),
-], ids=["save_all-safeloras", "save_lora_weight", "in-save_all"])
+], ids=["save_all-safeloras", "save_safeloras", "in-save_all"])
 def test_frames_calling_a_save_function_are_saving(frames):
     assert _phase("Current embedding: 0.1\n" + HEAD + _TRAIN + frames) == "saving"
 
