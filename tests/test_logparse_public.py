@@ -23,10 +23,7 @@ KIND_MISSES = {
     "public/110": "SimpleTuner's VAE-cache pass shown only by its 'Processing bucket' bar and 'Error encoding "
                   "images' records, no traceback: read as an unfinished run",
 }
-PHASE_MISSES = {"public/112": "the training script fails in its own top-level code (one `<module>` frame, nothing logged "
-                              "before it) and no phase is read; the label calls that start-up model loading, while "
-                              "other labels call a GUI's own start-up unknown (146), so no rule was written for it",
-                "public/176": "NCCL's watchdog timing out an all-reduce is read as a training step, but with no bar "
+PHASE_MISSES = {"public/176": "NCCL's watchdog timing out an all-reduce is read as a training step, but with no bar "
                               "or step count shown it is called the first step; the label (collective number 635) "
                               "says a later one",
                 "public/154": "a trainer GUI's backend raising FileNotFoundError for its training script, before any "
@@ -74,31 +71,6 @@ PHASE_MISSES.update({
 
 
 # Batch 15's misses on its first read (the record is first_runs.json), kept as they were read.
-PHASE_MISSES.update({
-    "public/354": "batch 15, first read: a trainer UI failing in its imports (torch's DLL load, OSError) gives no "
-                  "phase; the label calls a failure before any model or step start-up (model_load)",
-    "public/358": "batch 15, first read: 'SAVING CHECKPOINT' on the bar at 999/3000, then a pipeline built by "
-                  "from_pretrained for the save raising ValueError, is read as model loading; the label says saving "
-                  "at step 999",
-    "public/359": "batch 15, first read: a training script's 'import bitsandbytes' raising ModuleNotFoundError "
-                  "inside main, chained to a cut traceback, gives no phase; the label says start-up (model_load)",
-    "public/370": "batch 15, first read: a ComfyUI node's relayed trainer failing at import (ModuleNotFoundError), "
-                  "then the launcher's traceback, gives no phase; the label says start-up (model_load)",
-    "public/374": "batch 15, first read: the interpreter's \"can't open file …train_network.py\" and the launcher's "
-                  "traceback give no phase; the label says start-up (model_load)",
-    "public/375": "batch 15, first read: a traceback cut below save_all -> save_safeloras_with_embeds gives no "
-                  "phase; the label says saving",
-    "public/376": "batch 15, first read: only an attention forward (forward_xformers -> memory_efficient_attention "
-                  "-> autograd Function.apply), cut, is read as the backward pass; the label says unknown (a forward "
-                  "with no caller: training or sampling)",
-})
-KIND_MISSES.update({
-    "public/365": "batch 15, first read: torch elastic's 'failed (exitcode: -9)' record within a launcher's cut "
-                  "traceback is read as a cut traceback; the label calls the -9 a kill for host memory (cpu_oom)",
-})
-STEP_MISSES.update({
-    "public/358": "batch 15, first read: the step is not read with the phase (the bar says 999 of 3000)",
-})
 FAMILY_MISSES.update({
     "public/377": "batch 15, first read: train_network.py run as the script (NetworkTrainer() at its top level) "
                   "names SD 1.5; the label names SDXL from the thread",

@@ -197,6 +197,10 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
         # Caching code after optimizer steps were done, with no caching milestone since: the
         # training step reading a cached latent or text embed (or computing one it lacks).
         base, evidence = "training", "progress"
+    if base == "model_load" and evidence == "frames" and ctx == "saving" and run.max_step is not None:
+        # Loading a model after steps were counted and a save began: the save building the
+        # pipeline it writes (diffusers' scripts save through `from_pretrained(…, unet=unwrap_model(…))`).
+        base, evidence = "saving", "context"
     if base == "saving" and isinstance(ev, Oom) and where != "saving":
         # Saving a LoRA or a state copies tensors to the CPU and allocates next to nothing on
         # the GPU: an OOM after a save began, with no save in its frames, is the next step's.

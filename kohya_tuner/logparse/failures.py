@@ -42,6 +42,9 @@ class Failures:
     # or "The above exception was the direct cause" line.
     _chain: tuple[int, str] | None
     _last_error: str | None
+    # What the last error's frames said: a cut traceback raised while handling it, its own frames
+    # saying nothing, failed where it did (an import's fallback raising again, 359).
+    _last_error_ev: F.FrameEvidence | None
 
     def _bar_before(self) -> Progress | None:
         """The update of a bar with no description (or with its description cut by a paste)
@@ -105,6 +108,12 @@ class Failures:
             out.append(Failure(kind="cpu_oom", message="the process was killed (Killed), most likely by the "
                                                         "system's out-of-memory killer", line=s))
             return
+        if "can't open file" in low:
+            ev = F.start_up_line_evidence(s)
+            if ev is not None:
+                out.append(Failure(kind="other", message=s[:500], where=ev.diagnose_phase, frame=ev.what,
+                                   frame_level=ev.level, line=s))
+                return
         if not P.SUSPECT_RE.search(low):
             return
         status = P.exit_status(s)
@@ -206,6 +215,8 @@ class Failures:
             return
         last = last_frame(tb)
         ev = F.frame_evidence(tb.frames)
+        if ev is None and tb.chained is not None and tb.chained == self._last_error:
+            ev = self._last_error_ev
         self._step_bar(tb.bar, ev, out)
         suspected = None
         if any(P.GPU_OOM_RE.search(f.lower()) for f in tb.frames) or (
@@ -227,7 +238,7 @@ class Failures:
         ev = F.frame_evidence(frames) if frames else None
         self._step_bar(bar, ev, out)
         if ev is None:
-            ev = F.message_evidence(s)
+            ev = (F.start_up_evidence(frames, s) if frames else None) or F.message_evidence(s)
         where = ev.diagnose_phase if ev else None
         if exc_type in P.LAUNCHER_WRAPPERS:
             out.append(Exited(status=P.exit_status(s), line=s))
@@ -247,7 +258,7 @@ class Failures:
             return
         if kind == "other":
             kind = self._context_kind(frames)
-        self._last_error = s
+        self._last_error, self._last_error_ev = s, ev
         out.append(Failure(kind=kind, message=s[:500], where=where, frame=ev.what if ev else None,
                            frame_level=ev.level if ev else None, line=s))
 

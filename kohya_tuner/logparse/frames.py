@@ -84,6 +84,8 @@ class _Table:
     imports: re.Pattern | None
     # Error lines whose words say what failed (`[[message]]`).
     messages: tuple[FrameRule, ...] = ()
+    # (script frame, import source line, import error, missing-script line) of `[[start_up]]`.
+    start_up: tuple[re.Pattern, re.Pattern, re.Pattern, re.Pattern] | None = None
 
 
 @lru_cache(maxsize=1)
@@ -106,8 +108,11 @@ def table() -> _Table:
     imports = [r["match"] for r in data.get("import", ())]
     messages = tuple(FrameRule(r["phase"], r["what"], int(r["level"]), re.compile(r["match"]))
                      for r in data.get("message", ()))
+    su = data.get("start_up", ())
+    start_up = tuple(re.compile("|".join(f"(?:{r[k]})" for r in su)) for k in ("script", "source", "error", "line"))
     return _Table(frames, wrappers, families, triggers, weak,
-                  re.compile("|".join(f"(?:{m})" for m in imports)) if imports else None, messages)
+                  re.compile("|".join(f"(?:{m})" for m in imports)) if imports else None, messages,
+                  start_up if su else None)  # type: ignore[arg-type]
 
 
 def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
@@ -138,6 +143,42 @@ def message_evidence(line: str) -> FrameEvidence | None:
     for rule in table().messages:
         if rule.rx.search(line):
             return FrameEvidence(rule.phase, rule.what, rule.level, line.strip()[:300])
+    return None
+
+
+_START_UP = "the training script failing before it started (its imports or top-level code)"
+
+
+def start_up_evidence(frames: list[str] | tuple[str, ...], error: str) -> FrameEvidence | None:
+    """Start-up (`[[start_up]]`) for a traceback no frame rule placed: the training script failing in
+    its imports or its own top-level code, before it did anything."""
+    t = table()
+    if t.start_up is None:
+        return None
+    script, source, import_error, _ = t.start_up
+    rows = [f for f in frames if f.strip() and f.lstrip()[0] != "^"]
+    if t.imports is not None and any(t.imports.search(r) for r in rows):
+        return None
+    found = None
+    for i, row in enumerate(rows):
+        if script.search(row):
+            below = rows[i + 1] if i + 1 < len(rows) else ""
+            if below.lstrip().startswith('File "') or not below or source.search(below):
+                found = row
+                break
+    if found is None:
+        return None
+    top_level = all(r.rstrip().endswith(", in <module>") for r in rows if r.lstrip().startswith('File "'))
+    if top_level or import_error.search(error.strip()):
+        return FrameEvidence("model_load", _START_UP, 2, found.strip()[:300])
+    return None
+
+
+def start_up_line_evidence(line: str) -> FrameEvidence | None:
+    """Start-up for the interpreter's message that the training script it was to run is not there."""
+    t = table()
+    if t.start_up is not None and t.start_up[3].search(line):
+        return FrameEvidence("model_load", "the training script could not be opened", 2, line.strip()[:300])
     return None
 
 

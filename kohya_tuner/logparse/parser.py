@@ -80,6 +80,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._last_exit: tuple[int, int] | None = None
         self._chain: tuple[int, str] | None = None
         self._last_error: str | None = None
+        self._last_error_ev = None
         self._processes = 1
         # The rank whose `[rankN]:` prefix the line being read carried (torchrun's per-rank output).
         self._line_rank: int | None = None

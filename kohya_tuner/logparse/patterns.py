@@ -161,7 +161,7 @@ TOTAL_STEPS_RE = re.compile(
 # "epoch 1/10" (sd-scripts), "Epoch 0 / 500    Step 0 | ETA --" (a trainer's progress panel).
 EPOCH_RE = re.compile(r"epoch\s+(\d+)\s*/\s*(\d+)(?:\s|$)", re.I)
 GLOBAL_STEP_RE = re.compile(r"Epoch \d+, global step (\d+):", re.I)
-SAVING_CKPT_RE = re.compile(r"saving checkpoint:\s*(.+?)\s*$")
+SAVING_CKPT_RE = re.compile(r"saving checkpoint:\s*(.+?)\s*$", re.I)
 SAVE_TRAINED_RE = re.compile(r"save trained model as .*? to\s+(.+?)\s*$")
 SAVING_STATE_RE = re.compile(r"Saving current state to\s+(.+?)\s*$")
 RESUME_RE = re.compile(r"resume training from (?:local|huggingface) state:\s*(.+?)\s*$")
@@ -544,22 +544,33 @@ def hint_kind(text: str) -> str | None:
 
 _LAUNCHER_FRAME_RE = re.compile(
     r"accelerate[\\/]commands|accelerate_cli|simple_launcher|multi_gpu_launcher|[\\/]bin[\\/]accelerate"
-    r"|accelerate\.exe|Scripts[\\/]accelerate|torch[\\/]distributed[\\/]run\.py|torchrun|elastic[\\/]"
+    r"|accelerate\.exe|Scripts[\\/]accelerate|torch[\\/]distributed[\\/](?:run\.py|launcher[\\/])|torchrun|elastic[\\/]"
 )
 _GENERIC_FRAME_RE = re.compile(r"runpy\.py|sys\.exit\(main\(\)\)|_run_module_as_main|_run_code|exec\(code|^\^+$")
 
 
 def launcher_only(frames: list[str]) -> bool:
-    """Whether a traceback holds only the launcher's own frames (accelerate / torchrun)."""
+    """Whether a traceback holds only the launcher's own frames (accelerate / torchrun). A source
+    line is its frame's; a last frame cut inside its path (a paste's end) is the launcher's too, as
+    nothing runs the trainer in the launcher's process."""
     saw_launcher = False
-    for line in frames:
-        if not line.strip():
+    in_ours = False
+    rows = [f.strip() for f in frames if f.strip()]
+    for i, line in enumerate(rows):
+        if line.startswith('File "'):
+            in_ours = bool(_LAUNCHER_FRAME_RE.search(line) or _GENERIC_FRAME_RE.search(line))
+            if _LAUNCHER_FRAME_RE.search(line):
+                saw_launcher = True
+            elif not in_ours and i == len(rows) - 1 and '", line ' not in line and saw_launcher:
+                in_ours = True
+            if not in_ours:
+                return False
             continue
         if _LAUNCHER_FRAME_RE.search(line):
             saw_launcher = True
             continue
-        if _GENERIC_FRAME_RE.search(line.strip()) or line.strip().startswith(("args.func(", "raise subprocess",
-                                                                              "return _run_code", "main()")):
+        if in_ours or _GENERIC_FRAME_RE.search(line) or line.startswith(("args.func(", "raise subprocess",
+                                                                           "return _run_code", "main()")):
             continue
         return False
     return saw_launcher

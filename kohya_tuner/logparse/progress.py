@@ -48,6 +48,12 @@ _RICH_RATE_RE = re.compile(r"(?:^|\s)([\d.]+)(it/s|s/it)\b")
 HEADLESS_BAR_RE = re.compile(
     r"(?:[ █▉▊▋▌▍▎▏#]*\|)?\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?:\d+:)?\d+:\d\d<(?:\?|(?:\d+:)?\d+:\d\d),\s*"
     r"(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it)(?P<inner>[^\]]*)(?:\]|$)")
+# tqdm with a `bar_format` that draws the bar before the percentage (the fast-DreamBooth Colab's
+# "Progress:|████      | 33% 999/3000 [16:27<32:42,  1.02it/s, loss=0.02]"); the times are required
+# as in the headless form.
+BAR_FIRST_RE = re.compile(
+    r"(?P<desc>[^|\r\n]*?)\s*\|[^|\r\n]*\|\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)\s*"
+    r"\[(?:\d+:)?\d+:\d\d<(?:\?|(?:\d+:)?\d+:\d\d),\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it)(?P<inner>[^\]]*)(?:\]|$)")
 # What such a line starts with (or a digit, with no "|").
 HEADLESS_START = frozenset("| █▉▊▋▌▍▎▏#")
 
@@ -116,6 +122,11 @@ def match_bar(line: str) -> Bar | None:
                        total=int(m.group("total") or 0), inner=inner,
                        rate=_rate(r.group(1), "", r.group(2)) if r else None, end=m.end(),
                        pct=float(m.group("pct")) if m.group("pct") else None)
+    if "|" in line and "% " in line:
+        m = BAR_FIRST_RE.match(line)
+        if m is not None:
+            return Bar(desc=m.group("desc"), n=int(m.group("n")), total=int(m.group("total")), inner=m.group("inner"),
+                       rate=_rate(m.group("rate"), "", m.group("unit")), end=m.end(), pct=int(m.group("pct")))
     if line[:1] in HEADLESS_START or line[:1].isdigit():
         m = HEADLESS_BAR_RE.match(line)
         if m is not None:
