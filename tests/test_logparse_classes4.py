@@ -14,18 +14,7 @@ from kohya_tuner.logparse import diagnose, parse_text
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import progress as PR
 from kohya_tuner.logparse.events import Exited, Progress
-
-OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
-       "23.65 GiB of which 10.00 MiB is free.\n")
-HEAD = "Traceback (most recent call last):\n"
-
-
-def _frame(path: str, line: int, func: str, source: str) -> str:
-    return f'  File "{path}", line {line}, in {func}\n    {source}\n'
-
-
-def _phase(text: str) -> str:
-    return diagnose(parse_text(text)).phase
+from tests.logparse_texts import HEAD, OOM, frame as _frame, phase as _phase
 
 
 # ---- weight-loading records and "before training" prints ------------------------------------------

@@ -14,17 +14,9 @@ from kohya_tuner.logparse import LogParser, diagnose, parse_text
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse.events import Failure
 from kohya_tuner.logparse.terms import in_trainer_terms
+from tests.logparse_texts import HEAD, frame as _frame, phase as _phase
 
-HEAD = "Traceback (most recent call last):\n"
 LOADING = "loading model\n"
-
-
-def _frame(path: str, line: int, func: str, source: str) -> str:
-    return f'  File "{path}", line {line}, in {func}\n    {source}\n'
-
-
-def _phase(text: str) -> str:
-    return diagnose(parse_text(text)).phase
 
 
 # ---- a caching bar at its total, and a bar cut before its counts -----------------------------------

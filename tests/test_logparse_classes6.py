@@ -10,17 +10,9 @@ from __future__ import annotations
 import pytest
 
 from kohya_tuner.logparse import diagnose, parse_text
+from tests.logparse_texts import HEAD, frame as _frame, phase as _phase
 
-HEAD = "Traceback (most recent call last):\n"
 LOADING = "loading model\n"
-
-
-def _frame(path: str, line: int, func: str, source: str | None = None) -> str:
-    return f'  File "{path}", line {line}, in {func}\n' + (f"    {source}\n" if source else "")
-
-
-def _phase(text: str) -> str:
-    return diagnose(parse_text(text)).phase
 
 
 # ---- a training script failing before it did anything: start-up --------------------------------
