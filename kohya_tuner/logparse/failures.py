@@ -125,9 +125,7 @@ class Failures:
             self._last_exit = (self._n, status)
             return
         if P.plain_line_is_oom(s):
-            self._oom = _PendingOom(s, None, self._line_rank)
-            if self._oom.done():
-                self._flush_oom(out)
+            self._start_oom(s, None, out)
             return
         if P.CPU_OOM_RE.search(low):
             out.append(Failure(kind="cpu_oom", message=s[:500], line=s))
@@ -248,9 +246,7 @@ class Failures:
                                line=s))
             return
         if P.is_oom(s):
-            self._oom = _PendingOom(s, ev, self._line_rank)
-            if self._oom.done():
-                self._flush_oom(out)
+            self._start_oom(s, ev, out)
             return
         kind = P.error_kind(s, exc_type)
         if kind == "other" and P.exit_status(s) is not None:  # a wrapper raising the trainer's exit status
@@ -267,6 +263,13 @@ class Failures:
                                                   'File "', "Traceback")):
             return False
         return not P.EXC_LINE_RE.match(s) or bool(P.OOM_STAT_LINE_RE.match(s))
+
+    def _start_oom(self, s: str, ev, out: list[Event]) -> None:
+        # An OOM message may go on over the next lines (its figures, the allocator's advice): it is
+        # held until it ends, unless this line already holds all of it.
+        self._oom = _PendingOom(s, ev, self._line_rank)
+        if self._oom.done():
+            self._flush_oom(out)
 
     def _flush_oom(self, out: list[Event]) -> None:
         pending = self._oom
