@@ -76,7 +76,9 @@ def test_lines_naming_a_step_are_no_step_record(line):
     assert _progress(line + "\n") == []
 
 
-# ---- no phase yet: dataset records, a host application setting a run up ------------------------------
+# ---- start-up before any model: dataset records, a host application setting a run up ----------------
+# The job's start-up (`model_load`) is everything before its first step but caching; what a host
+# printed before it set the run up (a web UI loading a checkpoint for inference) is not the run's.
 
 _HOST_LOADED = ("Loading weights [0a1b2c3d] from /models/base.safetensors\n"
                 "Creating model from config: /configs/v1-inference.yaml\n"
@@ -89,14 +91,16 @@ _HOST_LOADED = ("Loading weights [0a1b2c3d] from /models/base.safetensors\n"
     "Initialising LoRA training",
     "Initializing training",
 ])
-def test_a_host_setting_a_run_up_leaves_its_own_model_load_behind(setup):
+def test_a_host_setting_a_run_up_starts_the_run(setup):
     d = diagnose(parse_text(_HOST_LOADED + setup + "\nThe conf"))
-    assert (d.outcome, d.phase) == ("incomplete", "unknown")
+    assert (d.outcome, d.phase) == ("incomplete", "model_load")
+    assert d.details.last_milestone == "setting a training run up"
 
 
 def test_a_host_model_load_is_still_read_when_no_run_is_set_up():
     d = diagnose(parse_text(_HOST_LOADED + OOM))
     assert d.phase == "model_load"
+    assert d.details.last_milestone != "setting a training run up"
 
 
 @pytest.mark.parametrize("records", [
@@ -106,9 +110,11 @@ def test_a_host_model_load_is_still_read_when_no_run_is_set_up():
     "Loading captions from /data/captions\n",
     "Loading images: 24 files\n",
 ])
-def test_a_paste_cut_in_the_dataset_records_has_no_phase(records):
-    d = diagnose(parse_text("Loading model from /models/old.safetensors\n" + records))
-    assert (d.outcome, d.phase) == ("incomplete", "unknown")
+def test_a_paste_cut_in_the_dataset_records_is_start_up(records):
+    # After a caching pass, so that the phase can only come from the records.
+    d = diagnose(parse_text("caching latents.\n" + records))
+    assert (d.outcome, d.phase) == ("incomplete", "model_load")
+    assert d.details.last_milestone == "reading the dataset"
 
 
 @pytest.mark.parametrize("after, phase", [

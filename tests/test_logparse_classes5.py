@@ -110,8 +110,9 @@ _GUI = "Loading config...\nFolder 100_x: 2400 steps\nmax_train_steps = 2400\n"
     "$ python3 -u flux_train_network.py --dataset_config d.toml",
     "/venv/bin/python -m accelerate.commands.launch train_network.py --x",
 ])
-def test_a_launch_command_line_is_no_phase(command):
-    assert _phase(_GUI + command + "\nprepare tokeni") == "unknown"
+def test_a_launch_command_line_is_the_jobs_start_up(command):
+    d = diagnose(parse_text(_GUI + command + "\nprepare tokeni"))
+    assert (d.phase, d.details.last_milestone) == ("model_load", "launching the trainer")
     # What the trainer it starts says next is read as usual.
     assert _phase(_GUI + command + "\nloading model for process 0/1\n") == "model_load"
 

@@ -86,10 +86,10 @@ def test_a_command_line_that_runs_a_caching_script(cmd, phase):
     assert _phase(cmd + OOM) == phase
 
 
-def test_a_training_command_line_says_no_phase():
-    # A trainer's launch names no phase of its own: from it on none is known (what came before is the host's).
+def test_a_training_command_line_is_start_up():
+    # A trainer's launch starts the job: start-up from it on (what came before is the host's).
     assert PW.command_phase("accelerate launch sdxl_train_network.py --config_file c.toml") == (
-        "unknown", "launching the trainer")
+        "model_load", "launching the trainer")
     assert PW.command_phase("wan_cache_latents.py is missing") is None  # not a command
 
 
@@ -252,7 +252,8 @@ def test_a_c10_warning_record_is_not_a_failure():
 @pytest.mark.parametrize("line,phase", [
     ("(id=my-set) Bucket 0.75 caching results: {'cached': 3, 'total': 9}\n", "cache_latents"),
     ("Aspect bucket 1.0 encoding 40 images\n", "cache_latents"),
-    ("bucket 0: resolution (512, 512), count: 10\n", "unknown"),
+    # A bucket made from the dataset's image sizes, before any model: start-up.
+    ("bucket 0: resolution (512, 512), count: 10\n", "model_load"),
 ])
 def test_a_bucket_being_cached_is_the_vae_pass(line, phase):
     assert _phase(line) == phase

@@ -26,8 +26,6 @@ KIND_MISSES = {
 PHASE_MISSES = {"public/176": "NCCL's watchdog timing out an all-reduce is read as a training step, but with no bar "
                               "or step count shown it is called the first step; the label (collective number 635) "
                               "says a later one",
-                "public/154": "a trainer GUI's backend raising FileNotFoundError for its training script, before any "
-                              "trainer runs, is read as model loading (an object built at start-up)",
 }
 STEP_MISSES = {
     "public/002": "ACE-Step's 'Step 0:' in its failure report is not read as a step count",
@@ -54,6 +52,21 @@ PHASE_MISSES.update({
 })
 
 
+# Labels the start-up convention changed (tests/data/public_logs/README.md) that no general rule reads.
+PHASE_MISSES.update({
+    "public/007": "an inference server's KV-cache allocation in an `__init__` is read as start-up from that generic "
+                  "frame; the label says no training job is running, so no stage of one shows (unknown)",
+    "public/014": "a cpu_oom raised while the script's main() builds its training data (trainData(...)) gives no "
+                  "phase: no frame rule names that call; the label reads it as the dataset being read (start-up)",
+    "public/129": "a Rich traceback box cut in the context rows of train() (the VAE set up) gives no phase; the label "
+                  "reads start-up from what that code is, which no row names",
+    "public/336": "a Rich traceback box cut in the context rows of train() (the VAE set to eval) gives no phase; the "
+                  "label reads start-up from what that code is, which no row names",
+    "public/377": "a Rich traceback box cut in the context rows of train() (the VAE's dtype set) gives no phase; the "
+                  "label reads start-up from what that code is, which no row names",
+})
+
+
 # Batch 12's misses on its first read (the record is first_runs.json), kept as they were read.
 KIND_MISSES.update({
     "public/267": "batch 12, first read: the bar's 'loss=nan' is read as a NaN loss (error nan_loss); the label "
@@ -65,8 +78,6 @@ FAMILY_MISSES: dict[str, str] = {}
 PHASE_MISSES.update({
     "public/304": "batch 13, first read: '[Dataset 0]' then a paste cut at 'cac' is read as model_load; the label "
                   "reads the cut word as latent caching",
-    "public/311": "batch 13, first read: sd-scripts' assertion that caching text-encoder outputs excludes caption "
-                  "dropout, alone, is read as start-up; the label says the text cannot tell (unknown)",
 })
 
 
@@ -84,14 +95,6 @@ PHASE_MISSES.update({
     "public/389": "batch 16, first read: the step bar at 0/1500, then a traceback cut below "
                   "'scaler.scale(loss).backward()' in the web UI's embedding trainer, gives no phase; the label says "
                   "the first step",
-    "public/394": "batch 16, first read: a GUI's 'Training started' and the trainer's dataset records, cut, are read "
-                  "as start-up; the label says no model load shows yet (unknown, as 140)",
-    "public/396": "batch 16, first read: ComfyUI's error report for a node that sets training up is read as start-up; "
-                  "the label says no frame shows which part of the set-up failed (unknown)",
-    "public/400": "batch 16, first read: a training script's argument parser rejecting a value is read as start-up; "
-                  "the label says nothing was loaded yet (unknown)",
-    "public/405": "batch 16, first read: latents cached (2/2), then the same dataset's sizes read again, cut, is read "
-                  "as start-up after caching; the label says no record shows the phase (unknown)",
 })
 STEP_MISSES.update({
     "public/384": "batch 16, first read: the step bar at 0/100000 is not read as the step",

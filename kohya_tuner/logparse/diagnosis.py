@@ -34,6 +34,9 @@ _KILLED = (137, -9)
 # Frames at this level or below outrank the milestones (frames.toml: 1 = the trainer's own
 # call, 2 = a library entry point with one meaning, 3 = generic internals).
 _STRONG_FRAME = 2
+_CACHES = ("cache_latents", "cache_text_encoder")
+# sd-scripts' first record ("Loading settings from"): a training script starting.
+_RUN_START = "start"
 
 
 @dataclass
@@ -58,7 +61,8 @@ class _Run:
     skipped: int = 0
     last_loss: float | None = None
     failures: list[_Failed] = field(default_factory=list)
-    exits: list[tuple[int | None, bool]] = field(default_factory=list)
+    # (status, after the final save, the phase the run was in when the launcher reported it).
+    exits: list[tuple[int | None, bool, str | None]] = field(default_factory=list)
     last_checkpoint: str | None = None
     last_state: str | None = None
     resumed_from: str | None = None
@@ -71,6 +75,8 @@ class _Run:
     # The training bar reached its total: the steps are done, what loads a model now is the
     # script's final inference or validation with what it trained.
     steps_done: bool = False
+    # The caching phase a caching script's command or logger named, while that script runs.
+    process_phase: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -88,13 +94,21 @@ class _Run:
             if not done:
                 # A refresh of the bar after a save or a sample means training went on.
                 self.phase = "training"
+                self.process_phase = None
         elif isinstance(ev, Milestone):
             if ev.name == CACHE_READ and self.phase == "training" and self.max_step is not None:
                 # Steps are being counted: the training step reading its cache.
                 return
             phase = None if ev.phase == "unknown" else ev.phase
+            if ev.process or ev.name == _RUN_START:
+                self.process_phase = phase if phase in _CACHES else None
+            elif phase == "model_load" and self.process_phase is not None:
+                # A caching script loading its model or reading its dataset: still its pass.
+                phase = self.process_phase
             for f in reversed(self.failures):
-                if f.phase_after is not None or phase is None:
+                if f.phase_after is not None or phase is None or phase == "model_load":
+                    # Start-up after a failure is a start again (a GUI's next job, a retry), not
+                    # the failed one's report of where it was.
                     break
                 f.phase_after = phase
             if not done:
@@ -131,7 +145,7 @@ class _Run:
                 self.failures.pop()
             self.failures.append(_Failed(ev, index, self.phase, done))
         elif isinstance(ev, Exited):
-            self.exits.append((ev.status, done))
+            self.exits.append((ev.status, done, self.phase))
         elif isinstance(ev, Processes):
             self.processes = max(self.processes or 1, ev.count)
 
@@ -252,7 +266,7 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
     family_source = "given" if family else ("log" if seen_family else None)
     log_status = None
     log_failed_exit = False
-    for status, _after in run.exits:
+    for status, _after, _phase in run.exits:
         if status is not None:
             log_status = status
         if status is None or status != 0:
@@ -315,7 +329,10 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
     elif failed_exit:
         outcome = "error"
         error_line = False
-        phase = "saving" if finished else (run.step_phase(run.phase) or "unknown")
+        # The phase when the launcher reported the exit: what follows it (a GUI setting its next
+        # job up) is not the failed run's.
+        at_exit = next((ph for st, _after, ph in run.exits if st is None or st != 0), run.phase)
+        phase = "saving" if finished else (run.step_phase(at_exit) or "unknown")
         code = f"status {status}" if status is not None else "an error status"
         if finished:
             message = (f"the trainer exited with {code} after `model saved.`: the final model file was written, "

@@ -64,6 +64,9 @@ class Milestone(Event):
     kind: ClassVar[str] = "milestone"
     phase: str
     name: str
+    # The phase names the whole process: a command line that runs a script, or a record of a
+    # caching script's own logger. A caching script's start-up (its model, its dataset) is its pass.
+    process: bool = False
 
 
 # A cache's record that an entry was not found or could not be read ("(TextEmbeddingCache) Failed

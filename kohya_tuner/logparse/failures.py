@@ -236,7 +236,7 @@ class Failures:
         ev = F.frame_evidence(frames) if frames else None
         self._step_bar(bar, ev, out)
         if ev is None:
-            ev = (F.start_up_evidence(frames, s) if frames else None) or F.message_evidence(s)
+            ev = (F.start_up_evidence(frames, s) if frames else None) or F.message_evidence(s, framed=bool(frames))
         where = ev.diagnose_phase if ev else None
         if exc_type in P.LAUNCHER_WRAPPERS:
             out.append(Exited(status=P.exit_status(s), line=s))

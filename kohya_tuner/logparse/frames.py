@@ -35,6 +35,8 @@ class FrameRule:
     rx: re.Pattern
     # The files a Python warning names that say this rule's phase (None: no warning does).
     warning: re.Pattern | None = None
+    # A [[message]] rule read only for an error printed with no traceback frames at all.
+    frameless: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,8 @@ def table() -> _Table:
     triggers = tuple(t for t in triggers if not any(o != t and o in t for o in triggers))
     weak = tuple((re.compile(r["match"]), int(r["strength"])) for r in data.get("weak_family", ()))
     imports = [r["match"] for r in data.get("import", ())]
-    messages = tuple(FrameRule(r["phase"], r["what"], int(r["level"]), re.compile(r["match"]))
+    messages = tuple(FrameRule(r["phase"], r["what"], int(r["level"]), re.compile(r["match"]),
+                               frameless=bool(r.get("frameless", False)))
                      for r in data.get("message", ()))
     su = data.get("start_up", ())
     start_up = tuple(re.compile("|".join(f"(?:{r[k]})" for r in su)) for k in ("script", "source", "error", "line"))
@@ -138,10 +141,11 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
     return best
 
 
-def message_evidence(line: str) -> FrameEvidence | None:
-    """What an error line's own words say failed (`[[message]]`), for an error whose frames say nothing."""
+def message_evidence(line: str, *, framed: bool = False) -> FrameEvidence | None:
+    """What an error line's own words say failed (`[[message]]`), for an error whose frames say
+    nothing; `framed`: it came with frames (which `frameless` rules leave to them)."""
     for rule in table().messages:
-        if rule.rx.search(line):
+        if not (framed and rule.frameless) and rule.rx.search(line):
             return FrameEvidence(rule.phase, rule.what, rule.level, line.strip()[:300])
     return None
 

@@ -36,6 +36,16 @@ STEP_RECORD_RE = re.compile(
 # Python's warning format: "<file>:<line>: <Category>Warning: <message>".
 WARNING_AT_RE = re.compile(r"(.+?\.py):\d+: (?:[\w.]+\.)?\w*Warning: ")
 # ComfyUI's error report: "- **Node Type:** FluxTrainLoop".
+# A key of a printed mapping: "'save_every_n_steps': None".
+MAPPING_KEY_RE = re.compile(r"'([a-z][a-z0-9]*(?:_[a-z0-9]+)+)': ")
+
+
+def _argument_keys(s: str) -> int:
+    """How many keys of a printed mapping are sd-scripts argument names (multi-word ones)."""
+    names = P.arg_names()
+    return sum(1 for k in MAPPING_KEY_RE.findall(s[:4000]) if k in names)
+
+
 NODE_TYPE_RE = re.compile(r"Node Type:\W*([A-Za-z_]\w*)")
 # A line that names a model file written: "… model as StableDiffusion checkpoint to ./out/x.safetensors"
 # (sd-scripts' words, their start cut by a paste), "Saved LoRA to /out/x.safetensors".
@@ -227,12 +237,17 @@ class Milestones:
                 # A warning raised where only one phase runs (the autograd engine: a backward pass).
                 out.append(Milestone(phase=ev.diagnose_phase, name=f"a warning from {ev.what}", line=s))
                 return True
+        if s.count("': ") >= 4 and _argument_keys(s) >= 4:
+            # The job's parsed arguments printed as a mapping ({'output_dir': …, 'save_state': …}):
+            # printed once, as the job starts (a trainer's metrics name no argument).
+            out.append(Milestone(phase="model_load", name="reading the arguments", line=s[:300]))
+            return True
         if ".py" in s and not s.startswith(("File ", "Traceback")):
             found = PW.command_phase(s.lower())
             if found is not None:
                 # A command line that runs a caching script (musubi-tuner's, sd-scripts' tools), or
                 # that starts a trainer (no phase until it says one).
-                out.append(Milestone(phase=found[0], name=found[1], line=s))
+                out.append(Milestone(phase=found[0], name=found[1], line=s, process=True))
                 return True
         if low.startswith("generating sample images"):
             # sd-scripts names the step it samples after ("… at step / サンプル画像生成 ステップ: 200"):
@@ -256,6 +271,13 @@ class Milestones:
         if low.startswith(P.MILESTONE_HEADS):
             for prefix, phase, name in P.MILESTONE_PREFIXES:
                 if low.startswith(prefix):
+                    if phase == "training":
+                        # "Start training LoRA Standard ...": a phrase that reads on past the
+                        # words (a GUI naming the kind of job it starts) is the more specific.
+                        found = PW.phrase_phase(s[:120].lower())
+                        if found is not None:
+                            out.append(Milestone(phase=found[0], name=found[1], line=s))
+                            return True
                     if name == "start":
                         self._new_run()
                     elif phase == "training":

@@ -264,7 +264,18 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         if line.startswith("                    ") or (line[:1].isdigit() and line[4:5] == "-"):
             m = P.RICH_HEAD_RE.match(line)
             if m:
-                self._start_rich(m.group(1), line, out)
+                if line[20:P.RICH_MESSAGE_COLUMN].rstrip() == m.group(1):
+                    self._start_rich(m.group(1), line, out)
+                else:
+                    # Rich's columns with their padding collapsed to one space (a page or a
+                    # copy that squeezes spaces): the message follows the level.
+                    self._loose_rich(m.group(1), m.group(2) or "", out)
+                return
+        elif line[:1] == " " and line[1:2] != " ":
+            # The same with the blank time column collapsed to one space (" INFO message src.py:12").
+            m = P.LOOSE_HEAD_RE.match(line, 1)
+            if m and m.group(2) and P.RICH_PATH_RE.search(m.group(2)):
+                self._loose_rich(m.group(1), m.group(2), out)
                 return
         elif line[:2] in ("[E", "[W", "[I", "[F"):
             m = P.C10_LOG_RE.match(line)
@@ -310,6 +321,13 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                 self._logical(m.group(3), m.group(1), out)
                 return
         self._logical(line, None, out)
+
+    def _loose_rich(self, level: str, body: str, out: list[Event]) -> None:
+        pm = P.RICH_PATH_RE.search(body)
+        if pm:
+            self._source_file(pm.group(1), out)
+            body = body[: pm.start()]
+        self._logical(body.rstrip(), level, out)
 
     def _start_rich(self, level: str, line: str, out: list[Event]) -> None:
         body = line[P.RICH_MESSAGE_COLUMN:]

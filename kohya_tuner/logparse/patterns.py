@@ -497,7 +497,7 @@ _KIND_RULES: tuple[tuple[str, re.Pattern], ...] = (
 
 
 @lru_cache(maxsize=1)
-def _arg_names() -> frozenset[str]:
+def arg_names() -> frozenset[str]:
     """Every sd-scripts argument name at the pinned commit (multi-word ones only)."""
     try:
         from kohya_tuner.schema import raw_schema
@@ -523,7 +523,7 @@ def error_kind(text: str, exc_type: str | None = None) -> str:
         return "missing_file"
     if exc_type in ("AssertionError", "ValueError"):
         # sd-scripts checks its arguments with assert/ValueError naming them.
-        names = _arg_names()
+        names = arg_names()
         if any(w in names for w in _WORD_RE.findall(text)):
             return "bad_argument"
     return "other"

@@ -72,7 +72,7 @@ class RecordNames:
         if message and found[0] in _CACHES and _CACHE_MISS_RE.search(message[:200].lower()):
             out.append(Milestone(phase=found[0], name=CACHE_READ, line=message[:300]))
         elif new:
-            out.append(Milestone(phase=found[0], name=found[1], line=name))
+            out.append(Milestone(phase=found[0], name=found[1], line=name, process=found[0] in _CACHES))
 
     def _names(self, s: str, low: str, out: list[Event], module: bool = False) -> None:
         """The wrapper and the model family a line names (frames.toml); `module`: the line is
