@@ -122,10 +122,10 @@ def test_lines_of_other_stages_are_not_start_up(line, not_phase):
 def test_a_printed_argument_mapping_is_start_up():
     args = ("{'output_dir': 'out', 'output_name': 'x', 'save_every_n_epochs': 1, 'save_state': False, "
             "'network_dim': 16, 'learning_rate': 0.0001}")
-    assert _milestone(_CACHED + args + "\n") == "reading the arguments"
+    assert _milestone(_CACHED + args + "\n") == "the job's settings printed"
     # The tail of one, the start cut off (a paste that starts mid-line).
     tail = "k_dropout': 0.0, 'network_args': None, 'training_comment': None, 'save_last_n_steps': None, 'metadata_title': None"
-    assert _milestone(_CACHED + tail + "\n") == "reading the arguments"
+    assert _milestone(_CACHED + tail + "\n") == "the job's settings printed"
 
 
 @pytest.mark.parametrize("line", [

@@ -117,23 +117,11 @@ PHASE_MISSES.update({
     "public/406": "batch 17, first read: a traceback cut in attention forwards under the extension's LoRA layer is "
                   "read as the first step (a forward pass); the label says a forward could be a sample as well, and "
                   "no line says which (unknown)",
-    "public/408": "batch 17, first read: a notebook cell's table of hyperparameters, cut, gives no phase; the label "
-                  "reads the program that starts the job setting it up (start-up)",
     "public/410": "batch 17, first read: a worker's record 'utility_job_failed … error=training failed: … "
                   "CUDA_ERROR_OUT_OF_MEMORY' is read as the trainer's report of a failed step; the label reads "
                   "'training failed' as naming the job, not a stage (unknown)",
-    "public/420": "batch 17, first read: the middle of argparse's usage text, cut, gives no phase; the label reads "
-                  "argument parsing (start-up)",
-    "public/422": "batch 17, first read: the start of a training script's argparse usage text, cut, gives no phase; "
-                  "the label reads argument parsing (start-up)",
-    "public/427": "batch 17, first read: sd-scripts' logged 'No data found' after 'make buckets' gives no phase; the "
-                  "label reads the dataset's own check (start-up)",
-    "public/432": "batch 17, first read: OneTrainer's 'caching resolutions' bar after a finished caching bar, cut, "
-                  "gives no phase; the label reads each image's size read for the buckets (start-up)",
 })
 KIND_MISSES.update({
-    "public/429": "batch 17, first read: sd-scripts' 'No data found' line with no level, then the GUI's 'Training "
-                  "finished', is read as an unfinished run; the label calls the dataset check the error (other)",
     "public/433": "batch 17, first read: the launcher's traceback cut inside simple_launcher is read as the launcher "
                   "reporting the trainer's failure (error, other); the label calls the cut traceback truncated",
 })

@@ -18,8 +18,8 @@ from typing import Iterable
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
-    CACHE_READ, EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes,
-    Progress, Resumed, Saved, TotalSteps, Wrapper,
+    CACHE_READ, SETTINGS_PRINTED, EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom,
+    OomFigures, Processes, Progress, Resumed, Saved, TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.frames import wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
@@ -98,6 +98,8 @@ class _Run:
         elif isinstance(ev, Milestone):
             if ev.name == CACHE_READ and self.phase == "training" and self.max_step is not None:
                 # Steps are being counted: the training step reading its cache.
+                return
+            if ev.name == SETTINGS_PRINTED and self.max_step is not None:
                 return
             phase = None if ev.phase == "unknown" else ev.phase
             if ev.process or ev.name == _RUN_START:

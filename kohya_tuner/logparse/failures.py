@@ -144,6 +144,7 @@ class Failures:
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return
         if kind != "other" and (level in ("ERROR", "CRITICAL") or low.startswith(("error", "fatal"))
+                                or low.startswith(P.FATAL_WITHOUT_LEVEL)
                                 or low.lstrip().startswith(("cuda error:", "hip error:"))):
             # A "CUDA error: <text>" message with its exception's name cut off is the error itself.
             out.append(Failure(kind=kind, message=s[:500], line=s))

@@ -16,7 +16,8 @@ from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import phase_words as PW
 from kohya_tuner.logparse.events import (
-    EpochStart, Event, Failure, Finished, Milestone, Oom, Progress, Resumed, Saved, TotalSteps,
+    SETTINGS_PRINTED, EpochStart, Event, Failure, Finished, Milestone, Oom, Progress, Resumed, Saved,
+    TotalSteps,
 )
 
 # A trainer's own step counter: "Starting training step (361/7200)", "STARTING AT STEP: 1/40000",
@@ -36,6 +37,9 @@ STEP_RECORD_RE = re.compile(
 # Python's warning format: "<file>:<line>: <Category>Warning: <message>".
 WARNING_AT_RE = re.compile(r"(.+?\.py):\d+: (?:[\w.]+\.)?\w*Warning: ")
 # ComfyUI's error report: "- **Node Type:** FluxTrainLoop".
+# A setting printed on a line of its own: "network_dim: 32", "lr_warmup_steps = 0", a table's
+# "| network_dim | 32 |".
+SETTING_ROW_RE = re.compile(r"\|?\s*([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\s*(?:\||:|=)\s*\S")
 # A key of a printed mapping: "'save_every_n_steps': None".
 MAPPING_KEY_RE = re.compile(r"'([a-z][a-z0-9]*(?:_[a-z0-9]+)+)': ")
 
@@ -221,7 +225,8 @@ class Milestones:
                 s = s[m.end():]
                 if m.group("tag"):
                     self._logger(m.group("tag"), out, s)
-        elif c == "[":
+        elif c == "[" and s[1:2] != "-":
+            # ("[--option VALUE]" is argparse's usage text, not a tag.)
             m = PW.BRACKETS_RE.match(s)
             if m and m.end() < len(s):
                 # DeepSpeed's "[logging.py:96:log_dist] [Rank 0] Saving model checkpoint: …".
@@ -237,10 +242,18 @@ class Milestones:
                 # A warning raised where only one phase runs (the autograd engine: a backward pass).
                 out.append(Milestone(phase=ev.diagnose_phase, name=f"a warning from {ev.what}", line=s))
                 return True
+        if "_" in s[:48] and not self._body_row:
+            m = SETTING_ROW_RE.match(s)
+            if m and not m.group(1).startswith("sample_") and m.group(1) in P.arg_names():
+                # One of the job's settings printed by name ("network_dim: 32", "| unet_lr | 0 |",
+                # "lr_warmup_steps = 0"), as a notebook, a GUI or the trainer's dataset summary does
+                # when the job starts. Sampling prints its own (sample_*) settings.
+                out.append(Milestone(phase="model_load", name=SETTINGS_PRINTED, line=s[:300]))
+                return True
         if s.count("': ") >= 4 and _argument_keys(s) >= 4:
             # The job's parsed arguments printed as a mapping ({'output_dir': …, 'save_state': …}):
             # printed once, as the job starts (a trainer's metrics name no argument).
-            out.append(Milestone(phase="model_load", name="reading the arguments", line=s[:300]))
+            out.append(Milestone(phase="model_load", name=SETTINGS_PRINTED, line=s[:300]))
             return True
         if ".py" in s and not s.startswith(("File ", "Traceback")):
             found = PW.command_phase(s.lower())

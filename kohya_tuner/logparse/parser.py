@@ -36,6 +36,7 @@ from kohya_tuner.logparse.records import MAX_LINE, _PendingOom, _RichRecord, _Tr
 from kohya_tuner.logparse.records import headless_opening
 
 _RICH_INDENT = " " * P.RICH_MESSAGE_COLUMN
+_LEVEL_INITIALS = frozenset("DIWEC")
 # Logical lines at the start of each run searched for the wrapper and the model family (the
 # command line, the model loading); after that only tracebacks and warnings are. A log names
 # its tool and model early, and searching every line of a 200 MB log would cost a third of
@@ -93,6 +94,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._last_logger: str | None = None
         # Inside a titled box that is not a traceback (a progress panel).
         self._panel = False
+        self._body_row = False
         # The last phase-word milestone was text-encoder caching (a text encoder loaded next is for it).
         self._caching_te = False
         self._last_func: str | None = None
@@ -271,13 +273,16 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                     # copy that squeezes spaces): the message follows the level.
                     self._loose_rich(m.group(1), m.group(2) or "", out)
                 return
-        elif line[:1] == " " and line[1:2] != " ":
-            # The same with the blank time column collapsed to one space (" INFO message src.py:12").
-            m = P.LOOSE_HEAD_RE.match(line, 1)
+        if line[:1] == " ":
+            # The same with the blank time column squeezed or cut to some other width (" INFO
+            # message src.py:12", a paste whose first line lost part of its indent): a level, a
+            # message and Rich's source column.
+            start = len(line) - len(line.lstrip(" "))
+            m = P.LOOSE_HEAD_RE.match(line, start) if line[start:start + 1] in _LEVEL_INITIALS else None
             if m and m.group(2) and P.RICH_PATH_RE.search(m.group(2)):
                 self._loose_rich(m.group(1), m.group(2), out)
                 return
-        elif line[:2] in ("[E", "[W", "[I", "[F"):
+        if line[:2] in ("[E", "[W", "[I", "[F"):
             m = P.C10_LOG_RE.match(line)
             if m:
                 self._logical(line[m.end():], P.C10_LEVELS[m.group(1)], out)
@@ -435,6 +440,9 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                 return
         if ("fail" in low or "during" in low or "while" in low or " in " in low) and self._report(s, low, level, out):
             return
+        # An indented line with no level of its own is a row of a record's body (sd-scripts'
+        # dataset summary in the simple format), which the record's head already placed.
+        self._body_row = level is None and text[:1] in (" ", "\t")
         if self._milestone(s, out):
             self._note_said(out)
             return

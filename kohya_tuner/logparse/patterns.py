@@ -450,6 +450,9 @@ def is_own_process(process_gib: float, reserved_gib: float) -> bool:
 # Lines worth classifying at all: the rest of a log never names a failure. Lower-cased text.
 # A job runner's record of a job that failed, with the error's message (lower-cased): "Error running
 # job: tuple index out of range", "error running task 'x': …", "Job failed with error: …".
+# Messages after which sd-scripts returns without raising (it logs them at ERROR): the run's failure
+# even where a wrapper relaying the output dropped the level (lower-case prefixes).
+FATAL_WITHOUT_LEVEL = ("no data found. please verify", "画像がありません")
 JOB_FAILED_RE = re.compile(r"\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"
                            r"|\s*(?:the )?(?:job|task)\b[^:]{0,60} failed with (?:an? )?(?:error|exception)\b[^:]{0,20}: \S")
 SUSPECT_RE = re.compile(
