@@ -507,7 +507,10 @@ def test_a_process_that_failed_with_an_exit_code_names_no_phase():
             '  File "/c/ComfyUI/execution.py", line 515, in execute\n    output = get_output_data(obj)\n'
             "RuntimeError: Some Tuner training failed with code 1\n")
     assert diagnose(parse_text(text)).phase == "unknown"
-    assert diagnose(parse_text("ERROR:trainer:Training failed: boom\n")).phase == "first_step"
+    # The training job failing names no phase of it; its step failing does.
+    assert diagnose(parse_text("ERROR:trainer:Training failed: boom\n")).phase == "unknown"
+    assert diagnose(parse_text("ERROR:trainer:Training step failed: boom\n")).phase == "first_step"
+    assert diagnose(parse_text("ERROR:trainer:Step 0: Training failed: boom\n")).phase == "first_step"
 
 
 def test_a_log_pasted_as_a_markdown_quote_is_read_through_the_quote():

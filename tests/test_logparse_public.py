@@ -117,9 +117,6 @@ PHASE_MISSES.update({
     "public/406": "batch 17, first read: a traceback cut in attention forwards under the extension's LoRA layer is "
                   "read as the first step (a forward pass); the label says a forward could be a sample as well, and "
                   "no line says which (unknown)",
-    "public/410": "batch 17, first read: a worker's record 'utility_job_failed … error=training failed: … "
-                  "CUDA_ERROR_OUT_OF_MEMORY' is read as the trainer's report of a failed step; the label reads "
-                  "'training failed' as naming the job, not a stage (unknown)",
 })
 KIND_MISSES.update({
     "public/433": "batch 17, first read: the launcher's traceback cut inside simple_launcher is read as the launcher "
@@ -132,38 +129,13 @@ FAMILY_MISSES.update({
 
 # Batch 18's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/437": "batch 18, first read: a ValueError in a training script's main() sorting its checkpoint folders "
-                  "(`sorted(dirs, key=lambda x: int(x.split('-')[1]))`) gives no phase; the label reads the script "
-                  "picking a checkpoint to resume from (start-up)",
-    "public/440": "batch 18, first read: musubi-tuner's dataset warnings that text-encoder cache files are missing "
-                  "give no phase; the label reads the dataset being read and its cache files looked up (start-up)",
     "public/445": "batch 18, first read: a Rich box cut in train()'s context rows at the resume code gives no phase; "
                   "the label reads the state being resumed (start-up)",
-    "public/446": "batch 18, first read: 'resume training from local state: …', then a Rich box cut at its first "
-                  "row, gives no phase; the label reads the saved state being loaded (start-up)",
-    "public/448": "batch 18, first read: train -> resume_from_local_or_hf_if_specified -> accelerator.load_state "
-                  "gives no phase; the label reads the resume path being read (start-up)",
     "public/449": "batch 18, first read: nameless 25-step bars finished, then 'Unloading transformer' and 'Loading "
                   "Vae', is read as model loading; the label reads a sampler's loop and the VAE loaded to decode it "
                   "(sampling)",
-    "public/450": "batch 18, first read: trainer.init_validations -> Validation.__init__ is read as sampling from the "
-                  "validation module's frames; the label reads the validation set-up built before training "
-                  "(start-up)",
-    "public/452": "batch 18, first read: 'Processing validation prompts' at 5/5, then 'Training failed: ValueError', "
-                  "is read as the first step from the failure report's words; the label reads the failure right "
-                  "after the validation prompts (sampling)",
-    "public/454": "batch 18, first read: 'Generating validation images', then main -> log_validations, cut, gives no "
-                  "phase; the label reads validation images being logged (sampling)",
-    "public/455": "batch 18, first read: a Rich box's rows of the optimizer set-up (import bitsandbytes) with no "
-                  "header is read as an unfinished run with no phase; the label reads the optimizer being built "
-                  "(start-up)",
-    "public/462": "batch 18, first read: 'use 8-bit AdamW optimizer | {}', then a Rich box cut at its first row, "
-                  "gives no phase; the label reads the optimizer just built, before the training header (start-up)",
 })
-KIND_MISSES.update({
-    "public/455": "batch 18, first read: a Rich traceback box's rows with its top cut away, ending inside it, is read "
-                  "as an unfinished run; the label calls it a cut traceback",
-})
+
 
 def _known_miss(fx, misses: dict[str, str]) -> None:
     if fx.name in misses:

@@ -18,8 +18,8 @@ from typing import Iterable
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
-    CACHE_READ, SETTINGS_PRINTED, EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom,
-    OomFigures, Processes, Progress, Resumed, Saved, TotalSteps, Wrapper,
+    CACHE_LOOKUP, CACHE_READ, SETTINGS_PRINTED, EpochStart, Event, Exited, Failure, Finished, Milestone,
+    ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved, TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.frames import wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
@@ -101,6 +101,8 @@ class _Run:
                 return
             if ev.name == SETTINGS_PRINTED and self.max_step is not None:
                 return
+            if ev.name == CACHE_LOOKUP and self.phase is not None and self.phase != "model_load":
+                return
             phase = None if ev.phase == "unknown" else ev.phase
             if ev.process or ev.name == _RUN_START:
                 self.process_phase = phase if phase in _CACHES else None
@@ -135,6 +137,9 @@ class _Run:
         elif isinstance(ev, Resumed):
             if ev.path:
                 self.resumed_from = ev.path
+                if not done and self.max_step is None:
+                    # A saved state is loaded before the first step: start-up.
+                    self.phase = "model_load"
             if ev.skipped is not None:
                 self.skipped = ev.skipped
         elif isinstance(ev, Finished):

@@ -73,6 +73,9 @@ class Milestone(Event):
 # retrieving prompt from cache"): while steps are counted it is the training step reading its
 # cache, and says no caching phase (diagnosis.py).
 CACHE_READ = "an entry missing from a cache"
+# A dataset looking up its cache files ("Text encoder output cache file not found: …"): start-up as
+# the dataset is read; inside a caching pass or a step, that pass's or step's own work (diagnosis.py).
+CACHE_LOOKUP = "cache files looked up"
 # The job's settings or parsed arguments printed by name: printed as it starts; once steps are
 # counted, a summary (on the way out, say) and no phase (diagnosis.py).
 SETTINGS_PRINTED = "the job's settings printed"

@@ -56,8 +56,7 @@ NODE_TYPE_RE = re.compile(r"Node Type:\W*([A-Za-z_]\w*)")
 MODEL_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
 SAVED_TO_RE = re.compile(r"(?:\bsav\w*\b.*|\bmodel as \S+ checkpoint|\bcheckpoint) to\s+(\S+)\s*$", re.I)
 # A trainer reporting its own failure and the phase it failed in: "Error during training: …",
-# "# OOM during training step, skipping batch #", "Training failed: …", "Text encoder caching
-# failed". Lower-cased text; (pattern, phase) and the first that matches wins.
+# "# OOM during training step, skipping batch #", "Text encoder caching failed". Lower-cased text; (pattern, phase) and the first that matches wins.
 _REPORT_PHASES = (
     (r"caching latents|latents? caching|vae caching|caching vae", "cache_latents"),
     (r"caching text[ _-]?(?:encoders?(?: outputs)?|embeddings?|embeds)|text[ _-]?encoders? caching"
@@ -72,22 +71,27 @@ FAILURE_REPORT_RE = re.compile(
     r"\b(?P<what>error|exception|failure|oom|out of memory|crash(?:ed)?)\s+(?:occurred\s+)?(?:during|while|in)\s+"
     r"(?:the\s+)?(?P<a>" + _REPORT_WORDS + r")(?![\w-])"
     r"|(?<![\w-])(?P<b>" + _REPORT_WORDS + r")\s+(?:has\s+|was\s+)?(?:failed|crashed|aborted)\b")
+_STEP_NAMED_RE = re.compile(r"\bstep\s*#?\s*\d")
 _PROCESS_EXIT_RE = re.compile(r"\s*(?:with (?:exit |return )?(?:code|status)|\(?exit(?:code| code| status))")
 _REPORT_RX = tuple((re.compile(f"(?:{w})$"), phase) for w, phase in _REPORT_PHASES)
 
 
-def failure_report(low: str) -> tuple[str, bool] | None:
+def failure_report(low: str) -> tuple[str | None, bool] | None:
     """(phase, whether it reports an OOM) when a lower-cased line is a trainer's report of
-    its own failure naming the phase, else None."""
+    its own failure, the phase None where it names none ("Training failed: …"), else None."""
     m = FAILURE_REPORT_RE.search(low)
     if m is None or _PROCESS_EXIT_RE.match(low, m.end()):
         # "Musubi Tuner training failed with code 1": a process that exited, not a phase.
         return None
     words = m.group("a") or m.group("b")
+    oom = m.group("what") in ("oom", "out of memory") or bool(P.GPU_OOM_RE.search(low))
+    if m.group("b") == "training" and not _STEP_NAMED_RE.search(low):
+        # "Training failed: ValueError …": the training job failed, which names no phase of it
+        # ("the training step failed", "Step 0: Training failed" and "error during training" do).
+        return None, oom
     phase = next((ph for rx, ph in _REPORT_RX if rx.match(words)), None)
     if phase is None:
         return None
-    oom = m.group("what") in ("oom", "out of memory") or bool(P.GPU_OOM_RE.search(low))
     return phase, oom
 
 
@@ -173,25 +177,29 @@ class Milestones:
 
     def _report(self, s: str, low: str, level: str | None, out: list[Event]) -> bool:
         """A trainer's own report of a failure that names the phase ("Error during training: …",
-        "# OOM during training step #", "Training failed: …"). Logged as information it places
+        "# OOM during training step #", "Training step failed: …"). Logged as information it places
         the failure reported around it; as an error (or a bare line) it is the failure."""
         found = failure_report(low)
         if found is None:
             return False
         phase, oom = found
-        what = "the trainer's own report of where it failed"
+        what = "the trainer's own report of where it failed" if phase is not None else None
         if level in ("INFO", "DEBUG", "WARNING"):
+            if phase is None:
+                return False
             out.append(Milestone(phase=phase, name=f"failure reported in {phase.replace('_', ' ')}", line=s))
             return True
         if oom:
             self._flush_oom(out)
-            out.append(Oom(figures=P.oom_figures(s), where=phase, frame=what, frame_level=1, line=s))
+            out.append(Oom(figures=P.oom_figures(s), where=phase, frame=what,
+                           frame_level=1 if phase is not None else None, line=s))
             return True
         if level is None and not low.lstrip("#*=!- ").startswith(("error", "fatal", "exception", "failure")) \
                 and "failed" not in low:
             return False
         kind = P.error_kind(s)
-        out.append(Failure(kind=kind, message=s[:500], where=phase, frame=what, frame_level=1, line=s))
+        out.append(Failure(kind=kind, message=s[:500], where=phase, frame=what,
+                           frame_level=1 if phase is not None else None, line=s))
         return True
 
     def _flush_oom(self, out: list[Event]) -> None:  # pragma: no cover - the parser defines it

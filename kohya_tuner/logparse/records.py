@@ -76,6 +76,10 @@ class _PendingOom:
         return bool(P.OOM_DONE_RE.search(self.text()))
 
 
+# The rest of a Rich frame row folded after its path's colon: "5 in <module>".
+_FOLDED_TAIL_RE = re.compile(r"\d+ in(?: \S|\s*$)")
+
+
 class _Traceback:
     __slots__ = ("frames", "explicit", "boxed", "headless", "lines", "bar", "chained")
 
@@ -94,6 +98,10 @@ class _Traceback:
 
     def add(self, line: str) -> None:
         self.lines += 1
+        if self.boxed and self.frames and self.frames[-1].endswith(".py:") and _FOLDED_TAIL_RE.match(line):
+            # Rich folded a frame row right after the path's colon ("…/__init__.py:" / "5 in <module>").
+            self.frames[-1] += line
+            return
         if len(self.frames) < _MAX_FRAMES:
             self.frames.append(line)
 
@@ -125,7 +133,7 @@ def headless_opening(s: str, before: str | None) -> tuple[str, ...] | None:
 # A Rich traceback box without its header still counts when it shows a frame ("file.py:12 in f").
 # Rich folds a long path: the function name ("in │ init_process_group") or the whole "in f" goes
 # to the next row, and the path's start to the row before (a row may begin "py:45 in main").
-BOX_FRAME_RE = re.compile(r"(?:\.|^)py:\d+(?: in(?: \w|\s*$)|\s*$)")
+BOX_FRAME_RE = re.compile(r"(?:\.|^)py:\d+(?: in(?: [\w<]|\s*$)|\s*$)")
 
 
 def last_frame(tb: _Traceback) -> str:
