@@ -139,19 +139,6 @@ PHASE_MISSES.update({
 
 # Batch 19's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/467": "batch 19, first read: OneTrainer's train_ui.py importing its trainer modules (GenericTrainer.py "
-                  "<module> -> a data loader's import), cut, gives no phase; the label reads the job's own imports "
-                  "(start-up)",
-    "public/472": "batch 19, first read: the web UI's embedding training handing a just-generated image to the UI "
-                  "(train_embedding -> shared.state.assign_current_image) gives no phase; the label reads an image "
-                  "generated during training (sampling)",
-    "public/473": "batch 19, first read: PyTorch Lightning's 'Sanity Checking DataLoader 0: 0% 0/2', then trainer.fit "
-                  "frames, cut, gives no phase; the label reads Lightning's validation sanity check (sampling)",
-    "public/481": "batch 19, first read: DeepSpeed's engine records, then train.py <module> fetching the data iterator "
-                  "(next(dataloader_iter) -> dataset __next__), cut, gives no phase; the label reads the training "
-                  "step's batch being fetched (the first step)",
-    "public/491": "batch 19, first read: main -> unet.save_attn_procs(args.output_dir) -> AttributeError gives no "
-                  "phase; the label reads the trained LoRA being saved",
     "public/492": "batch 19, first read: a ComfyUI node's print of the script it launches, then its own 'Train "
                   "finished', gives no phase; the label reads the job launched with nothing printed by it "
                   "(start-up)",
@@ -160,6 +147,7 @@ FAMILY_MISSES.update({
     "public/470": "batch 19, first read: musubi-tuner's records through modules named like sd-scripts' name "
                   "sd-scripts; the label names musubi-tuner",
 })
+
 
 def _known_miss(fx, misses: dict[str, str]) -> None:
     if fx.name in misses:

@@ -216,6 +216,9 @@ class Failures:
         ev = F.frame_evidence(tb.frames)
         if ev is None and tb.chained is not None and tb.chained == self._last_error:
             ev = self._last_error_ev
+        if ev is None:
+            # Cut while a training script's imports were still running (only top-level frames).
+            ev = F.start_up_evidence(tb.frames, "", cut=True)
         self._step_bar(tb.bar, ev, out)
         suspected = None
         if any(P.GPU_OOM_RE.search(f.lower()) for f in tb.frames) or (

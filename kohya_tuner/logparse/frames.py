@@ -151,11 +151,14 @@ def message_evidence(line: str, *, framed: bool = False) -> FrameEvidence | None
 
 
 _START_UP = "the training script failing before it started (its imports or top-level code)"
+_FRAME_COMPLETE_RE = re.compile(r'", line \d+, in \S')
 
 
-def start_up_evidence(frames: list[str] | tuple[str, ...], error: str) -> FrameEvidence | None:
+def start_up_evidence(frames: list[str] | tuple[str, ...], error: str, *, cut: bool = False) -> FrameEvidence | None:
     """Start-up (`[[start_up]]`) for a traceback no frame rule placed: the training script failing in
-    its imports or its own top-level code, before it did anything."""
+    its imports or its own top-level code, before it did anything. `cut`: the traceback ends before
+    its error line, so only a script's frame whose source line is an import says so (its first frame
+    alone is every traceback's)."""
     t = table()
     if t.start_up is None:
         return None
@@ -167,12 +170,15 @@ def start_up_evidence(frames: list[str] | tuple[str, ...], error: str) -> FrameE
     for i, row in enumerate(rows):
         if script.search(row):
             below = rows[i + 1] if i + 1 < len(rows) else ""
-            if below.lstrip().startswith('File "') or not below or source.search(below):
+            if source.search(below) or (not cut and (below.lstrip().startswith('File "') or not below)):
                 found = row
                 break
     if found is None:
         return None
-    top_level = all(r.rstrip().endswith(", in <module>") for r in rows if r.lstrip().startswith('File "'))
+    framed = [r for r in rows if r.lstrip().startswith('File "')]
+    if cut and framed and not _FRAME_COMPLETE_RE.search(framed[-1]):
+        framed.pop()  # the paste stops inside its last frame line
+    top_level = all(r.rstrip().endswith(", in <module>") for r in framed)
     if top_level or import_error.search(error.strip()):
         return FrameEvidence("model_load", _START_UP, 2, found.strip()[:300])
     return None
