@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.logparse_texts import HEAD, OOM, frame, phase
+from tests.logparse_texts import CACHING, HEAD, OOM, frame, phase
 
-_CACHING = "caching latents.\ncaching latents:  48%|████▊     | 10/21 [00:01<00:01, 7.00it/s]\n"
 _ERR = "AttributeError: 'NoneType' object has no attribute 'x'\n"
 
 
@@ -23,7 +22,7 @@ def test_a_traceback_cut_in_a_training_scripts_import_chain_is_start_up(tail):
     text = (HEAD + frame("/ot/scripts/train_ui.py", 6, "<module>", "from modules.ui.TrainUI import TrainUI")
             + frame("/ot/modules/ui/TrainUI.py", 11, "<module>", "from modules.trainer.GenericTrainer import G")
             + tail)
-    assert phase(_CACHING + text) == "model_load"
+    assert phase(CACHING + text) == "model_load"
 
 
 @pytest.mark.parametrize("text", [
@@ -72,7 +71,7 @@ def test_the_web_ui_taking_a_generated_image_is_sampling():
     "iterator = get_data_iterator_for_step(train_dataloader, model_engine)",
 ])
 def test_fetching_the_next_batch_is_the_step(source):
-    assert phase(_CACHING + HEAD + frame("/dp/train.py", 300, "<module>", source) + _ERR) in ("first_step", "training")
+    assert phase(CACHING + HEAD + frame("/dp/train.py", 300, "<module>", source) + _ERR) in ("first_step", "training")
 
 
 @pytest.mark.parametrize("source", ["prompt = next(iter(prompts))", "name = next(names)"])

@@ -7,11 +7,8 @@ import pytest
 
 from kohya_tuner.logparse import diagnose, parse_text
 from kohya_tuner.logparse.events import Milestone
-from tests.logparse_texts import HEAD, OOM, frame, phase
+from tests.logparse_texts import BAR, CACHED, HEAD, OOM, frame, phase
 
-# A caching pass before the line under test: the phase then comes from that line alone (start-up
-# again after caching), not from an earlier start-up line.
-_CACHED = "caching latents.\n100%|██████████| 4/4 [00:01<00:00,  3.00it/s]\n"
 _ERR = "RuntimeError: something broke\n"
 
 
@@ -98,7 +95,7 @@ def test_an_indented_level_without_the_source_column_is_no_rich_record(line):
      "the launcher starting its processes"),
 ])
 def test_a_start_up_line_after_caching_is_start_up_again(line, name):
-    text = _CACHED + line + "\n"
+    text = CACHED + line + "\n"
     assert _milestone(text) == name
     d = diagnose(parse_text(text + _ERR))
     assert d.phase == "model_load"
@@ -115,17 +112,16 @@ def test_a_start_up_line_after_caching_is_start_up_again(line, name):
     ("config saved", "model_load"),
 ])
 def test_lines_of_other_stages_are_not_start_up(line, not_phase):
-    bar = "steps:  10%|█         | 10/100 [00:10<00:50,  1.00it/s, avr_loss=0.1]\n"
-    assert phase(bar + line + "\n" + OOM) != not_phase
+    assert phase(BAR + line + "\n" + OOM) != not_phase
 
 
 def test_a_printed_argument_mapping_is_start_up():
     args = ("{'output_dir': 'out', 'output_name': 'x', 'save_every_n_epochs': 1, 'save_state': False, "
             "'network_dim': 16, 'learning_rate': 0.0001}")
-    assert _milestone(_CACHED + args + "\n") == "the job's settings printed"
+    assert _milestone(CACHED + args + "\n") == "the job's settings printed"
     # The tail of one, the start cut off (a paste that starts mid-line).
     tail = "k_dropout': 0.0, 'network_args': None, 'training_comment': None, 'save_last_n_steps': None, 'metadata_title': None"
-    assert _milestone(_CACHED + tail + "\n") == "the job's settings printed"
+    assert _milestone(CACHED + tail + "\n") == "the job's settings printed"
 
 
 @pytest.mark.parametrize("line", [
@@ -133,8 +129,7 @@ def test_a_printed_argument_mapping_is_start_up():
     "{'a_b': 1, 'c_d': 2, 'e_f': 3, 'g_h': 4}",  # no argument's name
 ])
 def test_a_mapping_of_other_keys_is_not_the_arguments(line):
-    bar = "steps:  10%|█         | 10/100 [00:10<00:50,  1.00it/s, avr_loss=0.1]\n"
-    assert phase(bar + line + "\n" + OOM) == "training"
+    assert phase(BAR + line + "\n" + OOM) == "training"
 
 
 # ---- an error alone that names a start-up stage --------------------------------------------------------
@@ -149,8 +144,7 @@ def test_a_module_missing_at_import_alone_is_start_up(line):
 
 
 def test_a_module_missing_after_steps_is_the_step():
-    bar = "steps:  10%|█         | 10/100 [00:10<00:50,  1.00it/s, avr_loss=0.1]\n"
-    assert phase(bar + "ModuleNotFoundError: No module named 'foo'\n") == "training"
+    assert phase(BAR + "ModuleNotFoundError: No module named 'foo'\n") == "training"
 
 
 def test_a_module_missing_in_a_gui_that_is_not_a_training_script_says_no_phase():
@@ -240,5 +234,4 @@ _LAUNCHER = (HEAD + frame("/venv/lib/accelerate/commands/launch.py", 637, "simpl
 def test_start_up_after_a_failed_exit_is_the_next_jobs(after):
     assert phase(_LAUNCHER + after) == "unknown"
     # What the run showed before the exit still decides.
-    bar = "steps:  10%|█         | 10/100 [00:10<00:50,  1.00it/s, avr_loss=0.1]\n"
-    assert phase(bar + _LAUNCHER + after) == "training"
+    assert phase(BAR + _LAUNCHER + after) == "training"

@@ -7,10 +7,8 @@ import pytest
 
 from kohya_tuner.logparse import diagnose, parse_text
 from kohya_tuner.logparse.events import Failure, Milestone
-from tests.logparse_texts import OOM, phase
+from tests.logparse_texts import BAR, CACHED, OOM, phase
 
-_CACHED = "caching latents.\n100%|██████████| 4/4 [00:01<00:00,  3.00it/s]\n"
-_BAR = "steps:  10%|█         | 10/100 [00:10<00:50,  1.00it/s, avr_loss=0.1]\n"
 
 
 def _milestones(text: str) -> list[str]:
@@ -22,7 +20,7 @@ def _milestones(text: str) -> list[str]:
 @pytest.mark.parametrize("indent", [1, 4, 12, 16, 19])
 def test_a_rich_record_at_any_indent_is_read(indent):
     line = " " * indent + "INFO     make buckets                                   train_util.py:1010\n"
-    assert _milestones(_CACHED + line)[-1] == "reading the dataset"
+    assert _milestones(CACHED + line)[-1] == "reading the dataset"
 
 
 @pytest.mark.parametrize("line", [
@@ -45,8 +43,8 @@ def test_an_indented_line_without_level_and_source_is_no_record(line):
     "  [--network_args [NETWORK_ARGS ...]] [--network_dim NETWORK_DIM]\n",
 ])
 def test_argparse_usage_text_is_reading_the_arguments(text):
-    assert _milestones(_CACHED + text)[-1] == "reading the arguments"
-    assert phase(_CACHED + text) == "model_load"
+    assert _milestones(CACHED + text)[-1] == "reading the arguments"
+    assert phase(CACHED + text) == "model_load"
 
 
 @pytest.mark.parametrize("line", [
@@ -56,7 +54,7 @@ def test_argparse_usage_text_is_reading_the_arguments(text):
     "usage: see the docs",
 ])
 def test_brackets_and_usage_words_that_are_not_usage_text(line):
-    assert "reading the arguments" not in _milestones(_BAR + line + "\n")
+    assert "reading the arguments" not in _milestones(BAR + line + "\n")
 
 
 # ---- a job's settings printed by name ------------------------------------------------------------------------
@@ -69,8 +67,8 @@ def test_brackets_and_usage_words_that_are_not_usage_text(line):
     "gradient_accumulation_steps : 4",
 ])
 def test_a_setting_printed_by_name_is_start_up(line):
-    assert _milestones(_CACHED + line + "\n")[-1] == "the job's settings printed"
-    assert phase(_CACHED + line + "\n" + OOM) == "model_load"
+    assert _milestones(CACHED + line + "\n")[-1] == "the job's settings printed"
+    assert phase(CACHED + line + "\n" + OOM) == "model_load"
 
 
 @pytest.mark.parametrize("line", [
@@ -81,11 +79,11 @@ def test_a_setting_printed_by_name_is_start_up(line):
     "  caption_extension: .txt",  # a row of a record's indented body, placed by its head
 ])
 def test_other_named_values_are_no_setting(line):
-    assert "the job's settings printed" not in _milestones(_CACHED + line + "\n")
+    assert "the job's settings printed" not in _milestones(CACHED + line + "\n")
 
 
 def test_settings_printed_after_steps_are_a_summary():
-    assert phase(_BAR + "network_dim: 32\nlearning_rate: 0.0001\n" + OOM) == "training"
+    assert phase(BAR + "network_dim: 32\nlearning_rate: 0.0001\n" + OOM) == "training"
 
 
 # ---- a cache of image sizes is the dataset --------------------------------------------------------------------

@@ -8,11 +8,8 @@ from __future__ import annotations
 import pytest
 
 from kohya_tuner.logparse import diagnose, parse_text
-from tests.logparse_texts import HEAD, OOM, frame, phase
+from tests.logparse_texts import BAR, CACHING, HEAD, OOM, frame, phase
 
-# A caching pass still running: only the frames or the line under test can make it start-up.
-_CACHING = "caching latents.\ncaching latents:  48%|████▊     | 10/21 [00:01<00:01, 7.00it/s]\n"
-_BAR = "steps:  10%|█         | 10/100 [00:10<00:50,  1.00it/s, avr_loss=0.1]\n"
 _ERR = "ValueError: something broke\n"
 
 
@@ -33,7 +30,7 @@ def _tb(*frames: str, error: str = _ERR) -> str:
      frame("/app/helpers/training/validation.py", 2047, "__init__", "self.runs = build_runs(")),
 ])
 def test_resuming_and_building_the_optimizer_are_start_up(frames):
-    assert phase(_CACHING + _tb(*frames)) == "model_load"
+    assert phase(CACHING + _tb(*frames)) == "model_load"
 
 
 @pytest.mark.parametrize("frames, expected", [
@@ -57,11 +54,11 @@ def test_lookalikes_of_resuming_and_the_optimizer(frames, expected):
     "Initializing the optimizer",
 ])
 def test_resume_and_optimizer_lines_are_start_up(line):
-    assert phase(_CACHING + line + "\n" + OOM) == "model_load"
+    assert phase(CACHING + line + "\n" + OOM) == "model_load"
 
 
 def test_a_resume_line_after_steps_is_not_start_up():
-    assert phase(_BAR + "resume training from local state: /out/last-state\n" + OOM) == "training"
+    assert phase(BAR + "resume training from local state: /out/last-state\n" + OOM) == "training"
 
 
 # ---- validation --------------------------------------------------------------------------------------------
@@ -73,12 +70,12 @@ def test_a_resume_line_after_steps_is_not_start_up():
     "Computing validation loss",
 ])
 def test_a_validation_pass_named_by_what_it_does_is_sampling(line):
-    assert phase(_BAR + line + "\n" + _ERR) == "sampling"
+    assert phase(BAR + line + "\n" + _ERR) == "sampling"
 
 
 @pytest.mark.parametrize("line", ["Validating lr scheduler arguments...", "validation_steps: 100"])
 def test_checking_validation_settings_is_not_the_pass(line):
-    assert phase(_BAR + line + "\n" + _ERR) != "sampling"
+    assert phase(BAR + line + "\n" + _ERR) != "sampling"
 
 
 @pytest.mark.parametrize("fn", ["log_validations", "log_validation"])
@@ -98,7 +95,7 @@ def test_cache_files_looked_up_while_the_dataset_is_read_are_start_up():
 
 
 @pytest.mark.parametrize("before, expected", [
-    (_BAR, "training"),  # a step reading its cache
+    (BAR, "training"),  # a step reading its cache
     ("caching latents:  48%|████▊     | 10/21 [00:01<00:01, 7.00it/s]\n", "cache_latents"),  # the pass computing it
 ])
 def test_cache_files_looked_up_inside_a_pass_or_a_step_keep_its_phase(before, expected):
@@ -116,7 +113,7 @@ def test_training_failed_is_a_failure_without_a_phase(line):
     d = diagnose(parse_text(line + "\n"))
     assert d.outcome in ("error", "oom") and d.phase == "unknown"
     # What the run showed before it still places it.
-    assert diagnose(parse_text(_BAR + line + "\n")).phase == "training"
+    assert diagnose(parse_text(BAR + line + "\n")).phase == "training"
 
 
 @pytest.mark.parametrize("line, expected", [
