@@ -150,21 +150,13 @@ FAMILY_MISSES.update({
 
 
 # Batch 20's misses on its first read (the record is first_runs.json), kept as they were read.
-PHASE_MISSES.update({
-    "public/502": "batch 20, first read: the step bar at 0/500, then AutoTrain's DreamBooth step encoding its batch "
-                  "(trainer.train -> self.vae.encode(pixel_values)), cut, is read as latent caching from the VAE "
-                  "frames; the label reads the first step encoding its batch",
-    "public/504": "batch 20, first read: bars at 1750, 2000 and 2250 of 10000, each followed by 'saving checkpoint', "
-                  "then a bar cut before its count, is read as the save; the label reads the steps after it",
-    "public/508": "batch 20, first read: PyTorch Lightning's trainer.fit -> fit_loop.advance -> epoch_loop.run, cut, "
-                  "gives no phase; the label reads the training epoch loop",
-})
 FAMILY_MISSES.update({
     "public/500": "batch 20, first read: fast-stable-diffusion's launch of diffusers' train_dreambooth.py is named "
                   "diffusers; the label names the notebook",
     "public/505": "batch 20, first read: sd-scripts' lumina_train_network.py is named lumina2 (Lumina-Image 2.0); "
                   "the label writes lumina",
 })
+
 
 def _known_miss(fx, misses: dict[str, str]) -> None:
     if fx.name in misses:

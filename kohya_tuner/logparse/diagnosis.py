@@ -21,7 +21,7 @@ from kohya_tuner.logparse.events import (
     CACHE_LOOKUP, CACHE_READ, SETTINGS_PRINTED, EpochStart, Event, Exited, Failure, Finished, Milestone,
     ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved, TotalSteps, Wrapper,
 )
-from kohya_tuner.logparse.frames import wrapper_rank
+from kohya_tuner.logparse.frames import runs_other_phases, wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
 
 # Which failure explains a run when several were logged: memory first (a CUDA OOM on one rank
@@ -207,15 +207,15 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
     ctx = f.phase
     if where is not None and (level <= _STRONG_FRAME or ctx is None):
         base, evidence = where, "frames"
-    elif ctx in ("sampling", "saving") and where == "training":
+    elif ctx in ("sampling", "saving") and where == "training" and not runs_other_phases(f.event.frame):
         # sd-scripts refreshes the bar after sampling or saving; without that refresh the
         # frames still show the failure came from the next training step.
         base, evidence = where, "frames"
     else:
         base, evidence = ctx, ("context" if ctx is not None else None)
     if base in ("cache_latents", "cache_text_encoder") and evidence == "frames" and ctx == "training" \
-            and run.max_step:
-        # Caching code after optimizer steps were done, with no caching milestone since: the
+            and run.max_step is not None:
+        # Caching code once the training bar is shown, with no caching milestone since: the
         # training step reading a cached latent or text embed (or computing one it lacks).
         base, evidence = "training", "progress"
     if base == "model_load" and evidence == "frames" and ctx == "saving" and run.max_step is not None:

@@ -73,6 +73,9 @@ class Milestone(Event):
 # retrieving prompt from cache"): while steps are counted it is the training step reading its
 # cache, and says no caching phase (diagnosis.py).
 CACHE_READ = "an entry missing from a cache"
+# The training bar redrawn but cut before its count ("steps:  25%|███▌"): training went on, at a step
+# the text does not show.
+BAR_REDRAWN = "the training bar redrawn"
 # A dataset looking up its cache files ("Text encoder output cache file not found: …"): start-up as
 # the dataset is read; inside a caching pass or a step, that pass's or step's own work (diagnosis.py).
 CACHE_LOOKUP = "cache files looked up"

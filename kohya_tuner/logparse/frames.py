@@ -88,6 +88,8 @@ class _Table:
     messages: tuple[FrameRule, ...] = ()
     # (script frame, import source line, import error, missing-script line) of `[[start_up]]`.
     start_up: tuple[re.Pattern, re.Pattern, re.Pattern, re.Pattern] | None = None
+    # The `what` of [[frame]] rules marked `loop`: a loop that runs other phases inside it.
+    loops: frozenset[str] = frozenset()
 
 
 @lru_cache(maxsize=1)
@@ -115,7 +117,14 @@ def table() -> _Table:
     start_up = tuple(re.compile("|".join(f"(?:{r[k]})" for r in su)) for k in ("script", "source", "error", "line"))
     return _Table(frames, wrappers, families, triggers, weak,
                   re.compile("|".join(f"(?:{m})" for m in imports)) if imports else None, messages,
-                  start_up if su else None)  # type: ignore[arg-type]
+                  start_up if su else None,  # type: ignore[arg-type]
+                  frozenset(r["what"] for r in data["frame"] if r.get("loop")))
+
+
+def runs_other_phases(what: str | None) -> bool:
+    """Whether frame evidence (its `what`) is a loop that also runs other phases inside it (a
+    `loop` rule): a milestone of such a phase before the failure says more than the loop does."""
+    return what is not None and what in table().loops
 
 
 def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:

@@ -29,7 +29,7 @@ from kohya_tuner.logparse.unflatten import unflatten
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.recordnames import RecordNames
 from kohya_tuner.logparse.events import (
-    EpochStart, Event, Exited, Finished, Processes, Progress, Resumed, Saved, TotalSteps,
+    BAR_REDRAWN, EpochStart, Event, Exited, Finished, Milestone, Processes, Progress, Resumed, Saved, TotalSteps,
 )
 
 from kohya_tuner.logparse.records import MAX_LINE, _PendingOom, _RichRecord, _Traceback
@@ -230,6 +230,14 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                     out.append(Progress(step=0, total=0, line=line.strip()))
                     return
                 m = None
+            elif m is None and "%|" in line:
+                cut = P.BAR_CUT_RE.match(line)
+                if cut and int(cut.group("pct")) > 0 and P.is_main_bar(cut.group("desc")):
+                    # The training bar redrawn (after a save or a sample): training went on.
+                    self._flush_rich(out)
+                    self._flush_oom(out)
+                    out.append(Milestone(phase="training", name=BAR_REDRAWN, line=line.strip()[:200]))
+                    return
             if m:
                 self._flush_rich(out)
                 self._flush_oom(out)

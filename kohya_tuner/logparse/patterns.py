@@ -44,6 +44,9 @@ BAR_RE = re.compile(
 )
 # A bar cut right after it started ("Steps:   0%|" at the end of a paste): step 0, total unknown.
 BAR_START_RE = re.compile(r"(?P<desc>[^|\r\n]*?)\s*0%\|\s*$")
+# A bar refresh cut inside its bar, before its count ("steps:  25%|███▌" at the end of a paste): the
+# bar went on, at a step it does not show.
+BAR_CUT_RE = re.compile(r"(?P<desc>[^|\r\n]*?)\s*(?P<pct>\d{1,3})%\|[^|\r\n]*$")
 # vLLM's and glog-style records: "ERROR 07-30 18:15:55 engine.py:400] <text>", after the level.
 GLOG_REST_RE = re.compile(r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.\-]+:\d+\] ?")
 # PyTorch's C++ log records (c10, NCCL's watchdog): "[E ProcessGroupNCCL.cpp:577] …", newer with
