@@ -89,13 +89,6 @@ FAMILY_MISSES.update({
 
 
 # Batch 16's misses on its first read (the record is first_runs.json), kept as they were read.
-PHASE_MISSES.update({
-    "public/384": "batch 16, first read: the web UI's step bar at 0/100000, then '*** Error training embedding' and a "
-                  "traceback cut in its first frame, give no phase; the label says the first step",
-    "public/389": "batch 16, first read: the step bar at 0/1500, then a traceback cut below "
-                  "'scaler.scale(loss).backward()' in the web UI's embedding trainer, gives no phase; the label says "
-                  "the first step",
-})
 STEP_MISSES.update({
     "public/384": "batch 16, first read: the step bar at 0/100000 is not read as the step",
     "public/389": "batch 16, first read: the step bar at 0/1500 is not read as the step",
@@ -163,19 +156,12 @@ PHASE_MISSES.update({
     "public/519": "batch 21, first read: an OOM in a VAE's forward (autoencoder_kl_cogvideox conv and pad) with no "
                   "line before it is read as the first step from the forward frames; the label says a VAE pass "
                   "could be caching or a step (unknown)",
-    "public/521": "batch 21, first read: 'generating sample images at step … 280', the sampler's 'Denoising steps' "
-                  "bar at 20/20, then a block-swap record, cut, is read as training from the finished bar; the label "
-                  "reads the sample still under way (sampling)",
-    "public/525": "batch 21, first read: the web UI's textual-inversion assert 'Training models with lowvram not "
-                  "possible' gives no phase; the label reads the job's argument check (start-up)",
     "public/528": "batch 21, first read: the web UI's 'Training at rate of 0.001 until step 600' and nameless 20/20 "
                   "bars give no phase; the label reads training past step 100",
     "public/533": "batch 21, first read: 'Initializing VideoJsonlDatasource' and 'an unsupervised silence placeholder "
                   "will be cached' records give no phase; the label reads a caching pass reading its videos",
     "public/534": "batch 21, first read: an outer nameless bar at 0/120 and an inner one at 0/44 give no phase; the "
                   "label reads the epoch and step loops at step 0 (the first step)",
-    "public/537": "batch 21, first read: traintrain's bar at 2/30 ('Loss EMA', 'Epoch 1') is not read as the training "
-                  "bar, so the backward frames are called the first step; the label reads the third step",
     "public/543": "batch 21, first read: an OOM in the model's rotary code with the bar '1/1271' printed beside it "
                   "gives no phase; the label reads a step after the first from that bar",
     "public/547": "batch 21, first read: 'Running training' with its epoch and batch counts after latent caching, cut "
@@ -183,7 +169,6 @@ PHASE_MISSES.update({
 })
 STEP_MISSES.update({
     "public/534": "batch 21, first read: the nameless bar at 0/44 is not read as the step bar",
-    "public/537": "batch 21, first read: traintrain's bar at 2/30 is not read as the step bar",
     "public/543": "batch 21, first read: the bar '1/1271' beside the OOM is not read as the step bar",
 })
 

@@ -70,7 +70,8 @@ class BarRuns:
         if P.is_main_bar(desc):
             self._train_bar_total = None
         elif (desc and P.sampling_bar(desc)) or (
-                not P.trainer_postfix(bar.inner) and not self._nameless_training_bar(desc, bar)
+                not P.trainer_postfix(bar.inner) and not P.trainer_description(desc)
+                and not self._nameless_training_bar(desc, bar)
                 and not self._job_named_bar(desc)):
             if bar.n is not None and bar.total and not desc.strip(" :"):
                 # A bar with no description (or one a paste cut off) may be the training bar:

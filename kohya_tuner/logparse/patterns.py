@@ -59,6 +59,17 @@ C10_LEVELS = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL"}
 NCCL_ALLREDUCE_TIMEOUT_RE = re.compile(r"optype=allreduce\b.*\btim(?:ed|ing) out|watchdog.*optype=allreduce")
 
 
+_DESC_LOSS_RE = re.compile(r"\bloss\b")
+_DESC_LR_RE = re.compile(r"\blr\b|\blearning[ _]rate\b")
+
+
+def trainer_description(desc: str) -> bool:
+    """A bar whose description reports the loss and the learning rate is a training bar (traintrain's
+    "Loss EMA * 1000: 30.6680, …, Current LR: 1.99e-04, Epoch: 1:")."""
+    low = desc.lower()
+    return "loss" in low and bool(_DESC_LOSS_RE.search(low) and _DESC_LR_RE.search(low))
+
+
 def trainer_postfix(inner: str) -> bool:
     """A bar whose postfix reports the learning rate and the loss is a training bar, whatever
     its description (ai-toolkit names it after the job: "my_lora:  3%|…| 1021/30000 [… lr: … loss: …]";
@@ -83,6 +94,7 @@ def sampling_bar(desc: str) -> bool:
 
 
 _MAIN_BAR: dict[str, bool] = {}
+_NOT_TRAINING_STEPS = ("validation", "denois", "inference", "sampl", "generat", "diffusion")
 
 
 def is_main_bar(desc: str) -> bool:
@@ -92,7 +104,8 @@ def is_main_bar(desc: str) -> bool:
         return known
     d = desc.rstrip(": ").lower()
     # OneTrainer's is `step` (with an `epoch` bar above it).
-    result = (d in ("steps", "step") or d.endswith(" steps")) and "validation" not in d
+    # A sampler's or a validation pass's own steps ("Denoising steps", "Inference steps") are not it.
+    result = (d in ("steps", "step") or d.endswith(" steps")) and not any(w in d for w in _NOT_TRAINING_STEPS)
     if len(_MAIN_BAR) < 256:
         _MAIN_BAR[desc] = result
     return result
