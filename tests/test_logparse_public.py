@@ -174,29 +174,10 @@ STEP_MISSES.update({
 
 # Batch 22's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/554": "batch 22, first read: ComfyUI's '!!! Exception during processing !!! "
-                  "FluxNetworkTrainer.sample_images() takes 4 positional arguments …' behind a second timestamp is "
-                  "not read as the failure, and the run is read as unfinished at its first step; the label reads "
-                  "sampling from the function the error names",
-    "public/558": "batch 22, first read: 'Caching latents: 0%' then main -> for batch in tqdm(train_dataloader, "
-                  "desc=\"Caching latents\") -> the loader's __next__ is read as the step fetching a batch; the label "
-                  "reads the caching loop",
     "public/562": "batch 22, first read: a paste cut at 'caching text embe' after latent caching is read as latent "
                   "caching; the label reads the cut word as text-embedding caching starting",
-    "public/563": "batch 22, first read: TensorBoard's start and the tokenizers' downloads give no phase; the label "
-                  "reads the model being downloaded (start-up)",
     "public/564": "batch 22, first read: a Rich box cut in train()'s context rows (the VAE's dtype set) gives no "
                   "phase; the label reads start-up from what that code is",
-    "public/576": "batch 22, first read: argument warnings, accelerate's environment record and the text encoders' "
-                  "config notes, then a traceback cut at its <module> frame, give no phase; the label reads models "
-                  "being loaded (start-up)",
-})
-KIND_MISSES.update({
-    "public/554": "batch 22, first read: ComfyUI's '!!! Exception during processing !!!' record behind a second "
-                  "timestamp is read as an unfinished run; the label calls it the error (other)",
-})
-STEP_MISSES.update({
-    "public/554": "batch 22, first read: the total steps (10000) the record shows is not read",
 })
 
 def _known_miss(fx, misses: dict[str, str]) -> None:

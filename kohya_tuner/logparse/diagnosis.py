@@ -109,6 +109,9 @@ class _Run:
             elif phase == "model_load" and self.process_phase is not None:
                 # A caching script loading its model or reading its dataset: still its pass.
                 phase = self.process_phase
+            elif phase == "model_load" and self.phase == "sampling" and self.max_step is not None:
+                # A sample or a validation pass between steps building the pipeline it runs.
+                phase = "sampling"
             for f in reversed(self.failures):
                 if f.phase_after is not None or phase is None or phase == "model_load":
                     # Start-up after a failure is a start again (a GUI's next job, a retry), not

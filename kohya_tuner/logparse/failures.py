@@ -132,9 +132,12 @@ class Failures:
             return
         kind = P.error_kind(s)
         if P.JOB_FAILED_RE.match(low):
-            # A job runner's record of the job's failure (ai-toolkit's "Error running job: …"): the
-            # error; the traceback printed after it, if any, is its own.
-            out.append(Failure(kind=kind, message=s[:500], line=s))
+            # A job runner's record of the job's failure (ai-toolkit's "Error running job: …",
+            # ComfyUI's "!!! Exception during processing !!!"): the error; the traceback printed after
+            # it, if any, is its own. Its words may name the call that failed.
+            ev = F.message_evidence(s)
+            out.append(Failure(kind=kind, message=s[:500], where=ev.diagnose_phase if ev else None,
+                               frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=s))
             return
         if kind == "distributed" and "allreduce" in low and P.NCCL_ALLREDUCE_TIMEOUT_RE.search(low):
             out.append(Failure(kind=kind, message=s[:500], where="training", line=s,

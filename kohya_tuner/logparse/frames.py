@@ -156,7 +156,18 @@ def message_evidence(line: str, *, framed: bool = False) -> FrameEvidence | None
     for rule in table().messages:
         if not (framed and rule.frameless) and rule.rx.search(line):
             return FrameEvidence(rule.phase, rule.what, rule.level, line.strip()[:300])
+    m = _CALL_ERROR_RE.search(line)
+    if m is not None:
+        # "FluxNetworkTrainer.sample_images() takes 4 positional arguments but 10 were given": the
+        # call that failed is named, and a frame calling it would say the same.
+        name = m.group(1)
+        return frame_evidence([f"{name}(", f"  File \"x.py\", line 1, in {name}"])
     return None
+
+
+# A TypeError naming the function whose call failed.
+_CALL_ERROR_RE = re.compile(r"\b([A-Za-z_]\w*)\(\) (?:takes \d|takes from|got an unexpected keyword|got multiple values"
+                            r"|missing \d+ required)")
 
 
 _START_UP = "the training script failing before it started (its imports or top-level code)"

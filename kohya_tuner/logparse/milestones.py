@@ -40,6 +40,8 @@ WARNING_AT_RE = re.compile(r"(.+?\.py):\d+: (?:[\w.]+\.)?\w*Warning: ")
 # A setting printed on a line of its own: "network_dim: 32", "lr_warmup_steps = 0", a table's
 # "| network_dim | 32 |".
 SETTING_ROW_RE = re.compile(r"\|?\s*([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\s*(?:\||:|=)\s*\S")
+# A file a download bar is named by.
+DOWNLOADED_FILE_RE = re.compile(r"[\w.\-/\\]{1,200}\.(?:json|model|safetensors|bin|txt|pth?|ckpt|gguf|msgpack|onnx|sft)$")
 # A key of a printed mapping: "'save_every_n_steps': None".
 MAPPING_KEY_RE = re.compile(r"'([a-z][a-z0-9]*(?:_[a-z0-9]+)+)': ")
 
@@ -169,6 +171,11 @@ class Milestones:
                     out.append(Milestone(phase=phase, name=what, line=last[0]))
                     return
         if not name or (last is not None and last[0] == name and n >= last[1]):
+            return
+        if DOWNLOADED_FILE_RE.match(name):
+            # A bar named by the file it fetches ("tokenizer_2/tokenizer_config.json", "spiece.model",
+            # huggingface_hub's downloads): a model's files, before it is loaded.
+            out.append(Milestone(phase="model_load", name="downloading the model", line=name[:200]))
             return
         found: list[Event] = []
         if self._milestone(name, found):
@@ -380,7 +387,7 @@ class Milestones:
                 return True
         elif c == "t" or c == "o":
             if low.startswith(("total optimization steps", "override steps")):
-                m = P.TOTAL_STEPS_RE.search(s)
+                m = P.TOTAL_STEPS_RE.search(s.lower())
                 if m:
                     out.append(TotalSteps(total=int(m.group(1)), line=s))
                     return True

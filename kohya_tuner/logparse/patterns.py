@@ -173,7 +173,7 @@ PROCESSES_RE = re.compile(r"(?:for process \d+/|num[_ ]processes\W{1,3}|nproc_pe
 RANK_PREFIX_RE = re.compile(r"\[(?:rank|default)(\d+)\]:")
 ACCEL_DEVICE_RE = re.compile(r"accelerator device:\s*(\S+)")
 TOTAL_STEPS_RE = re.compile(
-    r"(?:total optimization steps\s*/.*?[:：]|override steps\. steps for \d+ epochs is\s*/.*?[:：])\s*(\d+)\s*$")
+    r"(?:total optimization steps(?:\s*/.*?)?\s*[:：=]|override steps\. steps for \d+ epochs is\s*/.*?[:：])\s*(\d+)\s*$")
 # "epoch 1/10" (sd-scripts), "Epoch 0 / 500    Step 0 | ETA --" (a trainer's progress panel).
 EPOCH_RE = re.compile(r"epoch\s+(\d+)\s*/\s*(\d+)(?:\s|$)", re.I)
 GLOBAL_STEP_RE = re.compile(r"Epoch \d+, global step (\d+):", re.I)
@@ -469,7 +469,8 @@ def is_own_process(process_gib: float, reserved_gib: float) -> bool:
 # Messages after which sd-scripts returns without raising (it logs them at ERROR): the run's failure
 # even where a wrapper relaying the output dropped the level (lower-case prefixes).
 FATAL_WITHOUT_LEVEL = ("no data found. please verify", "画像がありません")
-JOB_FAILED_RE = re.compile(r"\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"
+JOB_FAILED_RE = re.compile(r"\s*!!! exception during processing !!!\s*\S"  # ComfyUI's report of a node's error
+                           r"|\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"
                            r"|\s*(?:the )?(?:job|task)\b[^:]{0,60} failed with (?:an? )?(?:error|exception)\b[^:]{0,20}: \S")
 SUSPECT_RE = re.compile(
     r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|unrecogni[sz]ed"
