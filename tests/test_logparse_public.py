@@ -188,14 +188,10 @@ PHASE_MISSES.update({
                   "glyphs, is read as training; the label reads the caching pass OneTrainer runs between epochs",
     "public/586": "batch 23, first read: a KeyboardInterrupt raised in torch/library.py's __init__ is read as "
                   "start-up from the __init__ frame; the label says no line or frame of the job shows (unknown)",
-    "public/592": "batch 23, first read: train_dreambooth.py <module> -> inference_samples -> PIL Image.save gives no "
-                  "phase; the label reads the training script's sample images being written (sampling)",
     "public/595": "batch 23, first read: accelerate's defaults notice, then only the launcher's frames and its "
                   "CalledProcessError, gives no phase; the label reads the launcher starting (start-up)",
     "public/599": "batch 23, first read: [rank0] frames in torch module calls and peft's LoRA forward are read as "
                   "the first step; the label says library frames alone say no stage (unknown)",
-    "public/601": "batch 23, first read: a Rich box of wan_cache_latents.py's main, cut at its dataset-config rows, "
-                  "gives no phase; the label reads the standalone latent-caching script",
 })
 KIND_MISSES.update({
     "public/577": "batch 23, first read: timestamped fragments of a traceback (a cut frame line) are read as an "
