@@ -204,21 +204,12 @@ KIND_MISSES.update({
 
 # Batch 24's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/604": "batch 24, first read: a Rich box through main() into vae.enable_xformers_memory_efficient_attention() "
-                  "gives no phase; the label reads the models' attention being set up (start-up)",
-    "public/605": "batch 24, first read: main -> unet.enable_xformers_memory_efficient_attention() -> diffusers' "
-                  "recursive setter gives no phase; the label reads model set-up (start-up)",
-    "public/617": "batch 24, first read: 'read caption: 34%', then train -> config_util."
-                  "generate_dataset_group_by_blueprint -> the dataset class, gives no phase; the label reads the dataset "
-                  "being read (start-up)",
     "public/624": "batch 24, first read: '(validation) Running validation... Generating 2 images.', then the "
                   "validation pipeline's 'Loading pipeline components...', is read as model loading; the label reads "
                   "the validation pass (sampling)",
     "public/628": "batch 24, first read: 'Prompt tensors not found. Encoding prompts..', then the slider trainer's "
                   "hook_before_train_loop -> concat_prompt_pairs, is read as start-up from the network's creation "
                   "before it; the label reads the prompt-encoding pass (text-encoder caching)",
-    "public/632": "batch 24, first read: a script's 'training...' line and then 'Killed' is read as start-up from the "
-                  "launch line before it; the label reads the script's own training milestone",
 })
 
 def _known_miss(fx, misses: dict[str, str]) -> None:
