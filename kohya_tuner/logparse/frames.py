@@ -161,7 +161,7 @@ def message_evidence(line: str, *, framed: bool = False) -> FrameEvidence | None
         # "FluxNetworkTrainer.sample_images() takes 4 positional arguments but 10 were given": the
         # call that failed is named, and a frame calling it would say the same.
         name = m.group(1)
-        return frame_evidence([f"{name}(", f"  File \"x.py\", line 1, in {name}"])
+        return frame_evidence([f"{name}(", f", in {name}"])
     return None
 
 

@@ -58,7 +58,8 @@ NODE_TYPE_RE = re.compile(r"Node Type:\W*([A-Za-z_]\w*)")
 MODEL_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
 SAVED_TO_RE = re.compile(r"(?:\bsav\w*\b.*|\bmodel as \S+ checkpoint|\bcheckpoint) to\s+(\S+)\s*$", re.I)
 # A trainer reporting its own failure and the phase it failed in: "Error during training: …",
-# "# OOM during training step, skipping batch #", "Text encoder caching failed". Lower-cased text; (pattern, phase) and the first that matches wins.
+# "# OOM during training step, skipping batch #", "Text encoder caching failed". Lower-cased text;
+# (pattern, phase) and the first that matches wins.
 _REPORT_PHASES = (
     (r"caching latents|latents? caching|vae caching|caching vae", "cache_latents"),
     (r"caching text[ _-]?(?:encoders?(?: outputs)?|embeddings?|embeds)|text[ _-]?encoders? caching"
