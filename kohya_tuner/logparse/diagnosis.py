@@ -18,8 +18,8 @@ from typing import Iterable
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
-    CACHE_LOOKUP, CACHE_READ, SETTINGS_PRINTED, EpochStart, Event, Exited, Failure, Finished, Milestone,
-    ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved, TotalSteps, Wrapper,
+    CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, SETTINGS_PRINTED, EpochStart, Event, Exited, Failure, Finished,
+    Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved, TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.frames import runs_other_phases, wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
@@ -34,7 +34,6 @@ _KILLED = (137, -9)
 # Frames at this level or below outrank the milestones (frames.toml: 1 = the trainer's own
 # call, 2 = a library entry point with one meaning, 3 = generic internals).
 _STRONG_FRAME = 2
-_CACHES = ("cache_latents", "cache_text_encoder")
 # sd-scripts' first record ("Loading settings from"): a training script starting.
 _RUN_START = "start"
 
@@ -105,7 +104,7 @@ class _Run:
                 return
             phase = None if ev.phase == "unknown" else ev.phase
             if ev.process or ev.name == _RUN_START:
-                self.process_phase = phase if phase in _CACHES else None
+                self.process_phase = phase if phase in CACHE_PHASES else None
             elif phase == "model_load" and self.process_phase is not None:
                 # A caching script loading its model or reading its dataset: still its pass.
                 phase = self.process_phase
@@ -268,7 +267,7 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
             if wrapper_rank(ev.wrapper) < wrapper_rank(wrapper):
                 wrapper = ev.wrapper
             continue
-        if isinstance(ev, Milestone) and ev.name == "start" and run.ended:
+        if isinstance(ev, Milestone) and ev.name == _RUN_START and run.ended:
             run = _Run()
         run.apply(ev, index)
 

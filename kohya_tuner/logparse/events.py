@@ -16,6 +16,8 @@ PHASES = ("model_load", "cache_latents", "cache_text_encoder", "first_step", "tr
 # Phases a Milestone can name (first_step is decided from the step count). A milestone saying
 # `unknown` is a run doing what belongs to no phase yet (reading its dataset, a host application
 # setting a training run up): what was printed before it no longer says where the run is.
+# The caching passes.
+CACHE_PHASES = ("cache_latents", "cache_text_encoder")
 MILESTONE_PHASES = ("model_load", "cache_latents", "cache_text_encoder", "training", "sampling", "saving",
                     "unknown")
 # error.kind values of the diagnose JSON, and Failure.kind values. `truncated`: the log stops

@@ -10,9 +10,8 @@ import re
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import phase_words as PW
-from kohya_tuner.logparse.events import CACHE_READ, Event, Milestone, ModelFamily, Processes, Wrapper
+from kohya_tuner.logparse.events import CACHE_PHASES, CACHE_READ, Event, Milestone, ModelFamily, Processes, Wrapper
 
-_CACHES = ("cache_latents", "cache_text_encoder")
 # A cache reporting an entry it lacks: "Failed retrieving prompt from cache", "… not found", "could
 # not load cached latents", "missing from the cache".
 _CACHE_MISS_RE = re.compile(
@@ -69,10 +68,10 @@ class RecordNames:
         found = PW.source_phase(name)
         if found is None:
             return
-        if message and found[0] in _CACHES and _CACHE_MISS_RE.search(message[:200].lower()):
+        if message and found[0] in CACHE_PHASES and _CACHE_MISS_RE.search(message[:200].lower()):
             out.append(Milestone(phase=found[0], name=CACHE_READ, line=message[:300]))
         elif new:
-            out.append(Milestone(phase=found[0], name=found[1], line=name, process=found[0] in _CACHES))
+            out.append(Milestone(phase=found[0], name=found[1], line=name, process=found[0] in CACHE_PHASES))
 
     def _names(self, s: str, low: str, out: list[Event], module: bool = False) -> None:
         """The wrapper and the model family a line names (frames.toml); `module`: the line is
