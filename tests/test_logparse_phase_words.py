@@ -75,7 +75,11 @@ def test_a_logger_or_tag_that_names_a_cache_gives_the_phase(line, phase):
 def test_a_logger_of_the_trainer_itself_says_no_phase():
     assert PW.source_phase("musubi_tuner.hv_train_network") is None
     assert PW.source_phase("train_util") is None
-    assert _phase("INFO:musubi_tuner.hv_train_network:Prepare training\n" + OOM) == "unknown"
+    # Its record places a failure nothing else places as start-up (the job had not stepped: the
+    # start-up convention), not as any phase its name might suggest; after a step it places nothing.
+    assert _phase("INFO:musubi_tuner.hv_train_network:Prepare training\n" + OOM) == "model_load"
+    assert _phase("INFO:musubi_tuner.hv_train_network:Prepare training\n"
+                  "steps:  10%|█         | 10/100 [00:10<00:50,  1.00it/s, avr_loss=0.1]\n" + OOM) == "training"
 
 
 @pytest.mark.parametrize("cmd,phase", [
@@ -176,8 +180,11 @@ def test_a_record_that_names_its_logger_and_function():
     assert _phase(text) == "sampling"
     text = "INFO     musubi.cache_text | Encoding batch (encode_batch)       cache_text.py:40\n" + OOM
     assert _phase(text) == "cache_text_encoder"
-    # a function no frame rule knows says nothing
-    assert _phase("INFO     __main__ | height: 360 (print_settings)      x.py:1\n" + OOM) == "unknown"
+    # a function no frame rule knows says nothing of its own: the record is the job logging before
+    # any step (start-up by the convention), and after a step it places nothing
+    assert _phase("INFO     __main__ | height: 360 (print_settings)      x.py:1\n" + OOM) == "model_load"
+    assert _phase("INFO     __main__ | height: 360 (print_settings)      x.py:1\n"
+                  "steps:  10%|█         | 10/100 [00:10<00:50,  1.00it/s, avr_loss=0.1]\n" + OOM) == "training"
 
 
 @pytest.mark.parametrize("name,phase", [

@@ -18,7 +18,7 @@ from typing import Iterable
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
-    CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, SETTINGS_PRINTED, EpochStart, Event, Exited, Failure, Finished,
+    CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, SETTINGS_PRINTED, EpochStart, Event, Exited, Failure, Finished,
     Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved, TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.frames import runs_other_phases, wrapper_rank
@@ -76,6 +76,8 @@ class _Run:
     steps_done: bool = False
     # The caching phase a caching script's command or logger named, while that script runs.
     process_phase: str | None = None
+    # Where the job first logged a record that names no stage (events.JOB_RECORD).
+    job_said: int | None = None
 
     @property
     def ended(self) -> bool:
@@ -95,6 +97,10 @@ class _Run:
                 self.phase = "training"
                 self.process_phase = None
         elif isinstance(ev, Milestone):
+            if ev.name == JOB_RECORD:
+                if self.job_said is None:
+                    self.job_said = index
+                return
             if ev.name == CACHE_READ and self.phase == "training" and self.max_step is not None:
                 # Steps are being counted: the training step reading its cache.
                 return
@@ -235,6 +241,9 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
     if base is None:
         if run.max_step is not None:
             base, evidence = "training", "progress"
+        elif run.job_said is not None and run.job_said < f.index:
+            # The job was logging and had not stepped: by the start-up convention it was starting.
+            base, evidence = "model_load", "context"
         elif isinstance(ev, Failure) and ev.kind in ("bad_argument", "distributed"):
             # Arguments are read, and the process group (NCCL) is started, before anything
             # else: the earliest phase there is.

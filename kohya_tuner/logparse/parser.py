@@ -29,7 +29,7 @@ from kohya_tuner.logparse.unflatten import unflatten
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.recordnames import RecordNames
 from kohya_tuner.logparse.events import (
-    BAR_REDRAWN, EpochStart, Event, Exited, Finished, Milestone, Processes, Progress, Resumed, Saved, TotalSteps,
+    BAR_REDRAWN, JOB_RECORD, EpochStart, Event, Exited, Finished, Milestone, Processes, Progress, Resumed, Saved, TotalSteps,
 )
 
 from kohya_tuner.logparse.records import MAX_LINE, _PendingOom, _RichRecord, _Traceback
@@ -101,6 +101,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         # (logical line number, update) of the last bar with no description (Failures._bar_before).
         self._loose_bar: tuple[int, Progress] | None = None
         self._nan_reported = False
+        self._said_record = False
         self._zero_steps: set[int] = set()
         self._zero_reported = False
         # After a "training starts" milestone: 0 until a nameless bar is taken as the training
@@ -457,6 +458,9 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         if level in ("INFO", "DEBUG", "WARNING"):
             # sd-scripts' own log messages: they report progress, never the crash itself; only
             # a warning may explain a later crash.
+            if not self._said_record:
+                self._said_record = True
+                out.append(Milestone(phase="model_load", name=JOB_RECORD, line=s[:200]))
             if level == "WARNING":
                 self._hint(s, low)
             return
@@ -468,6 +472,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._name_lines = _NAME_LINES
         self._entry_family = None
         self._nan_reported = False
+        self._said_record = False
         self._zero_steps.clear()
         self._zero_reported = False
         self._before_training = False
