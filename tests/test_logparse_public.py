@@ -58,12 +58,6 @@ PHASE_MISSES.update({
                   "frame; the label says no training job is running, so no stage of one shows (unknown)",
     "public/014": "a cpu_oom raised while the script's main() builds its training data (trainData(...)) gives no "
                   "phase: no frame rule names that call; the label reads it as the dataset being read (start-up)",
-    "public/129": "a Rich traceback box cut in the context rows of train() (the VAE set up) gives no phase; the label "
-                  "reads start-up from what that code is, which no row names",
-    "public/336": "a Rich traceback box cut in the context rows of train() (the VAE set to eval) gives no phase; the "
-                  "label reads start-up from what that code is, which no row names",
-    "public/377": "a Rich traceback box cut in the context rows of train() (the VAE's dtype set) gives no phase; the "
-                  "label reads start-up from what that code is, which no row names",
 })
 
 
@@ -122,8 +116,6 @@ FAMILY_MISSES.update({
 
 # Batch 18's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/445": "batch 18, first read: a Rich box cut in train()'s context rows at the resume code gives no phase; "
-                  "the label reads the state being resumed (start-up)",
     "public/449": "batch 18, first read: nameless 25-step bars finished, then 'Unloading transformer' and 'Loading "
                   "Vae', is read as model loading; the label reads a sampler's loop and the VAE loaded to decode it "
                   "(sampling)",
@@ -176,14 +168,10 @@ STEP_MISSES.update({
 PHASE_MISSES.update({
     "public/562": "batch 22, first read: a paste cut at 'caching text embe' after latent caching is read as latent "
                   "caching; the label reads the cut word as text-embedding caching starting",
-    "public/564": "batch 22, first read: a Rich box cut in train()'s context rows (the VAE's dtype set) gives no "
-                  "phase; the label reads start-up from what that code is",
 })
 
 # Batch 23's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/580": "batch 23, first read: a Rich box cut in train()'s context rows ('# Predict the noise residual') "
-                  "gives no phase; the label reads the training step's forward from what that code is",
     "public/582": "batch 23, first read: OneTrainer's 'step: 100% 33/33', then a 'caching:' bar cut after its "
                   "glyphs, is read as training; the label reads the caching pass OneTrainer runs between epochs",
     "public/586": "batch 23, first read: a KeyboardInterrupt raised in torch/library.py's __init__ is read as "

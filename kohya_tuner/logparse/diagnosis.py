@@ -21,7 +21,7 @@ from kohya_tuner.logparse.events import (
     CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, SETTINGS_PRINTED, EpochStart, Event, Exited, Failure, Finished,
     Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved, TotalSteps, Wrapper,
 )
-from kohya_tuner.logparse.frames import runs_other_phases, wrapper_rank
+from kohya_tuner.logparse.frames import JOB_CODE_LEVEL, runs_other_phases, wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
 
 # Which failure explains a run when several were logged: memory first (a CUDA OOM on one rank
@@ -213,6 +213,11 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
             where, level = after.where, after.frame_level if after.frame_level is not None else _STRONG_FRAME
             f.borrowed_frame = after.frame
     ctx = f.phase
+    job_code = None
+    if where is not None and level >= JOB_CODE_LEVEL:
+        # The job's own code with nothing more telling: start-up, but only where nothing else
+        # (a milestone, what follows, a counted step) places the failure.
+        job_code, where = where, None
     if where is not None and (level <= _STRONG_FRAME or ctx is None):
         base, evidence = where, "frames"
     elif ctx in ("sampling", "saving") and where == "training" and not runs_other_phases(f.event.frame):
@@ -241,6 +246,8 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
     if base is None:
         if run.max_step is not None:
             base, evidence = "training", "progress"
+        elif job_code is not None:
+            base, evidence = job_code, "frames"
         elif run.job_said is not None and run.job_said < f.index:
             # The job was logging and had not stepped: by the start-up convention it was starting.
             base, evidence = "model_load", "context"

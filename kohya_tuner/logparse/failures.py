@@ -222,6 +222,8 @@ class Failures:
         if ev is None:
             # Cut while a training script's imports were still running (only top-level frames).
             ev = F.start_up_evidence(tb.frames, "", cut=True)
+        if ev is None and tb.boxed:
+            ev = F.job_code_evidence(tb.frames)
         self._step_bar(tb.bar, ev, out)
         suspected = None
         if any(P.GPU_OOM_RE.search(f.lower()) for f in tb.frames) or (

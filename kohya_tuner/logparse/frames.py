@@ -90,6 +90,8 @@ class _Table:
     start_up: tuple[re.Pattern, re.Pattern, re.Pattern, re.Pattern] | None = None
     # The `what` of [[frame]] rules marked `loop`: a loop that runs other phases inside it.
     loops: frozenset[str] = frozenset()
+    # (a box's frame row -> file and function, files that are not the job's) of `[[job_code]]`.
+    job_code: tuple[re.Pattern, re.Pattern] | None = None
 
 
 @lru_cache(maxsize=1)
@@ -113,12 +115,15 @@ def table() -> _Table:
     messages = tuple(FrameRule(r["phase"], r["what"], int(r["level"]), re.compile(r["match"]),
                                frameless=bool(r.get("frameless", False)))
                      for r in data.get("message", ()))
+    jc = data.get("job_code", ())
+    job_code = (re.compile("|".join(f"(?:{r['frame']})" for r in jc)),
+                re.compile("|".join(f"(?:{r['library']})" for r in jc), re.IGNORECASE)) if jc else None
     su = data.get("start_up", ())
     start_up = tuple(re.compile("|".join(f"(?:{r[k]})" for r in su)) for k in ("script", "source", "error", "line"))
     return _Table(frames, wrappers, families, triggers, weak,
                   re.compile("|".join(f"(?:{m})" for m in imports)) if imports else None, messages,
                   start_up if su else None,  # type: ignore[arg-type]
-                  frozenset(r["what"] for r in data["frame"] if r.get("loop")))
+                  frozenset(r["what"] for r in data["frame"] if r.get("loop")), job_code)
 
 
 def runs_other_phases(what: str | None) -> bool:
@@ -202,6 +207,45 @@ def start_up_evidence(frames: list[str] | tuple[str, ...], error: str, *, cut: b
     if top_level or import_error.search(error.strip()):
         return FrameEvidence("model_load", _START_UP, 2, found.strip()[:300])
     return None
+
+
+# Weaker than every [[frame]] rule: it places a failure only where nothing else does (diagnosis.py).
+JOB_CODE_LEVEL = 4
+_JOB_CODE = "the job's own code before its first step (a traceback box cut in it, no rule reads its rows)"
+# A Rich box's source row: "210 │   vae_dtype = …", "❱ 167 │   trainer.train(args)", an empty "211".
+# A box's last row ending so is a statement the paste's end cut ("train_dataset_group.").
+_CUT_STATEMENT = (".", "(", "[", "{", ",", "=", "+", "-", "*", "/", "\\", "│")
+_SOURCE_ROW_RE = re.compile(r"^(?:❱\s*)?\d+(?:\s*│(?P<code>.*))?$")
+
+
+def job_code_evidence(rows: list[str] | tuple[str, ...]) -> FrameEvidence | None:
+    """Start-up by the convention (`[[job_code]]`) for a cut Rich traceback box no other rule placed:
+    its last frame is a function of the job's own code and at least one row of that function's
+    source is shown whole (not the box's last row when the paste's end cut its statement)."""
+    t = table()
+    if t.job_code is None:
+        return None
+    frame_re, library = t.job_code
+    rows = [r.strip() for r in rows if r.strip()]
+    if t.imports is not None and any(t.imports.search(r) for r in rows):
+        return None
+    last = next((i for i in range(len(rows) - 1, -1, -1) if frame_re.search(rows[i])), None)
+    if last is None:
+        return None
+    m = frame_re.search(rows[last])
+    if m.group("func") == "<module>" or library.search(m.group("path")):
+        return None
+    shown = []
+    for i, row in enumerate(rows[last + 1:], start=last + 1):
+        sm = _SOURCE_ROW_RE.match(row)
+        if sm is None:
+            return None  # not a box's source rows
+        code = (sm.group("code") or "").strip()
+        if code and not (i == len(rows) - 1 and code.endswith(_CUT_STATEMENT)):
+            shown.append(row)
+    if not shown:
+        return None
+    return FrameEvidence("model_load", _JOB_CODE, JOB_CODE_LEVEL, rows[last][:300])
 
 
 def start_up_line_evidence(line: str) -> FrameEvidence | None:
