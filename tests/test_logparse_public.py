@@ -145,9 +145,6 @@ FAMILY_MISSES.update({
 
 # Batch 21's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/519": "batch 21, first read: an OOM in a VAE's forward (autoencoder_kl_cogvideox conv and pad) with no "
-                  "line before it is read as the first step from the forward frames; the label says a VAE pass "
-                  "could be caching or a step (unknown)",
     "public/528": "batch 21, first read: the web UI's 'Training at rate of 0.001 until step 600' and nameless 20/20 "
                   "bars give no phase; the label reads training past step 100",
     "public/533": "batch 21, first read: 'Initializing VideoJsonlDatasource' and 'an unsupervised silence placeholder "
@@ -176,10 +173,6 @@ PHASE_MISSES.update({
                   "glyphs, is read as training; the label reads the caching pass OneTrainer runs between epochs",
     "public/586": "batch 23, first read: a KeyboardInterrupt raised in torch/library.py's __init__ is read as "
                   "start-up from the __init__ frame; the label says no line or frame of the job shows (unknown)",
-    "public/595": "batch 23, first read: accelerate's defaults notice, then only the launcher's frames and its "
-                  "CalledProcessError, gives no phase; the label reads the launcher starting (start-up)",
-    "public/599": "batch 23, first read: [rank0] frames in torch module calls and peft's LoRA forward are read as "
-                  "the first step; the label says library frames alone say no stage (unknown)",
 })
 KIND_MISSES.update({
     "public/577": "batch 23, first read: timestamped fragments of a traceback (a cut frame line) are read as an "
@@ -202,8 +195,6 @@ PHASE_MISSES.update({
 
 # Batch 25's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/635": "batch 25, first read: two 'epoch is incremented. current_epoch: 0, epoch: 1' records and nothing "
-                  "else give no phase; the label reads the first epoch starting (the first step)",
     "public/638": "batch 25, first read: a copy into best_outputs failing after training, with the 800/800 bar "
                   "printed after its traceback, is read as the training step; the label reads the work after "
                   "training (saving)",
@@ -211,10 +202,6 @@ PHASE_MISSES.update({
                   "(moving tensors to the CPU); the label says block swapping runs in several stages (unknown)",
     "public/646": "batch 25, first read: accelerate's launch_command -> _validate_launch_command, cut, gives no "
                   "phase; the label reads the launcher checking its arguments (start-up)",
-    "public/648": "batch 25, first read: a web UI extension's image lines, its script path and accelerate's "
-                  "defaults notice, cut, give no phase; the label reads the launcher starting (start-up)",
-    "public/651": "batch 25, first read: numpy's RuntimeWarning, 'mean ar error (without repeats): nan' and 'No "
-                  "data found' without a level give no phase; the label reads the dataset's check (start-up)",
     "public/662": "batch 25, first read: the command line, 'Failed to import sageattention' and one INFO record, "
                   "cut, give no phase (no failure to place); the label reads the script starting (start-up)",
 })
@@ -229,14 +216,10 @@ FAMILY_MISSES.update({
 
 # Batch 26's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/665": "batch 26, first read: SimpleTuner's trainer.train -> prepare_batch -> prepare_batch_conditions "
-                  "gives no phase; the label reads a training step preparing its batch",
     "public/668": "batch 26, first read: SimpleTuner's server in run_trainer_job -> _launch_with_accelerate gives "
                   "no phase; the label reads the job being launched (start-up)",
     "public/675": "batch 26, first read: OneTrainer's 'step: 0it' bar redrawn beside an unnamed bar at 71-75/100 "
                   "is read as the first step; the label says no line names the running bar (unknown)",
-    "public/676": "batch 26, first read: a trainer's '- __main__ - INFO -' start-up banner, cut, gives no phase "
-                  "(no failure to place); the label reads the script starting (start-up)",
     "public/678": "batch 26, first read: a Rich 'Training Step' panel, then only typer and click frames, cut, "
                   "gives no phase; the label reads the first step from the panel",
     "public/679": "batch 26, first read: 'An error occurred during training:' is read as the training step, over "
@@ -244,8 +227,6 @@ PHASE_MISSES.update({
                   "(start-up)",
     "public/681": "batch 26, first read: a video VAE's forward and torch module frames alone are read as the first "
                   "step (a forward pass); the label says library frames alone say no stage (unknown)",
-    "public/685": "batch 26, first read: Lightning's 'Epoch 0:   0%| 0/250' bar, then trainer.fit frames cut, give "
-                  "no phase; the label reads the epoch loop started (the first step)",
     "public/690": "batch 26, first read: Lightning's device records and a model config dump, cut, give no phase (no "
                   "failure to place); the label reads the job starting (start-up)",
     "public/692": "batch 26, first read: 'Training \"…\" based on 10 images.' and per-image bars, cut, give no "
@@ -254,9 +235,6 @@ PHASE_MISSES.update({
 KIND_MISSES.update({
     "public/686": "batch 26, first read: 'ERROR  | Uncaught exception | <class 'ImportError'>; initialization "
                   "failed' is not read as an error (incomplete); the label reads the UI failing as it starts (other)",
-})
-STEP_MISSES.update({
-    "public/685": "batch 26, first read: Lightning's 'Epoch 0:   0%| 0/250' bar is not read as the step bar",
 })
 
 def _known_miss(fx, misses: dict[str, str]) -> None:

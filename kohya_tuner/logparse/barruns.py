@@ -17,7 +17,7 @@ import re
 
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import progress as PR
-from kohya_tuner.logparse.events import Event, Failure, Progress
+from kohya_tuner.logparse.events import EpochStart, Event, Failure, Progress
 from kohya_tuner.logparse.records import MAX_LINE
 
 # Bar updates a coalescing parser must look at one by one: a loss that is NaN, infinite or 0.
@@ -90,6 +90,10 @@ class BarRuns:
         if desc != self._bar_prefix and desc:
             self._bar_prefix = desc
             self._bar_rx = _bar_run_re(desc)
+            epoch = P.numbered_epoch(desc)
+            if epoch:
+                # A bar for a later epoch (0-based in its name): whole epochs of steps are done.
+                out.append(EpochStart(epoch=epoch + 1, line=line[: bar.end].strip()))
         text = line[: bar.end].strip()
         if bar.n is None:
             # A percentage alone (Rich's default columns) counts no step, except at 0 %.

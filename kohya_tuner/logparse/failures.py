@@ -150,7 +150,10 @@ class Failures:
                                 or low.startswith(P.FATAL_WITHOUT_LEVEL)
                                 or low.lstrip().startswith(("cuda error:", "hip error:"))):
             # A "CUDA error: <text>" message with its exception's name cut off is the error itself.
-            out.append(Failure(kind=kind, message=s[:500], line=s))
+            # Its words may say what failed (the dataset's own check: "No data found").
+            ev = F.message_evidence(s)
+            out.append(Failure(kind=kind, message=s[:500], where=ev.diagnose_phase if ev else None,
+                               frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=s))
             return
         self._hint(s, low)
 

@@ -37,6 +37,8 @@ class FrameRule:
     warning: re.Pattern | None = None
     # A [[message]] rule read only for an error printed with no traceback frames at all.
     frameless: bool = False
+    # Counts only in a traceback that holds a frame of the job's own code (`[[job_code]]`).
+    job: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,15 +92,16 @@ class _Table:
     start_up: tuple[re.Pattern, re.Pattern, re.Pattern, re.Pattern] | None = None
     # The `what` of [[frame]] rules marked `loop`: a loop that runs other phases inside it.
     loops: frozenset[str] = frozenset()
-    # (a box's frame row -> file and function, files that are not the job's) of `[[job_code]]`.
-    job_code: tuple[re.Pattern, re.Pattern] | None = None
+    # (a box's frame row -> file and function, files that are not the job's, a plain frame line ->
+    # its file) of `[[job_code]]`.
+    job_code: tuple[re.Pattern, re.Pattern, re.Pattern] | None = None
 
 
 @lru_cache(maxsize=1)
 def table() -> _Table:
     data = tomllib.loads(_TABLE.read_text(encoding="utf-8"))
     frames = tuple(FrameRule(r["phase"], r["what"], int(r["level"]), re.compile(r["match"]),
-                             re.compile(r["warning"]) if r.get("warning") else None)
+                             re.compile(r["warning"]) if r.get("warning") else None, job=bool(r.get("job", False)))
                    for r in data["frame"])
     # The list order is the specificity order for wrappers: sd-scripts (last) only when nothing else shows.
     wrappers = tuple(_Named(r["name"], i, re.compile(r["match"]), tuple(r["needles"]))
@@ -117,7 +120,8 @@ def table() -> _Table:
                      for r in data.get("message", ()))
     jc = data.get("job_code", ())
     job_code = (re.compile("|".join(f"(?:{r['frame']})" for r in jc)),
-                re.compile("|".join(f"(?:{r['library']})" for r in jc), re.IGNORECASE)) if jc else None
+                re.compile("|".join(f"(?:{r['library']})" for r in jc), re.IGNORECASE),
+                re.compile("|".join(f"(?:{r['file']})" for r in jc))) if jc else None
     su = data.get("start_up", ())
     start_up = tuple(re.compile("|".join(f"(?:{r[k]})" for r in su)) for k in ("script", "source", "error", "line"))
     return _Table(frames, wrappers, families, triggers, weak,
@@ -139,6 +143,7 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
     t = table()
     rules = t.frames
     imports = t.imports
+    job: bool | None = None  # whether a frame is the job's own code, looked up when a rule asks
     for line in frames:
         if not line or line[0] == "^":
             continue
@@ -149,10 +154,29 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
             if best is not None and rule.level >= best.level:
                 continue
             if rule.rx.search(seen):
+                if rule.job:
+                    if job is None:
+                        job = has_job_frame(frames)
+                    if not job:
+                        continue
                 best = FrameEvidence(rule.phase, rule.what, rule.level, line.strip()[:300])
                 if best.level == 1:
                     return best
     return best
+
+
+def has_job_frame(frames: list[str] | tuple[str, ...]) -> bool:
+    """Whether a traceback holds a frame of the job's own code (`[[job_code]]`): a file that is not
+    an installed package's, Python's own or a launcher's, in either frame format."""
+    t = table()
+    if t.job_code is None:
+        return True
+    box_re, library, file_re = t.job_code
+    for line in frames:
+        m = file_re.search(line) or box_re.search(line)
+        if m is not None and not library.search(m.group("path").strip()):
+            return True
+    return False
 
 
 def message_evidence(line: str, *, framed: bool = False) -> FrameEvidence | None:
@@ -225,7 +249,7 @@ def job_code_evidence(rows: list[str] | tuple[str, ...]) -> FrameEvidence | None
     t = table()
     if t.job_code is None:
         return None
-    frame_re, library = t.job_code
+    frame_re, library, _ = t.job_code
     rows = [r.strip() for r in rows if r.strip()]
     if t.imports is not None and any(t.imports.search(r) for r in rows):
         return None

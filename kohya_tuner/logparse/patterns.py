@@ -97,15 +97,26 @@ _MAIN_BAR: dict[str, bool] = {}
 _NOT_TRAINING_STEPS = ("validation", "denois", "inference", "sampl", "generat", "diffusion")
 
 
+_NUMBERED_EPOCH_RE = re.compile(r"epoch (\d{1,6})\s*:?\s*$")
+
+
+def numbered_epoch(desc: str) -> int | None:
+    """The 0-based epoch a bar named for it counts the batches of (Lightning's `Epoch 3:`), else None."""
+    m = _NUMBERED_EPOCH_RE.match(desc.strip().lower())
+    return int(m.group(1)) if m else None
+
+
 def is_main_bar(desc: str) -> bool:
     """sd-scripts' optimizer-step bar is `steps`; ComfyUI's trainer writes `Epoch 1/9 - steps`."""
     known = _MAIN_BAR.get(desc)
     if known is not None:
         return known
     d = desc.rstrip(": ").lower()
-    # OneTrainer's is `step` (with an `epoch` bar above it).
+    # OneTrainer's is `step` (with an `epoch` bar above it). PyTorch Lightning's counts the batches of
+    # the epoch its description numbers (`Epoch 0:`); a bar of epochs has no number in its name.
     # A sampler's or a validation pass's own steps ("Denoising steps", "Inference steps") are not it.
-    result = (d in ("steps", "step") or d.endswith(" steps")) and not any(w in d for w in _NOT_TRAINING_STEPS)
+    result = ((d in ("steps", "step") or d.endswith(" steps")) and not any(w in d for w in _NOT_TRAINING_STEPS)) \
+        or numbered_epoch(desc) is not None
     if len(_MAIN_BAR) < 256:
         _MAIN_BAR[desc] = result
     return result
@@ -157,6 +168,8 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
     ("starting training", "training", "running training"),
     ("begin training", "training", "running training"),
     ("starting to train", "training", "running training"),
+    # The dataset's record as the training loop starts an epoch (before its first step too).
+    ("epoch is incremented", "training", "an epoch starting"),
     ("generating sample images", "sampling", "generating sample images"),
     ("saving state at", "saving", "saving state"),
     ("saving last state", "saving", "saving state"),
