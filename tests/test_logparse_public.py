@@ -220,15 +220,11 @@ PHASE_MISSES.update({
                   "no phase; the label reads the job being launched (start-up)",
     "public/675": "batch 26, first read: OneTrainer's 'step: 0it' bar redrawn beside an unnamed bar at 71-75/100 "
                   "is read as the first step; the label says no line names the running bar (unknown)",
-    "public/678": "batch 26, first read: a Rich 'Training Step' panel, then only typer and click frames, cut, "
-                  "gives no phase; the label reads the first step from the panel",
     "public/679": "batch 26, first read: 'An error occurred during training:' is read as the training step, over "
                   "Trainer(args) -> __init__ frames; the label reads the arguments checked as the trainer is built "
                   "(start-up)",
     "public/681": "batch 26, first read: a video VAE's forward and torch module frames alone are read as the first "
                   "step (a forward pass); the label says library frames alone say no stage (unknown)",
-    "public/690": "batch 26, first read: Lightning's device records and a model config dump, cut, give no phase (no "
-                  "failure to place); the label reads the job starting (start-up)",
     "public/692": "batch 26, first read: 'Training \"…\" based on 10 images.' and per-image bars, cut, give no "
                   "phase; the label reads the job preparing its images (start-up)",
 })

@@ -15,6 +15,8 @@ from kohya_tuner.logparse.records import BOX_FRAME_RE, _PendingOom, _Traceback, 
 
 # A Python traceback this long without its error line is not one (or its end was lost).
 _MAX_TRACEBACK_LINES = 2000
+# Rows of an untitled box read back as lines once it proves to be no traceback (a panel is short).
+_PANEL_ROWS = 40
 # Logical lines a traceback's header may come after a bar with no description and still be read
 # with it: the bar's line with another message run onto its end, then the header.
 _BAR_BEFORE_LINES = 2
@@ -214,6 +216,12 @@ class Failures:
         if tb is None:
             return
         if not tb.explicit and not tb.headless and not (tb.boxed and any(BOX_FRAME_RE.search(f) for f in tb.frames)):
+            if tb.boxed:
+                # A box with no frame in it was no traceback but a panel whose top edge has no title (a
+                # trainer's progress panel): its rows are read as lines of their own.
+                for row in tb.frames[:_PANEL_ROWS]:
+                    if row:
+                        self._milestone(row, out)
             return
         if P.launcher_only(tb.frames):
             out.append(Exited(status=None, line="Traceback (launcher)"))

@@ -100,6 +100,12 @@ def failure_report(low: str) -> tuple[str | None, bool] | None:
 
 
 
+# A line that gives a loss and a learning rate, each with its figure ("Loss: 0.0000 LR: 1.00e-05",
+# "{'loss': 0.12, 'lr': 0.0001}", "loss=nan, learning_rate=1e-4").
+_LOSS_FIGURE_RE = re.compile(r"\bloss\b['\"]?\s*[:=]?\s*-?(?:\d|\.\d|nan\b|inf\b)")
+_LR_FIGURE_RE = re.compile(r"\b(?:lr|learning[ _]rate)\b['\"]?\s*[:=]?\s*\d")
+STEP_FIGURES = "a step's loss and learning rate printed"
+
 # The phases a bar at its total ends, and the milestone that says so.
 _CACHING = {"cache_latents": "caching latents", "cache_text_encoder": "caching text encoder outputs"}
 CACHING_DONE = "start-up after caching (the caching bar reached its total)"
@@ -403,5 +409,12 @@ class Milestones:
                     # PyTorch Lightning's checkpoint callback: "Epoch 0, global step 499: …".
                     out.append(Progress(step=int(m.group(1)), total=0, line=s))
                     return True
+        if "oss" in s[:300]:
+            head = s[:300].lower()
+            if _LOSS_FIGURE_RE.search(head) and _LR_FIGURE_RE.search(head):
+                # A trainer's own progress display ("Training Step … Loss: 0.0000 LR: 1.00e-05", a
+                # metrics dict): a step's loss and learning rate, printed only while steps run.
+                out.append(Milestone(phase="training", name=STEP_FIGURES, line=s[:300]))
+                return True
         return False
 
