@@ -200,14 +200,8 @@ PHASE_MISSES.update({
                   "training (saving)",
     "public/642": "batch 25, first read: block-swap frames moving a block's weights to the CPU are read as start-up "
                   "(moving tensors to the CPU); the label says block swapping runs in several stages (unknown)",
-    "public/646": "batch 25, first read: accelerate's launch_command -> _validate_launch_command, cut, gives no "
-                  "phase; the label reads the launcher checking its arguments (start-up)",
     "public/662": "batch 25, first read: the command line, 'Failed to import sageattention' and one INFO record, "
                   "cut, give no phase (no failure to place); the label reads the script starting (start-up)",
-})
-KIND_MISSES.update({
-    "public/646": "batch 25, first read: accelerate's own traceback cut inside launch_command is read as the launcher "
-                  "reporting a failure (error, other); the label calls the cut traceback truncated",
 })
 FAMILY_MISSES.update({
     "public/654": "batch 25, first read: sd-scripts' frames under LoRA_Easy_Training_Scripts' folder name "
@@ -238,8 +232,6 @@ PHASE_MISSES.update({
     "public/709": "batch 27, first read: a GUI's 'Starting text encoder output caching...', then the caching "
                   "script's 'Load dataset config' record, is read as start-up; the label reads the caching pass "
                   "reading its dataset",
-    "public/719": "batch 27, first read: a Rich 'epoch is incremented' record with a UserWarning run on after its "
-                  "source column, then a cut traceback header, gives no phase; the label reads the training step",
     "public/721": "batch 27, first read: FluxGym's 'Running bash …/train.sh', the script's argument notices and "
                   "records, cut with no failure, give no phase; the label reads the job starting (start-up)",
 })
@@ -257,32 +249,19 @@ KIND_MISSES.update({
 PHASE_MISSES.update({
     "public/727": "batch 28, first read: OneTrainer's launcher running train_remote.py, 'Clearing cache directory' "
                   "and 'No backup found', cut with no failure, give no phase; the label reads the job starting",
-    "public/729": "batch 28, first read: ComfyUI's error report 'Cannot copy out of meta tensor … when moving module "
-                  "from meta to a different device' with its executor's frames gives no phase; the label reads a "
-                  "model being moved to a device (start-up)",
-    "public/730": "batch 28, first read: 'Error occurred when executing InitFluxLoRATraining:' with the meta-tensor "
-                  "message gives no phase; the label reads the set-up node (start-up)",
     "public/731": "batch 28, first read: 'While copying the parameter named …' lines of a checkpoint load, the "
                   "error's first line cut, give no phase; the label reads parameters copied from a checkpoint "
                   "(start-up)",
-    "public/733": "batch 28, first read: vae.encode called from the step's get_model_prediction_and_target is read "
-                  "as latent caching (VAE encode); the label reads the step encoding its batch",
     "public/734": "batch 28, first read: the command line and the OOM, then 'Epochs: 0/10' and a 'Steps: 1%' bar "
                   "cut before its count, are read as start-up from the command line; the label reads training",
     "public/737": "batch 28, first read: TensorFlow's oneDNN note and factory-registration records, cut, give no "
                   "phase; the label reads the training script's imports (start-up)",
     "public/742": "batch 28, first read: the '***** Running training *****' header cut in its figures is read as "
                   "the first step; the label reads the figures printed before the loop (start-up)",
-    "public/745": "batch 28, first read: a text-embed cache job loading its text encoder is read as start-up "
-                  "(loading the model); the label reads the caching job's pass (text-encoder caching)",
-    "public/749": "batch 28, first read: accelerate's launch_command -> _validate_launch_command -> reading its "
-                  "config file gives no phase; the label reads the launcher starting (start-up)",
     "public/750": "batch 28, first read: 'Saving SD model to …errored-…' then 'Model saved, re-raising exception' "
                   "is read as saving; the label reads the loop's own check that raised first (training)",
     "public/751": "batch 28, first read: 'Generating 270 class images' and the web UI loading the model to make "
                   "them is read as start-up; the label reads the class images being generated (sampling)",
-    "public/752": "batch 28, first read: 'Saving checkpoint at step 500.' and 'converting to ckpt', then 'Error "
-                  "completing request' and elided frames, give no phase; the label reads the save",
 })
 KIND_MISSES.update({
     "public/723": "batch 28, first read: 'CUDA error: no kernel image is available' is read as CUDA unavailable; "
@@ -291,8 +270,6 @@ KIND_MISSES.update({
                   "one (incomplete); the label calls it a cut traceback (truncated)",
     "public/731": "batch 28, first read: 'While copying the parameter named …' lines with the error's first line "
                   "cut are not read as an error (incomplete); the label reads the exception they name (other)",
-    "public/749": "batch 28, first read: accelerate's own traceback cut inside launch_command is read as the "
-                  "launcher reporting a failure (error, other); the label calls the cut traceback truncated",
 })
 STEP_MISSES.update({
     "public/733": "batch 28, first read: the bar at 0/12 beside the step's frames is not read as the step bar",

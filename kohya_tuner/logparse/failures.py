@@ -223,11 +223,13 @@ class Failures:
                     if row:
                         self._milestone(row, out)
             return
-        if P.launcher_only(tb.frames):
+        ev = F.frame_evidence(tb.frames)
+        if P.launcher_only(tb.frames) and not (ev is not None and ev.phase == "model_load"):
+            # The launcher reporting the trainer's exit; cut inside its own checks of its arguments
+            # or config it is the launcher failing as it starts the job (a start-up failure).
             out.append(Exited(status=None, line="Traceback (launcher)"))
             return
         last = last_frame(tb)
-        ev = F.frame_evidence(tb.frames)
         if ev is None and tb.chained is not None and tb.chained == self._last_error:
             ev = self._last_error_ev
         if ev is None:

@@ -52,7 +52,7 @@ def _argument_keys(s: str) -> int:
     return sum(1 for k in MAPPING_KEY_RE.findall(s[:4000]) if k in names)
 
 
-NODE_TYPE_RE = re.compile(r"Node Type:\W*([A-Za-z_]\w*)")
+NODE_TYPE_RE = re.compile(r"Node Type:\W*([A-Za-z_]\w*)|^Error occurred when executing ([A-Za-z_]\w*):")
 # A line that names a model file written: "… model as StableDiffusion checkpoint to ./out/x.safetensors"
 # (sd-scripts' words, their start cut by a paste), "Saved LoRA to /out/x.safetensors".
 MODEL_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
@@ -330,13 +330,15 @@ class Milestones:
                 out.append(Milestone(phase=found[0], name=found[1], line=s))
                 return True
         c = low[:1]
-        if "node type:" in low:
+        if "node type:" in low or low.startswith("error occurred when executing"):
             m = NODE_TYPE_RE.search(s)
-            ev = F.frame_evidence([m.group(1)]) if m else None
+            node = (m.group(1) or m.group(2)) if m else None
+            ev = F.frame_evidence([node]) if node else None
             if ev is not None:
-                # ComfyUI's error report names the node that raised; a trainer node's name
-                # says what ran, read with the frame rules.
-                out.append(Milestone(phase=ev.diagnose_phase, name=f"ComfyUI node {m.group(1)}", line=s))
+                # ComfyUI's error report names the node that raised ("Node Type: …", in older
+                # versions "Error occurred when executing …:"); a trainer node's name says what
+                # ran, read with the frame rules.
+                out.append(Milestone(phase=ev.diagnose_phase, name=f"ComfyUI node {node}", line=s))
                 return True
         if s.endswith(MODEL_FILE_SUFFIXES) and " to " in s and not low.startswith("load"):
             m = SAVED_TO_RE.search(s)
@@ -359,11 +361,10 @@ class Milestones:
             out.append(Milestone(phase="model_load", name=f"accelerator device: {device}", line=s))
             return True
         if c == "s":
-            if low.startswith("saving checkpoint"):
-                m = P.SAVING_CKPT_RE.match(s)
-                if m:
-                    out.append(Saved(what="checkpoint", path=m.group(1), line=s))
-                    return True
+            m = P.SAVING_CKPT_RE.match(s) if low.startswith("saving checkpoint") else None
+            if m:
+                out.append(Saved(what="checkpoint", path=m.group(1), line=s))
+                return True
             elif low.startswith("saving current state to"):
                 m = P.SAVING_STATE_RE.match(s)
                 if m:

@@ -482,7 +482,7 @@ def is_own_process(process_gib: float, reserved_gib: float) -> bool:
 # Messages after which sd-scripts returns without raising (it logs them at ERROR): the run's failure
 # even where a wrapper relaying the output dropped the level (lower-case prefixes).
 FATAL_WITHOUT_LEVEL = ("no data found. please verify", "画像がありません")
-JOB_FAILED_RE = re.compile(r"\s*!!! exception during processing !!!\s*\S"  # ComfyUI's report of a node's error
+JOB_FAILED_RE = re.compile(r"\s*!!!\s*exception during processing\s*!!!\s*\S"  # ComfyUI's report of a node's error
                            r"|\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"
                            r"|\s*(?:the )?(?:job|task)\b[^:]{0,60} failed with (?:an? )?(?:error|exception)\b[^:]{0,20}: \S")
 SUSPECT_RE = re.compile(

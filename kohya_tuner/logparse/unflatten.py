@@ -6,6 +6,7 @@ several lines comes back as several, each then read as usual:
   HH:MM:SS` time, bracketed or not, then its level, maybe after logger names or bracketed tags)
   starts a line of its own, once text other than prefixes comes before it;
 - torchrun's `[rankN]: ` before every line of its output, several times on one line;
+- a Python warning run on after other text (`… file.py:N: UserWarning: …`): its path starts a line;
 - a Python traceback on one line: its header, `During handling…`/`The above exception…`, each
   `File "…", line N, in func` and the source after it, and the exception line, in the form
   Python's `traceback` module prints (frames indented two spaces, sources four).
@@ -41,6 +42,9 @@ _TB_PIECE_RE = re.compile(
 _EXC_RE = re.compile(
     r"(?:^|(?<=\s))(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)(?=:\s|:$|$)"
 )
+# A Python warning printed by the other stream onto the end of a line ("… train_util.py:779 C:\\venv\\…\\
+# eval_frame.py:838: UserWarning: …"): its path starts a line of its own.
+_RUN_ON_WARNING_RE = re.compile(r"(?<=\s)(?:[A-Za-z]:)?[^\s:]+\.py:\d+: (?:[\w.]+\.)?[A-Z]\w*Warning: ")
 # Python's markers under a source line ("^^^^^", "~~~~^^^^").
 _CARETS_RE = re.compile(r"(?:^|\s)[~^]{2,}(?=\s|$)")
 
@@ -49,6 +53,11 @@ def unflatten(line: str) -> list[str] | None:
     """The lines a line with lost newlines held, or None when it is one line."""
     if len(line) < 80:
         return None
+    if "Warning: " in line:
+        m = _RUN_ON_WARNING_RE.search(line)
+        if m is not None and line[:m.start()].strip():
+            head, rest = line[:m.start()].rstrip(), line[m.start():]
+            return (unflatten(head) or [head]) + (unflatten(rest) or [rest])
     heads = []
     if line.count(":") >= 4 and ("INFO" in line or "ERROR" in line or "WARNING" in line or "DEBUG" in line):
         heads = [m.start() for m in _RECORD_HEAD_RE.finditer(line)]
