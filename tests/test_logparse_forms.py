@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kohya_tuner.logparse import Failure, LogParser, ModelFamily, Oom, Progress, Wrapper, diagnose, is_oom, parse_text
-from kohya_tuner.logparse.patterns import is_own_process, oom_figures
+from kohya_tuner.logparse.oomfigures import is_own_process, oom_figures
 from kohya_tuner.logparse.reader import events_from_stream
 
 TB = "Traceback (most recent call last):\n"

@@ -14,7 +14,8 @@ from kohya_tuner.logparse.events import (
     Progress, Resumed, Saved, TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.parser import LogParser, parse_text
-from kohya_tuner.logparse.patterns import is_oom, oom_figures
+from kohya_tuner.logparse.oomfigures import oom_figures
+from kohya_tuner.logparse.patterns import is_oom
 
 __all__ = [
     "Diagnosis", "DiagnosisDetails", "ERROR_KINDS", "EpochStart", "ErrorInfo", "Event", "Exited", "Failure",

@@ -11,6 +11,7 @@ from collections import deque
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.events import Event, Exited, Failure, Oom, Progress
+from kohya_tuner.logparse.oomfigures import oom_figures
 from kohya_tuner.logparse.records import BOX_FRAME_RE, _PendingOom, _Traceback, last_frame
 
 # A Python traceback this long without its error line is not one (or its end was lost).
@@ -299,6 +300,6 @@ class Failures:
             return
         self._oom = None
         ev = pending.evidence
-        out.append(Oom(figures=P.oom_figures(pending.text()), where=ev.diagnose_phase if ev else None,
+        out.append(Oom(figures=oom_figures(pending.text()), where=ev.diagnose_phase if ev else None,
                        frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=pending.first,
                        rank=pending.rank))

@@ -15,6 +15,7 @@ import re
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import phase_words as PW
+from kohya_tuner.logparse.oomfigures import oom_figures
 from kohya_tuner.logparse.events import (
     SETTINGS_PRINTED, EpochStart, Event, Failure, Finished, Milestone, Oom, Progress, Resumed, Saved,
     TotalSteps,
@@ -205,7 +206,7 @@ class Milestones:
             return True
         if oom:
             self._flush_oom(out)
-            out.append(Oom(figures=P.oom_figures(s), where=phase, frame=what,
+            out.append(Oom(figures=oom_figures(s), where=phase, frame=what,
                            frame_level=1 if phase is not None else None, line=s))
             return True
         if level is None and not low.lstrip("#*=!- ").startswith(("error", "fatal", "exception", "failure")) \
