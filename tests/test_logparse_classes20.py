@@ -107,3 +107,16 @@ def test_a_python_warning_run_on_after_a_record_starts_a_line():
     # the same record on a line of its own reads the same
     alone = record.split(" C:\\venv")[0] + "\n"
     assert phase(alone + OOM) == "first_step"
+
+
+@pytest.mark.parametrize("prefix", [
+    "2026-03-26T14:38:51.322526204Z [eef6d770-c7b4-4b56-aec7-053dc7c05b7e] [14:38:51] [STDERR] ",
+    "2026-03-26T14:38:51.322526204Z [0ef6d770-c7b4-4b56-aec7-053dc7c05b7e] [14:38:51] [STDOUT] ",
+    "[14:38:51] [STDERR] ",
+])
+def test_a_containers_line_prefixes_are_stripped(prefix):
+    # (round 21) a pod's time, its job id, a bare time and the stream before every line
+    text = HEAD + frame("/srv/trainer/train.py", 20, "main", "trainer.train()") + "ValueError: bad\n"
+    d = diagnose(parse_text("".join(prefix + line + "\n" for line in text.splitlines())))
+    assert (d.outcome, d.error.kind, d.error.message) == ("error", "other", "ValueError: bad")
+

@@ -21,6 +21,8 @@ _PREFIX_RE = re.compile(
     r"|\[(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|FATAL|STDOUT|STDERR|stdout|stderr)\]"  # [INFO]
     r"|\[(?:rank|default)\d+\]:"  # [rank1]: / torchrun's [default0]:
     r"|\[[A-Za-z][\w.]*(?:-[\w.]+)+\](?= )"  # a wrapper's hyphenated tool name: "[sd-scripts] "
+    r"|\[\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\](?= )"  # a time alone: "[14:38:51] "
+    r"|\[[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\](?= )"  # a job's or a pod's id: "[eef6d770-c7b4-…] "
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)? -(?= |$)"  # ComfyUI's console: "2024-12-04T15:03:20.583535 - "
     r"|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,]\d{3,}(?:Z|[+-]\d{2}:?\d{2})?(?= )"  # 2024-06-30 23:45:34,053
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})(?= )"  # docker-style ISO time
