@@ -236,9 +236,9 @@ def start_up_evidence(frames: list[str] | tuple[str, ...], error: str, *, cut: b
 # Weaker than every [[frame]] rule: it places a failure only where nothing else does (diagnosis.py).
 JOB_CODE_LEVEL = 4
 _JOB_CODE = "the job's own code before its first step (a traceback box cut in it, no rule reads its rows)"
-# A Rich box's source row: "210 │   vae_dtype = …", "❱ 167 │   trainer.train(args)", an empty "211".
 # A box's last row ending so is a statement the paste's end cut ("train_dataset_group.").
 _CUT_STATEMENT = (".", "(", "[", "{", ",", "=", "+", "-", "*", "/", "\\", "│")
+# A Rich box's source row: "210 │   vae_dtype = …", "❱ 167 │   trainer.train(args)", an empty "211".
 _SOURCE_ROW_RE = re.compile(r"^(?:❱\s*)?\d+(?:\s*│(?P<code>.*))?$")
 
 
@@ -259,14 +259,13 @@ def job_code_evidence(rows: list[str] | tuple[str, ...]) -> FrameEvidence | None
     m = frame_re.search(rows[last])
     if m.group("func") == "<module>" or library.search(m.group("path")):
         return None
-    shown = []
+    shown = False
     for i, row in enumerate(rows[last + 1:], start=last + 1):
         sm = _SOURCE_ROW_RE.match(row)
         if sm is None:
             return None  # not a box's source rows
         code = (sm.group("code") or "").strip()
-        if code and not (i == len(rows) - 1 and code.endswith(_CUT_STATEMENT)):
-            shown.append(row)
+        shown = shown or bool(code and not (i == len(rows) - 1 and code.endswith(_CUT_STATEMENT)))
     if not shown:
         return None
     return FrameEvidence("model_load", _JOB_CODE, JOB_CODE_LEVEL, rows[last][:300])
