@@ -123,11 +123,6 @@ PHASE_MISSES.update({
 
 
 # Batch 19's misses on its first read (the record is first_runs.json), kept as they were read.
-PHASE_MISSES.update({
-    "public/492": "batch 19, first read: a ComfyUI node's print of the script it launches, then its own 'Train "
-                  "finished', gives no phase; the label reads the job launched with nothing printed by it "
-                  "(start-up)",
-})
 FAMILY_MISSES.update({
     "public/470": "batch 19, first read: musubi-tuner's records through modules named like sd-scripts' name "
                   "sd-scripts; the label names musubi-tuner",
@@ -310,25 +305,13 @@ PHASE_MISSES.update({
     "public/783": "batch 30, first read: a traceback cut to its header and 'IndexError: list index out of range', "
                   "with the prepare call's argument row, gives no phase; the label reads the job preparing its "
                   "models (start-up)",
-    "public/784": "batch 30, first read: DeepSpeed's engine records, its initial 'step=0, skipped=0, lr=[…]' "
-                  "among them, are read as the first step; the label reads the engine being built (start-up)",
-    "public/792": "batch 30, first read: a ComfyUI node printing the script it runs, then 'Train finished', "
-                  "gives no phase; the label reads the job launched (start-up)",
     "public/793": "batch 30, first read: SimpleTuner's text-embed cache queue, then the VAE cache's directory and "
                   "'Discovering cache objects', is read as text-encoder caching; the label reads latent caching",
     "public/795": "batch 30, first read: a PermissionError writing the latent cache, then the 'Running training' "
                   "header records, gives no phase; the label reads the latent cache being written",
-    "public/796": "batch 30, first read: the web UI extension's start_training checking its settings, behind "
-                  "docker compose's prefix, gives no phase; the label reads the settings checked (start-up)",
     "public/797": "batch 30, first read: 'Loaded model.', then the '***** Running training *****' header cut in "
                   "its figures, is read as the first step; the label reads the figures printed before the loop "
                   "(start-up)",
-    "public/800": "batch 30, first read: a launcher script's environment records and an accelerate launch "
-                  "command cut inside it give no phase; the label reads the job being launched (start-up)",
-    "public/801": "batch 30, first read: the same launcher's records and a cut accelerate launch command give no "
-                  "phase; the label reads the job being launched (start-up)",
-    "public/807": "batch 30, first read: 'Accelerator.__init__() got an unexpected keyword argument' after a "
-                  "TensorRT warning gives no phase; the label reads the accelerator built at start-up",
     "public/808": "batch 30, first read: the '***** Running training *****' header cut after its figures is read "
                   "as the first step; the label reads the figures printed before the loop (start-up)",
 })

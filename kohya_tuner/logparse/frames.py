@@ -190,7 +190,7 @@ def message_evidence(line: str, *, framed: bool = False) -> FrameEvidence | None
         # "FluxNetworkTrainer.sample_images() takes 4 positional arguments but 10 were given": the
         # call that failed is named, and a frame calling it would say the same.
         name = m.group(1)
-        return frame_evidence([f"{name}(", f", in {name}"])
+        return frame_evidence([f"{name}(", f'File "?", line 0, in {name}'])
     return None
 
 

@@ -302,6 +302,11 @@ class Milestones:
                 return True
             m = STEP_RECORD_RE.match(s)
             if m:
+                if m.group("n") == "0" and "skipped" in m.group(0).lower():
+                    # DeepSpeed reports progress after every steps_per_print steps, and once at step 0
+                    # as its engine is built: that one counts no step.
+                    out.append(Milestone(phase="model_load", name="starting the DeepSpeed engine", line=s))
+                    return True
                 out.append(Progress(step=int(m.group("n")), total=0, line=s))
                 return True
         if low.startswith(P.MILESTONE_HEADS):

@@ -53,7 +53,7 @@ def source_phase(name: str) -> tuple[str, str] | None:
 def command_phase(low: str) -> tuple[str, str] | None:
     """(phase, milestone name) when a lower-cased command line runs a script whose name says
     the phase (a caching script), else None."""
-    if ".py" not in low or not ("python" in low or "accelerate" in low or "launch" in low):
+    if ".py" not in low or not ("python" in low or "accelerate" in low or "launch" in low or low.endswith(".py")):
         return None
     m = SCRIPT_RE.search(low)
     found = source_phase(m.group(1)) if m else None
