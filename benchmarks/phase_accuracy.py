@@ -51,6 +51,29 @@ def _print_first_runs(first_runs: dict) -> None:
           f"{first['right'] / first['count']:.0%}; all first runs: {r}/{n} = {r / n:.0%}")
 
 
+# The trainers the tool is for: sd-scripts, musubi-tuner and the programs that run them, as a label's
+# wrapper names them (tests/logparse_labels.WRAPPER_WORDS).
+_KOHYA = frozenset({"sd-scripts", "kohya_ss", "fluxgym", "musubi-tuner", "lora-scripts"})
+
+
+def _print_first_runs_by_trainer(first_runs: dict, fixtures: list) -> None:
+    """The first reads apart for the trainers the tool is for and for the others: each held-out log's
+    first read is right unless its batch's recorded misses name it (batches that recorded them)."""
+    split = {True: [0, 0], False: [0, 0]}
+    for fx in fixtures:
+        first = first_runs.get(str(fx.label.get("batch", 1))) if fx.held_out else None
+        if not first or "missed" not in first:
+            continue
+        t = split[bool(fx.wrappers_named & _KOHYA)]
+        t[0] += fx.name not in first["missed"]
+        t[1] += 1
+    for kohya, what in ((True, "sd-scripts, musubi-tuner and the programs that run them"),
+                        (False, "other trainers")):
+        r, n = split[kohya]
+        if n:
+            print(f"first runs, {what}: {r}/{n} = {r / n:.0%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quiet", action="store_true", help="print the totals only")
@@ -100,6 +123,7 @@ def main() -> None:
                      f"{first['right'] / first['count']:.0%}, parser at {first['parser_commit']})")
         print(line)
     _print_first_runs(first_runs)
+    _print_first_runs_by_trainer(first_runs, all_fixtures())
     right = sum(t[0] for t in totals.values())
     count = sum(t[1] for t in totals.values())
     for group, (r, n) in sorted(totals.items()):
