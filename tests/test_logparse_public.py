@@ -334,12 +334,8 @@ FAMILY_MISSES.update({
 PHASE_MISSES.update({
     "public/826": "batch 31, first read: the 0/1900 bar, then a Rich box cut in train_db.py's train() at its "
                   "tracker set-up rows, is read as the first step from the bar; the label reads the rows (start-up)",
-    "public/828": "batch 31, first read: 'caching Text Encoder outputs with caching strategy.' and 'checking cache "
-                  "validity...' with its bar at 100% is read as latent caching; the label reads text-encoder caching",
     "public/832": "batch 31, first read: a web UI extension's face-selection records, cut, give no phase; the "
                   "label reads the front end preparing the job (start-up)",
-    "public/839": "batch 31, first read: a Rich box through resume_from_local_or_hf_if_specified into accelerate, "
-                  "cut, gives no phase; the label reads the saved state being resumed (start-up)",
 })
 KIND_MISSES.update({
     "public/824": "batch 31, first read: accelerate's launcher traceback cut after 'model saved.' is read as the "
@@ -349,20 +345,12 @@ KIND_MISSES.update({
 })
 # Batch 32's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/847": "batch 32, first read: a training script's eval_pipeline -> call_pipeline_without_image -> the "
-                  "UNet forward gives no phase; the label reads the evaluation pass (sampling)",
     "public/852": "batch 32, first read: the extension's bucket records, the '***** Running training *****' header "
                   "and 'Resuming from ch', cut, give no phase; the label reads the set-up before the first step",
     "public/855": "batch 32, first read: SimpleTuner's metadata backend records with a 0/23 bar give no phase; the "
                   "label reads the dataset being read (start-up)",
-    "public/856": "batch 32, first read: [rank0] frames of the script's main at scheduler.get_velocity after DDP's "
-                  "reducer warning are read as start-up; the label reads the training step",
     "public/857": "batch 32, first read: the web UI's launch lines are read as start-up; the label says no training "
                   "job has begun (unknown)",
-    "public/860": "batch 32, first read: [rank1] train.py main -> build_model -> mmcv's registry gives no phase; the "
-                  "label reads the model built from its config (start-up)",
-    "public/869": "batch 32, first read: save_pipe( after 'Steps: 100% 100/100' is read as training; the label reads "
-                  "the pipeline saved after the last step",
     "public/872": "batch 32, first read: a command line and the config dict the script prints, cut, give no phase; "
                   "the label reads the config being read (start-up)",
 })

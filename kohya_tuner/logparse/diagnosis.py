@@ -18,8 +18,9 @@ from typing import Iterable
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
-    CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, SETTINGS_PRINTED, EpochStart, Event, Exited, Failure, Finished,
-    Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved, TotalSteps, Wrapper,
+    CACHE_CHECK, CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, SETTINGS_PRINTED, EpochStart, Event, Exited,
+    Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved, TotalSteps,
+    Wrapper,
 )
 from kohya_tuner.logparse.frames import JOB_CODE_LEVEL, runs_other_phases, wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
@@ -107,6 +108,8 @@ class _Run:
             if ev.name == SETTINGS_PRINTED and self.max_step is not None:
                 return
             if ev.name == CACHE_LOOKUP and self.phase is not None and self.phase != "model_load":
+                return
+            if ev.name == CACHE_CHECK and self.phase in CACHE_PHASES:
                 return
             phase = None if ev.phase == "unknown" else ev.phase
             if ev.process or ev.name == _RUN_START:

@@ -84,6 +84,9 @@ CACHE_LOOKUP = "cache files looked up"
 # The job's settings or parsed arguments printed by name: printed as it starts; once steps are
 # counted, a summary (on the way out, say) and no phase (diagnosis.py).
 SETTINGS_PRINTED = "the job's settings printed"
+# sd-scripts' "checking cache validity...": the caching pass under way, whichever it is (latents
+# when none is named before it).
+CACHE_CHECK = "checking a cache's validity"
 # A record (INFO, DEBUG or WARNING) that no rule reads: the job, or whatever runs it, was logging.
 # It places nothing by itself; a failure nothing else places, with no step counted, was in start-up
 # (the start-up convention: everything before the first step but a caching pass or a sample).

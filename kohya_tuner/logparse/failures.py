@@ -76,6 +76,9 @@ class Failures:
             self._start_traceback(s)
             return True
         if s[0] in P.BOX_CHARS:
+            if len(s) == 1 and tb.boxed:
+                # A row's right edge alone on a line: a console narrower than the box wrapped its rows.
+                tb.wrapped = True
             tb.add(s.strip("│┃ "))
             return True
         if not text[:1].isspace():
@@ -84,8 +87,9 @@ class Failures:
                 self._tb = None
                 self._exception(m.group(1) or m.group(3), s, tb.frames, out, tb.bar)
                 return True
-            if tb.boxed:
-                # After a Rich box only its exception line belongs to it.
+            if tb.boxed and not tb.wrapped:
+                # After a Rich box only its exception line belongs to it (in a wrapped box, a row's
+                # text that wrapped to the start of a line is still the box's).
                 self._end_traceback(out)
                 return False
             found: list[Event] = []

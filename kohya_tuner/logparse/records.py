@@ -81,7 +81,7 @@ _FOLDED_TAIL_RE = re.compile(r"\d+ in(?: \S|\s*$)")
 
 
 class _Traceback:
-    __slots__ = ("frames", "explicit", "boxed", "headless", "lines", "bar", "chained")
+    __slots__ = ("frames", "explicit", "boxed", "headless", "lines", "bar", "chained", "wrapped")
 
     def __init__(self, explicit: bool, boxed: bool, headless: bool = False):
         self.frames: list[str] = []
@@ -95,6 +95,8 @@ class _Traceback:
         self.lines = 0
         # The error line it was raised while handling (a chained traceback), None when not chained.
         self.chained: str | None = None
+        # A Rich box a narrow console wrapped: its rows' right edges on lines of their own.
+        self.wrapped = False
 
     def add(self, line: str) -> None:
         self.lines += 1
