@@ -2,11 +2,13 @@
 to the caching pass under way; a Rich traceback box a narrow console wrapped (right edges on lines of
 their own, a row's text at the start of a line) is still one box; a script saving its pipeline, a
 training script's evaluation pass and a model built from its config; the line assigning a training
-step's `model_pred`. Several forms of each, and text that must not be read so."""
+step's `model_pred`; and (round 24) a traceback header the paste's end cut. Several forms of each, and
+text that must not be read so."""
 from __future__ import annotations
 
 import pytest
 
+from kohya_tuner.logparse import diagnose, parse_text
 from tests.logparse_texts import HEAD, OOM, frame, phase
 
 
@@ -75,3 +77,15 @@ def test_the_steps_model_pred_line_is_the_step(source):
 def test_other_prediction_lines_are_not(source):
     text = HEAD + frame("/x/pipeline.py", 300, "run", source) + "ValueError: bad\n"
     assert phase(text) not in ("first_step", "training")
+
+
+@pytest.mark.parametrize("cut", ["Traceback (most rece", "Traceback (most r", "Traceback (most recent call last"])
+def test_a_traceback_header_the_paste_cut_is_a_cut_traceback(cut):
+    # (round 24) the paste ends inside the header itself
+    d = diagnose(parse_text("  return fn(*args, **kwargs)\n" + cut))
+    assert (d.outcome, d.error.kind) == ("error", "truncated")
+
+
+@pytest.mark.parametrize("line", ["Traceback (", "Tracebacks are printed below", "Traceback of the failure:"])
+def test_other_lines_starting_with_traceback_are_not(line):
+    assert diagnose(parse_text("steps: 0%| | 0/10 [00:00<?, ?it/s]\n" + line + "\n")).outcome == "incomplete"

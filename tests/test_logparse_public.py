@@ -236,8 +236,6 @@ KIND_MISSES.update({
                   "(incomplete)",
     "public/713": "batch 27, first read: a library's ERROR record that it could not detect the ROCm architecture, "
                   "at import, is read as the failure (missing_file); the label says the run went on (incomplete)",
-    "public/719": "batch 27, first read: a traceback header cut at 'Traceback (most rece' is not read as a "
-                  "traceback (incomplete); the label calls it a cut traceback (truncated)",
 })
 
 # Batch 28's misses on its first read (the record is first_runs.json), kept as they were read.
@@ -340,8 +338,6 @@ PHASE_MISSES.update({
 KIND_MISSES.update({
     "public/824": "batch 31, first read: accelerate's launcher traceback cut after 'model saved.' is read as the "
                   "launcher reporting a failure (error, other); the label calls the cut traceback truncated",
-    "public/840": "batch 31, first read: a traceback header cut at the end of the paste is not read as a "
-                  "traceback (incomplete); the label calls it truncated",
 })
 # Batch 32's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
@@ -353,10 +349,6 @@ PHASE_MISSES.update({
                   "job has begun (unknown)",
     "public/872": "batch 32, first read: a command line and the config dict the script prints, cut, give no phase; "
                   "the label reads the config being read (start-up)",
-})
-KIND_MISSES.update({
-    "public/868": "batch 32, first read: a 'Traceback' header right after the bars, the paste ending there, is not "
-                  "read as a traceback (incomplete); the label calls it truncated",
 })
 STEP_MISSES.update({
     "public/848": "batch 32, first read: the '0% 0/3000' bar before the traceback is not read as the step bar",
