@@ -120,7 +120,9 @@ def test_a_paste_cut_in_the_dataset_records_is_start_up(records):
 @pytest.mark.parametrize("after, phase", [
     ("Loading VAE from /models/vae.safetensors\n", "model_load"),
     ("caching latents.\n", "cache_latents"),
-    ("Starting training...\n", "first_step"),
+    # A training header is start-up's end until the loop shows (the convention's training-header clause).
+    ("Starting training...\n", "model_load"),
+    ("Starting training...\nsteps:   0%|          | 0/100 [00:00<?, ?it/s]\n", "first_step"),
 ])
 def test_what_follows_the_dataset_records_says_the_phase(after, phase):
     d = diagnose(parse_text("loading image sizes.\nmake buckets\n" + after + OOM))

@@ -100,7 +100,8 @@ def test_a_training_command_line_is_start_up():
 def test_accelerate_logger_format_with_date_and_logger_after_the_level():
     text = ("08/08/2024 04:37:22 - INFO - __main__ - ***** Running training *****\n"
             "08/08/2024 04:37:22 - INFO - __main__ -   Num examples = 10\n" + OOM)
-    assert _phase(text) == "first_step"
+    # the header and its figures: start-up's end (the convention's training-header clause)
+    assert _phase(text) == "model_load"
     text = ("Steps:  50%|#####     | 500/1000 [10:00<10:00,  1.20s/it, loss=0.05, lr=0.0001]\n"
             "01/01/2025 10:00:00 - INFO - accelerate.accelerator - Saving current state to out/checkpoint-500\n"
             "Killed\n")

@@ -148,8 +148,6 @@ PHASE_MISSES.update({
                   "label reads the epoch and step loops at step 0 (the first step)",
     "public/543": "batch 21, first read: an OOM in the model's rotary code with the bar '1/1271' printed beside it "
                   "gives no phase; the label reads a step after the first from that bar",
-    "public/547": "batch 21, first read: 'Running training' with its epoch and batch counts after latent caching, cut "
-                  "before any step, is read as the first step; the label reads start-up after the caching pass",
 })
 STEP_MISSES.update({
     "public/534": "batch 21, first read: the nameless bar at 0/44 is not read as the step bar",
@@ -249,8 +247,6 @@ PHASE_MISSES.update({
                   "cut before its count, are read as start-up from the command line; the label reads training",
     "public/737": "batch 28, first read: TensorFlow's oneDNN note and factory-registration records, cut, give no "
                   "phase; the label reads the training script's imports (start-up)",
-    "public/742": "batch 28, first read: the '***** Running training *****' header cut in its figures is read as "
-                  "the first step; the label reads the figures printed before the loop (start-up)",
     "public/750": "batch 28, first read: 'Saving SD model to …errored-…' then 'Model saved, re-raising exception' "
                   "is read as saving; the label reads the loop's own check that raised first (training)",
     "public/751": "batch 28, first read: 'Generating 270 class images' and the web UI loading the model to make "
@@ -282,9 +278,6 @@ PHASE_MISSES.update({
 
 # Batch 29's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/755": "batch 29, first read: a GUI's 'Starting training...', then the training script's records "
-                  "behind 'Training STDERR:', cut with no step, is read as the first step; the label reads the "
-                  "script still starting (start-up)",
     "public/771": "batch 29, first read: one frame, FLUX's encode_images_to_latents, cut at its path, gives no "
                   "phase; the label reads the training step encoding its batch",
 })
@@ -307,11 +300,6 @@ PHASE_MISSES.update({
                   "'Discovering cache objects', is read as text-encoder caching; the label reads latent caching",
     "public/795": "batch 30, first read: a PermissionError writing the latent cache, then the 'Running training' "
                   "header records, gives no phase; the label reads the latent cache being written",
-    "public/797": "batch 30, first read: 'Loaded model.', then the '***** Running training *****' header cut in "
-                  "its figures, is read as the first step; the label reads the figures printed before the loop "
-                  "(start-up)",
-    "public/808": "batch 30, first read: the '***** Running training *****' header cut after its figures is read "
-                  "as the first step; the label reads the figures printed before the loop (start-up)",
 })
 KIND_MISSES.update({
     "public/794": "batch 30, first read: SimpleTuner's [ERROR] records of a VAE cache failure are not read as the "
@@ -362,14 +350,6 @@ PHASE_MISSES.update({
                   "caching (VAE encode); the label reads the step computing its latents",
     "public/875": "batch 33, first read: train() at 't_enc.text_model.embeddings.requires_grad_(True)' gives no "
                   "phase; the label reads the text encoders being prepared (start-up)",
-    "public/886": "batch 33, first read: bitsandbytes' set-up, the optimizer and the 'running training' header, cut, "
-                  "are read as the first step; the label reads the header as start-up's end",
-    "public/888": "batch 33, first read: the GUI's 'Start training TI...', its ERROR records and gradio's frames "
-                  "are read as the first step; the label reads the GUI setting the job up",
-    "public/889": "batch 33, first read: the GUI's 'INFO Start training' as the last line is read as the first "
-                  "step; the label reads the GUI starting the job",
-    "public/891": "batch 33, first read: block swap, the optimizer and the 'running training' header, cut, are "
-                  "read as the first step; the label reads the header as start-up's end",
 })
 KIND_MISSES.update({
     "public/883": "batch 33, first read: bitsandbytes' library frames cut are read as a text that stops "
@@ -379,8 +359,6 @@ KIND_MISSES.update({
 })
 # Batch 34's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/905": "batch 34, first read: the '***** Running training *****' header cut in its records is read as "
-                  "the first step; the label reads start-up's end",
     "public/907": "batch 34, first read: 'Start training...' then MindSpore's 'Memory not enough' records and a "
                   "cut traceback give no phase; the label reads the training step",
     "public/911": "batch 34, first read: bars at 1032/1200 and a pipeline's RuntimeWarning casting images are "

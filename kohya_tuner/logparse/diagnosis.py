@@ -18,7 +18,8 @@ from typing import Iterable
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
-    CACHE_CHECK, CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, SETTINGS_PRINTED, EpochStart, Event, Exited,
+    CACHE_CHECK, CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, SETTINGS_PRINTED, TRAINING_HEADER, EpochStart,
+    Event, Exited,
     Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved, TotalSteps,
     Wrapper,
 )
@@ -49,6 +50,8 @@ class _Failed:
     phase_after: str | None = None
     # The frame evidence of the cut traceback printed after it, when it has none of its own.
     borrowed_frame: str | None = None
+    # It came right after a training header, before any sign that the loop began.
+    after_header: bool = False
 
 
 @dataclass
@@ -77,6 +80,8 @@ class _Run:
     steps_done: bool = False
     # The caching phase a caching script's command or logger named, while that script runs.
     process_phase: str | None = None
+    # A training header was the last thing said (events.TRAINING_HEADER): start-up's end.
+    after_header: bool = False
     # Where the job first logged a record that names no stage (events.JOB_RECORD).
     job_said: int | None = None
 
@@ -86,6 +91,16 @@ class _Run:
 
     def apply(self, ev: Event, index: int) -> None:
         done = self.finished_at is not None
+        header, self.after_header = self.after_header, False
+        if isinstance(ev, Milestone) and ev.name == TRAINING_HEADER and not done and self.max_step is None:
+            # The figures before the loop's first step: start-up until the loop shows (the convention's
+            # training-header clause); a bar after it is the loop's.
+            self.phase = "model_load"
+            self.after_header = True
+            self.last_milestone = ev.name
+            return
+        if isinstance(ev, (Oom, Failure, Wrapper, ModelFamily, Processes, TotalSteps)):
+            self.after_header = header
         if isinstance(ev, Progress):
             if ev.total:
                 self.bar_total = ev.total
@@ -161,7 +176,7 @@ class _Run:
                 # A traceback raised while handling the error before it, cut before its own error
                 # line: the run ended in it (its message names the earlier error).
                 self.failures.pop()
-            self.failures.append(_Failed(ev, index, self.phase, done))
+            self.failures.append(_Failed(ev, index, self.phase, done, after_header=header))
         elif isinstance(ev, Exited):
             self.exits.append((ev.status, done, self.phase))
         elif isinstance(ev, Processes):
@@ -221,7 +236,8 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
         # The job's own code with nothing more telling: start-up, but only where nothing else
         # (a milestone, what follows, a counted step) places the failure.
         job_code, where = where, None
-    if where is not None and (level <= _STRONG_FRAME or ctx is None):
+    if where is not None and (level <= _STRONG_FRAME or ctx is None or (f.after_header and where == "training")):
+        # (After a training header any frame of the step shows the loop began.)
         base, evidence = where, "frames"
     elif ctx in ("sampling", "saving") and where == "training" and not runs_other_phases(f.event.frame):
         # sd-scripts refreshes the bar after sampling or saving; without that refresh the

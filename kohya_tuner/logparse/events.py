@@ -84,6 +84,10 @@ CACHE_LOOKUP = "cache files looked up"
 # The job's settings or parsed arguments printed by name: printed as it starts; once steps are
 # counted, a summary (on the way out, say) and no phase (diagnosis.py).
 SETTINGS_PRINTED = "the job's settings printed"
+# A trainer's header announcing its training loop ("running training / 学習開始", "***** Running training
+# *****", "Start training", a bare "training..."): printed before the first step, so start-up until a
+# bar, an epoch line, a step or a frame of the step shows the loop began.
+TRAINING_HEADER = "running training"
 # sd-scripts' "checking cache validity...": the caching pass under way, whichever it is (latents
 # when none is named before it).
 CACHE_CHECK = "checking a cache's validity"
