@@ -225,8 +225,6 @@ PHASE_MISSES.update({
     "public/709": "batch 27, first read: a GUI's 'Starting text encoder output caching...', then the caching "
                   "script's 'Load dataset config' record, is read as start-up; the label reads the caching pass "
                   "reading its dataset",
-    "public/721": "batch 27, first read: FluxGym's 'Running bash …/train.sh', the script's argument notices and "
-                  "records, cut with no failure, give no phase; the label reads the job starting (start-up)",
 })
 KIND_MISSES.update({
     "public/705": "batch 27, first read: a GUI's ERROR record that the logging folder does not exist, ten minutes "
@@ -346,8 +344,6 @@ STEP_MISSES.update({
 
 # Batch 33's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/873": "batch 33, first read: vae.encode called from train() on the step's batch is read as latent "
-                  "caching (VAE encode); the label reads the step computing its latents",
     "public/875": "batch 33, first read: train() at 't_enc.text_model.embeddings.requires_grad_(True)' gives no "
                   "phase; the label reads the text encoders being prepared (start-up)",
 })
@@ -363,20 +359,8 @@ PHASE_MISSES.update({
                   "cut traceback give no phase; the label reads the training step",
     "public/911": "batch 34, first read: bars at 1032/1200 and a pipeline's RuntimeWarning casting images are "
                   "read as the first step; the label reads a sample being generated",
-    "public/916": "batch 34, first read: OneTrainer's model loader raising 'not an internal model' gives no "
-                  "phase; the label reads the model being loaded (start-up)",
-    "public/918": "batch 34, first read: DeepSpeed's init_distributed and pipeline partitioning records, cut, give "
-                  "no phase; the label reads the process group and engine being set up (start-up)",
-    "public/920": "batch 34, first read: train_embedding -> grad_scaler.step gives no phase; the label reads the "
-                  "optimizer step",
-    "public/921": "batch 34, first read: a shell running a training .sh and accelerate's FutureWarning, cut, give "
-                  "no phase; the label reads the launch (start-up)",
-    "public/925": "batch 34, first read: a shell running a training .sh and accelerate's notice cut at 'acceler' "
-                  "give no phase; the label reads the launcher starting (start-up)",
     "public/930": "batch 34, first read: the web UI launcher's banner and requirement checks are read as "
                   "start-up; the label says no training job has begun (unknown)",
-    "public/931": "batch 34, first read: a loss bar at 2/54052 whose description is the loss is read as the first "
-                  "step; the label reads a later step (2 done)",
     "public/932": "batch 34, first read: train_hypernetwork setting the preview's sampler gives no phase; the "
                   "label reads the preview being set up (sampling)",
 })
@@ -386,7 +370,6 @@ KIND_MISSES.update({
 })
 STEP_MISSES.update({
     "public/911": "batch 34, first read: the bars at 1032/1200 are not read as the step bar",
-    "public/931": "batch 34, first read: the bar 'loss: 0.0903499: 0% 2/54052' is not read as the step bar",
 })
 FAMILY_MISSES.update({
     "public/907": "batch 34, first read: mindone's diffusers-style frames name diffusers; the label names mindone",

@@ -35,6 +35,8 @@ STEP_OF_RE = re.compile(
 STEP_RECORD_RE = re.compile(
     r"(?:epoch[\s:=]*\d+\s*[|,]\s*)?(?:iter(?:ation)?[\s:=]*\d+\s*[|,]?\s*)?(?:global[_ ])?steps?[\s:=]*(?P<n>\d+)"
     r"(?:\s*[|,]\s*|\s+)(?:(?:train(?:ing)?[_ ]?)?loss\b|skipped\s*[:=]\s*\d+\s*,\s*lr\s*[:=])", re.I)
+# A record's tag naming the file, line and function that logged it (DeepSpeed's "[comm.py:675:init_distributed]").
+_TAGGED_FUNC_RE = re.compile(r"\[[\w.\-]+\.py:\d+:(\w+)\]")
 # Python's warning format: "<file>:<line>: <Category>Warning: <message>".
 WARNING_AT_RE = re.compile(r"(.+?\.py):\d+: (?:[\w.]+\.)?\w*Warning: ")
 # ComfyUI's error report: "- **Node Type:** FluxTrainLoop".
@@ -253,7 +255,13 @@ class Milestones:
             m = PW.BRACKETS_RE.match(s)
             if m and m.end() < len(s):
                 # DeepSpeed's "[logging.py:96:log_dist] [Rank 0] Saving model checkpoint: …".
+                tag = _TAGGED_FUNC_RE.search(s, 0, m.end())
                 s = s[m.end():]
+                ev = F.frame_evidence([f"{tag.group(1)}(", f'File "?", line 0, in {tag.group(1)}']) if tag else None
+                if ev is not None and ev.level <= 2:
+                    # The function that logged it says the phase ("[comm.py:675:init_distributed]").
+                    out.append(Milestone(phase=ev.diagnose_phase, name=f"logged from {tag.group(1)}", line=s))
+                    return True
         elif c in "*=#" and len(s) > 1:
             # "***** Running training *****" (diffusers' scripts, the transformers Trainer).
             s = s.strip("*=# ")
@@ -278,7 +286,7 @@ class Milestones:
             # printed once, as the job starts (a trainer's metrics name no argument).
             out.append(Milestone(phase="model_load", name=SETTINGS_PRINTED, line=s[:300]))
             return True
-        if ".py" in s and not s.startswith(("File ", "Traceback")):
+        if (".py" in s or ".sh" in s) and not s.startswith(("File ", "Traceback")):
             found = PW.command_phase(s.lower())
             if found is not None:
                 # A command line that runs a caching script (musubi-tuner's, sd-scripts' tools), or

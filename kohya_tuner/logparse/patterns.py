@@ -62,11 +62,17 @@ _DESC_LOSS_RE = re.compile(r"\bloss\b")
 _DESC_LR_RE = re.compile(r"\blr\b|\blearning[ _]rate\b")
 
 
+# A description that is the loss alone (the web UI's embedding and hypernetwork training: "loss: 0.0903499:",
+# "[Epoch 12: 5/10]loss: 0.0903").
+_DESC_LOSS_VALUE_RE = re.compile(r"\s*(?:\[[^\]]*\]\s*)?loss\s*[:=]\s*-?(?:\d[\d.]*(?:e-?\d+)?|nan|inf)\s*:?\s*$")
+
+
 def trainer_description(desc: str) -> bool:
-    """A bar whose description reports the loss and the learning rate is a training bar (traintrain's
-    "Loss EMA * 1000: 30.6680, …, Current LR: 1.99e-04, Epoch: 1:")."""
+    """A bar whose description reports the loss and the learning rate, or the loss alone, is a training
+    bar (traintrain's "Loss EMA * 1000: 30.6680, …, Current LR: 1.99e-04, Epoch: 1:")."""
     low = desc.lower()
-    return "loss" in low and bool(_DESC_LOSS_RE.search(low) and _DESC_LR_RE.search(low))
+    return "loss" in low and bool(_DESC_LOSS_RE.search(low) and _DESC_LR_RE.search(low)
+                                  or _DESC_LOSS_VALUE_RE.match(low))
 
 
 def trainer_postfix(inner: str) -> bool:

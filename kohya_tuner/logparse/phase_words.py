@@ -52,12 +52,14 @@ def source_phase(name: str) -> tuple[str, str] | None:
 
 def command_phase(low: str) -> tuple[str, str] | None:
     """(phase, milestone name) when a lower-cased command line runs a script whose name says
-    the phase (a caching script), else None."""
-    if ".py" not in low or not ("python" in low or "accelerate" in low or "launch" in low or low.endswith(".py")):
+    the phase (a caching script) or starts a job (a training script, a shell script run from a
+    prompt), else None."""
+    py = ".py" in low and ("python" in low or "accelerate" in low or "launch" in low or low.endswith(".py"))
+    if not py and ".sh" not in low:
         return None
-    m = SCRIPT_RE.search(low)
+    m = SCRIPT_RE.search(low) if py else None
     found = source_phase(m.group(1)) if m else None
-    if found is None and m is not None:
+    if found is None and (m is not None or not py):
         for rx, phase, what in _launches():
             if rx.match(low):
                 return phase, what
