@@ -379,12 +379,8 @@ FAMILY_MISSES.update({
 PHASE_MISSES.update({
     "public/934": "batch 35, first read: FluxGym's printout of its settings, cut, gives no phase; the label reads "
                   "the GUI setting the job up (start-up)",
-    "public/942": "batch 35, first read: train() -> patch_accelerator_for_fp16_training raising AttributeError "
-                  "gives no phase; the label reads the accelerator's set-up (start-up)",
     "public/943": "batch 35, first read: the GUI's 'Start training LoRA Standard ...' and its validation lines, "
                   "cut, give no phase; the label reads the GUI setting the job up (start-up)",
-    "public/950": "batch 35, first read: prepare_buckets_latents.py main raising TypeError gives no phase; the "
-                  "label reads the standalone latent-caching script",
     "public/952": "batch 35, first read: prepare_buckets_latents.py's image count and VAE loading, cut, are read "
                   "as start-up; the label reads the standalone latent-caching script starting",
     "public/953": "batch 35, first read: the middle of a Rich traceback, sd-scripts' forward_xformers into "
@@ -396,8 +392,6 @@ PHASE_MISSES.update({
                   "read as start-up (a box cut in the job's own code); the label says no stage (unknown)",
     "public/960": "batch 35, first read: the bar at 435/4350 and a line beginning 'saving', cut, are read as "
                   "training; the label reads the end-of-epoch save beginning",
-    "public/961": "batch 35, first read: an empty caching pass, then the LyCORIS network's creation and a cut "
-                  "Rich traceback, is read as latent caching; the label reads start-up after the caching pass",
 })
 KIND_MISSES.update({
     "public/933": "batch 35, first read: accelerate's launcher traceback cut after 'model saved.' is read as the "
@@ -409,26 +403,14 @@ KIND_MISSES.update({
 PHASE_MISSES.update({
     "public/965": "batch 36, first read: 'enumerating sample paths' then OneTrainer's 'caching:   0%|' bar, cut, "
                   "is read as start-up; the label reads the caching pass starting",
-    "public/970": "batch 36, first read: a node's script path, then python's 'No module named accelerate' for "
-                  "accelerate.commands.launch, gives no phase; the label reads the launch failing (start-up)",
-    "public/971": "batch 36, first read: python's 'No module named accelerate' for the launcher and the node's "
-                  "'Train finished' give no phase; the label reads the launch failing (start-up)",
     "public/977": "batch 36, first read: a bare ValueError on the dataloader config gives no phase; the label "
                   "reads the config being read (start-up)",
     "public/978": "batch 36, first read: SimpleTuner's text-embed backend, then 'Configuring data backend' and "
                   "'Loading bu', cut, is read as text-encoder caching; the label reads the dataset being read",
-    "public/979": "batch 36, first read: train.py main -> configure_multi_databackend raising 'No images were "
-                  "discovered' gives no phase; the label reads the dataset being read (start-up)",
-    "public/981": "batch 36, first read: the metadata backend's counts, then configure_multi_databackend raising, "
-                  "gives no phase; the label reads the dataset being read (start-up)",
 })
 KIND_MISSES.update({
     "public/969": "batch 36, first read: the extension's 'OOM Detected, reducing batch/grad size' notice is not "
                   "read as an OOM (a cut traceback); the label reads the extension's own OOM notice (cuda_oom)",
-    "public/970": "batch 36, first read: python's 'Error while finding module specification' is not read as an "
-                  "error (incomplete); the label reads the failed launch (other)",
-    "public/971": "batch 36, first read: the same launch failure is not read as an error (incomplete); the label "
-                  "reads it (other)",
     "public/980": "batch 36, first read: SimpleTuner's '[ERROR] Error processing image' records are not read as the "
                   "error (incomplete); the label reads the failure (other)",
 })

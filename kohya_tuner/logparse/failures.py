@@ -150,6 +150,13 @@ class Failures:
             out.append(Failure(kind=kind, message=s[:500], where="training", line=s,
                                frame="a gradient all-reduce timed out (NCCL's watchdog)", frame_level=2))
             return
+        if "module specification" in low and P.FATAL_OTHER_RE.search(low):
+            # The interpreter's own report that it could not run what it was asked to ("Error while finding
+            # module specification for 'accelerate.commands.launch' (ModuleNotFoundError: …)").
+            ev = F.message_evidence(s)
+            out.append(Failure(kind=kind, message=s[:500], where=ev.diagnose_phase if ev else None,
+                               frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=s))
+            return
         if kind == "bad_argument" and ".py: error:" in s:
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return

@@ -359,6 +359,9 @@ OOM_STAT_LINE_RE = re.compile(r"\s*(?:Currently allocated|Requested|Device limit
 # Messages after which sd-scripts returns without raising (it logs them at ERROR): the run's failure
 # even where a wrapper relaying the output dropped the level (lower-case prefixes).
 FATAL_WITHOUT_LEVEL = ("no data found. please verify", "画像がありません")
+# Lines that are a failure whatever their kind: Python's `-m` finding no module to run, behind the
+# interpreter's name or not ("…\\python.exe: Error while finding module specification for …").
+FATAL_OTHER_RE = re.compile(r"(?:^|python[\w.]*(?:\.exe)?: )error while finding module specification")
 JOB_FAILED_RE = re.compile(r"\s*!!!\s*exception during processing\s*!!!\s*\S"  # ComfyUI's report of a node's error
                            r"|\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"
                            r"|\s*(?:the )?(?:job|task)\b[^:]{0,60} failed with (?:an? )?(?:error|exception)\b[^:]{0,20}: \S")
