@@ -19,9 +19,8 @@ from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
     CACHE_CHECK, CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, SETTINGS_PRINTED, TRAINING_HEADER, EpochStart,
-    Event, Exited,
-    Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved, TotalSteps,
-    Wrapper,
+    Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved,
+    TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.frames import JOB_CODE_LEVEL, runs_other_phases, wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo

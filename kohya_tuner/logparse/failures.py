@@ -29,6 +29,13 @@ CHAIN_WORDS = ("During handling of the above exception", "The above exception wa
 HINT_WINDOW = 60
 
 
+def _worded_failure(kind: str, s: str) -> Failure:
+    """A failure line with no frames, placed by what its own words say failed (`[[message]]`)."""
+    ev = F.message_evidence(s)
+    return Failure(kind=kind, message=s[:500], where=ev.diagnose_phase if ev else None,
+                   frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=s)
+
+
 class Failures:
     _tb: _Traceback | None
     _tb_level: str | None
@@ -142,9 +149,7 @@ class Failures:
             # A job runner's record of the job's failure (ai-toolkit's "Error running job: …",
             # ComfyUI's "!!! Exception during processing !!!"): the error; the traceback printed after
             # it, if any, is its own. Its words may name the call that failed.
-            ev = F.message_evidence(s)
-            out.append(Failure(kind=kind, message=s[:500], where=ev.diagnose_phase if ev else None,
-                               frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=s))
+            out.append(_worded_failure(kind, s))
             return
         if kind == "distributed" and "allreduce" in low and P.NCCL_ALLREDUCE_TIMEOUT_RE.search(low):
             out.append(Failure(kind=kind, message=s[:500], where="training", line=s,
@@ -153,9 +158,7 @@ class Failures:
         if "module specification" in low and P.FATAL_OTHER_RE.search(low):
             # The interpreter's own report that it could not run what it was asked to ("Error while finding
             # module specification for 'accelerate.commands.launch' (ModuleNotFoundError: …)").
-            ev = F.message_evidence(s)
-            out.append(Failure(kind=kind, message=s[:500], where=ev.diagnose_phase if ev else None,
-                               frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=s))
+            out.append(_worded_failure(kind, s))
             return
         if kind == "bad_argument" and ".py: error:" in s:
             out.append(Failure(kind=kind, message=s[:500], line=s))
@@ -165,9 +168,7 @@ class Failures:
                                 or low.lstrip().startswith(("cuda error:", "hip error:"))):
             # A "CUDA error: <text>" message with its exception's name cut off is the error itself.
             # Its words may say what failed (the dataset's own check: "No data found").
-            ev = F.message_evidence(s)
-            out.append(Failure(kind=kind, message=s[:500], where=ev.diagnose_phase if ev else None,
-                               frame=ev.what if ev else None, frame_level=ev.level if ev else None, line=s))
+            out.append(_worded_failure(kind, s))
             return
         self._hint(s, low)
 

@@ -101,8 +101,6 @@ def failure_report(low: str) -> tuple[str | None, bool] | None:
     return phase, oom
 
 
-
-
 # A line that gives a loss and a learning rate, each with its figure ("Loss: 0.0000 LR: 1.00e-05",
 # "{'loss': 0.12, 'lr': 0.0001}", "loss=nan, learning_rate=1e-4").
 _LOSS_FIGURE_RE = re.compile(r"\bloss\b['\"]?\s*[:=]?\s*-?(?:\d|\.\d|nan\b|inf\b)")
