@@ -417,8 +417,6 @@ KIND_MISSES.update({
 
 # Batch 37's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/994": "batch 37, first read: a musubi-tuner fork's train() -> network.prepare_optimizer_params(, cut, "
-                  "gives no phase; the label reads the optimizer's parameter groups being built (start-up)",
     "public/1001": "batch 37, first read: the GUI's own launch, then an ASGI application's exception, is read as "
                    "start-up; the label says no training job was started (unknown)",
 })
@@ -442,18 +440,6 @@ PHASE_MISSES.update({
                    "'latents = batch[\"images\"]…' (start-up); the label reads a batch of the training loop",
     "public/1028": "batch 38, first read: inner_loop's dtype check on the unwrapped text encoder with the "
                    "'Loading unet...' bar gives no phase; the label reads the models being loaded (start-up)",
-    "public/1034": "batch 38, first read: 'docker compose up' and a container's CUDA banner, cut, give no phase; "
-                   "the label reads the program that starts the job (start-up)",
-    "public/1035": "batch 38, first read: main.py's OmegaConf.load of the config raising FileNotFoundError gives no "
-                   "phase; the label reads the config being read (start-up)",
-    "public/1045": "batch 38, first read: OneTrainer's top bar opening its preset file gives no phase; the label "
-                   "reads the GUI reading its config (start-up)",
-    "public/1046": "batch 38, first read: SimpleTuner's argument parser records, cut, give no phase; the label reads "
-                   "the job reading its arguments (start-up)",
-    "public/1047": "batch 38, first read: the accelerator.prepare call line, then an Exception about the "
-                   "transformer layer, gives no phase; the label reads accelerate preparing the model (start-up)",
-    "public/1051": "batch 38, first read: an OOM under train_dataset.map(compute_embeddings_fn) with the "
-                   "datasets 'Map' bar gives no phase; the label reads the text embeddings being computed",
 })
 KIND_MISSES.update({
     "public/1024": "batch 38, first read: the 'is of type … but should be …' tail without its exception's name is "

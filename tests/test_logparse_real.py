@@ -33,10 +33,12 @@ OTHER_ERROR_KIND = {
     "016": "bitsandbytes",   # no kernel image ... bitsandbytes\csrc\ops.cu
     "019": "other",          # the launcher's traceback after `model saved.`; the error line is cut
     "030": "truncated",      # cut inside init_process_group, after c10d's client-socket warning
-    "043": "truncated",      # cut traceback after "Some images were not correctly cached"
+    # SimpleTuner's own ERROR record ("[ERROR] (collate_fn) … Some images were not correctly cached")
+    # names the failure; the traceback after it is cut before its error line.
+    "043": "missing_file",
 }
 # For the cut-off ones: what the lines before the cut point to.
-SUSPECTED = {"030": "distributed", "043": "missing_file"}
+SUSPECTED = {"030": "distributed"}
 
 
 def _labels() -> dict:

@@ -222,6 +222,19 @@ LOGGER_BAR_RE = re.compile(r"([\w.<>]+) \| (.*)$")
 FUNC_SUFFIX_RE = re.compile(r"\s\(([a-z_]\w*)\)\s*$")
 # Python logging's default format, "INFO:module.name:message" (musubi-tuner, diffusers scripts).
 PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.\-]+):(.*)$")
+# A record with its level in brackets and its logger's name in parentheses after it (SimpleTuner's
+# "2024-08-06 17:09:09,490 [INFO] (ArgsParser) message"). A bracketed level alone is no record: a
+# wrapper relaying its trainer's output tags every line so ("[INFO] Traceback (most recent call last):").
+BRACKET_RECORD_RE = re.compile(
+    r"(?:\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]? )?\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (?=\([\w.]+\) )")
+
+
+def bracket_level(line: str) -> str | None:
+    """The level of a record in BRACKET_RECORD_RE's form, read before the line is cleaned (cleaning cuts it)."""
+    if "] (" not in line[:48]:
+        return None
+    m = BRACKET_RECORD_RE.match(line)
+    return m.group(1) if m else None
 
 # ---- tracebacks and exceptions ------------------------------------------------------------
 
@@ -237,6 +250,9 @@ LAUNCHER_WRAPPERS = ("CalledProcessError", "ChildFailedError")
 # A frame line that can open a traceback whose header was cut off: Python's `File "…", line N,
 # in f`, IPython's `File ~/…:N, in f`, `Cell In[3], line 5` and `--> 520 code`.
 FRAME_LINE_RE = re.compile(r'File "[^"]+", line \d+|File [~/\\\w.:-]+:\d+, in |Cell In\[\d+\], line \d+|--> \d+ ')
+# The top-level frame of a model's training script ("…/ltx2_train_network.py", line 4, in <module>"):
+# the script that ran, whose name may say a family the frames under it do not.
+ENTRY_SCRIPT_RE = re.compile(r'[\\/"]\w+_train(?:_network)?\.py", line \d+, in <module>')
 BOX_CHARS = "│╭╰┃┏┗"
 BOX_CLOSE = "╰┗"
 

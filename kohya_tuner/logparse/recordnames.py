@@ -77,6 +77,10 @@ class RecordNames:
         """The wrapper and the model family a line names (frames.toml); `module`: the line is
         the name of the module that logged a record (F.names_in)."""
         wrapper, family = F.names_in(s, low, module=module)
+        if family is None and self._entry_family is None and "<module>" in s and P.ENTRY_SCRIPT_RE.search(s):
+            # A model's script this table does not know (musubi-tuner's forks add them): the
+            # trainer it runs through names no family of its own ("" is no family's name).
+            self._entry_family = ""
         if wrapper is not None and wrapper != self._wrapper and F.wrapper_rank(wrapper) < F.wrapper_rank(self._wrapper):
             self._wrapper = wrapper
             out.append(Wrapper(wrapper=wrapper, line=s))
