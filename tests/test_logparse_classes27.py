@@ -176,3 +176,48 @@ def _family(entry: str) -> str | None:
 ])
 def test_a_script_the_family_table_does_not_know_names_no_family_through_anothers_trainer(entry, family):
     assert _family(entry) == family
+
+
+# ---- older misses of the same kinds (batches 25, 27 and 32) ------------------------------------------------------
+
+@pytest.mark.parametrize("prompt", ["root@autodl-container-7f54:~/autodl-tmp/musubi-tuner# ", "(qwen) me@box:/w$ ",
+                                    "(venv) user@host-1:~ $ "])
+def test_a_launch_after_a_unix_prompt_is_the_trainer_launched(prompt):
+    text = prompt + "python src/musubi_tuner/qwen_image_train_network.py --dit /m/dit.safetensors --sdpa\n"
+    d = diagnose(parse_text(CACHING + text + "Trying to import sageattention\n"))
+    assert (d.outcome, d.phase) == ("incomplete", "model_load")
+
+
+@pytest.mark.parametrize("line", ["root@host:~# ls /w/train", "user@host:~$ cat train.toml"])
+def test_a_prompt_before_other_commands_is_not_a_launch(line):
+    assert phase(CACHING + line + "\n") == "cache_latents"
+
+
+@pytest.mark.parametrize("name", ["BaseMetadataBackend", "ParquetMetadataBackend", "DataBackendFactory"])
+def test_simpletuners_metadata_backends_are_the_dataset_read(name):
+    text = CACHING + f"2024-08-06 17:09:09,490 [INFO] ({name}) Enforcing minimum image size of 0.0.\n"
+    d = diagnose(parse_text(text))
+    assert (d.outcome, d.phase) == ("incomplete", "model_load")
+
+
+@pytest.mark.parametrize("name", ["BackendMetadata", "MetadataBackendCache2"])
+def test_other_names_are_not_the_metadata_backend(name):
+    assert phase(CACHING + f"2024-08-06 17:09:09,490 [INFO] ({name}) read 4 items\n") == "cache_latents"
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("Starting text encoder output caching...", "cache_text_encoder"),
+    ("Starting text-encoder caching", "cache_text_encoder"),
+    ("Starting latent caching...", "cache_latents"),
+    ("Starting VAE caching", "cache_latents"),
+])
+def test_a_host_announcing_a_caching_pass_counts_its_start_up_as_the_pass(line, expected):
+    text = (line + "\nTrying to import sageattention\nINFO:__main__:Load dataset config from /w/dataset.toml\n"
+            "INFO:musubi_tuner.dataset.image_video_dataset:glob images in /w/img\n")
+    assert phase(text) == expected
+
+
+@pytest.mark.parametrize("line", ["Starting training...", "Starting caching of nothing", "Not starting latent caching"])
+def test_other_starting_lines_are_not_a_caching_pass(line):
+    text = line + "\nINFO:__main__:Load dataset config from /w/dataset.toml\n"
+    assert phase(text) not in ("cache_latents", "cache_text_encoder")

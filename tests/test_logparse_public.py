@@ -193,8 +193,6 @@ PHASE_MISSES.update({
                   "training (saving)",
     "public/642": "batch 25, first read: block-swap frames moving a block's weights to the CPU are read as start-up "
                   "(moving tensors to the CPU); the label says block swapping runs in several stages (unknown)",
-    "public/662": "batch 25, first read: the command line, 'Failed to import sageattention' and one INFO record, "
-                  "cut, give no phase (no failure to place); the label reads the script starting (start-up)",
 })
 FAMILY_MISSES.update({
     "public/654": "batch 25, first read: sd-scripts' frames under LoRA_Easy_Training_Scripts' folder name "
@@ -222,9 +220,6 @@ KIND_MISSES.update({
 
 # Batch 27's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/709": "batch 27, first read: a GUI's 'Starting text encoder output caching...', then the caching "
-                  "script's 'Load dataset config' record, is read as start-up; the label reads the caching pass "
-                  "reading its dataset",
 })
 KIND_MISSES.update({
     "public/705": "batch 27, first read: a GUI's ERROR record that the logging folder does not exist, ten minutes "
@@ -329,8 +324,6 @@ KIND_MISSES.update({
 PHASE_MISSES.update({
     "public/852": "batch 32, first read: the extension's bucket records, the '***** Running training *****' header "
                   "and 'Resuming from ch', cut, give no phase; the label reads the set-up before the first step",
-    "public/855": "batch 32, first read: SimpleTuner's metadata backend records with a 0/23 bar give no phase; the "
-                  "label reads the dataset being read (start-up)",
     "public/857": "batch 32, first read: the web UI's launch lines are read as start-up; the label says no training "
                   "job has begun (unknown)",
     "public/872": "batch 32, first read: a command line and the config dict the script prints, cut, give no phase; "

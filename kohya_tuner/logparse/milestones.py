@@ -339,7 +339,7 @@ class Milestones:
         if any(needle in low for needle in PW.phrase_needles()):
             found = PW.phrase_phase(s[:120].lower())
             if found is not None:
-                out.append(Milestone(phase=found[0], name=found[1], line=s))
+                out.append(Milestone(phase=found[0], name=found[1], line=s, process=found[1] in PW.process_phrases()))
                 return True
         c = low[:1]
         if "node type:" in low or low.startswith("error occurred when executing"):

@@ -77,6 +77,13 @@ def _phrases() -> tuple[tuple[str, re.Pattern, str, str], ...]:
 
 
 @lru_cache(maxsize=1)
+def process_phrases() -> frozenset[str]:
+    """The milestone names of [[phrase]] entries marked `process`: a pass run as a process of its own,
+    whose loading and dataset reading are the pass's."""
+    return frozenset(r["name"] for r in _data().get("phrase", ()) if r.get("process", False))
+
+
+@lru_cache(maxsize=1)
 def phrase_needles() -> tuple[str, ...]:
     """The words a message must hold for any [[phrase]] entry to be tried (a cheap first test)."""
     return tuple({r["needle"] for r in _data().get("phrase", ())})
