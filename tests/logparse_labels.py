@@ -27,7 +27,7 @@ WRAPPER_WORDS = (("kohya_ss", ("kohya_ss",)), ("fluxgym", ("fluxgym",)), ("ai-to
                  ("onetrainer", ("onetrainer",)), ("simpletuner", ("simpletuner",)),
                  ("musubi-tuner", ("musubi",)), ("comfyui", ("comfyui",)),
                  ("a1111-dreambooth", ("sd_dreambooth_extension",)), ("diffusers", ("diffusers",)),
-                 ("lora-scripts", ("lora-scripts",)), ("sd-scripts", ("sd-scripts",)))
+                 ("lora-scripts", ("lora-scripts",)), ("sd-scripts", ("sd-scripts", "sd_scripts")))
 # Families the parser can name.
 FAMILIES = ("sd15", "sdxl", "flux", "sd3", "hunyuan_video", "wan", "lumina", "hunyuan_image")
 _SHARED_PHASE = {"training_step_N": "training"}
