@@ -446,18 +446,6 @@ FAMILY_MISSES.update({
 
 # Batch 39's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1054": "batch 39, first read: read_config_from_file -> toml.load raising UnicodeDecodeError gives no "
-                   "phase; the label reads the config file being read (start-up)",
-    "public/1059": "batch 39, first read: train_db.py's 'optimizer_class = bnb.optim.AdamW8bit' (bitsandbytes with no "
-                   "optim) gives no phase; the label reads the optimizer being chosen (start-up)",
-    "public/1061": "batch 39, first read: a wrapper's setup_args -> add_dataset_arguments TypeError gives no phase; "
-                   "the label reads the argument parser being built (start-up)",
-    "public/1066": "batch 39, first read: a lone 'INFO     Building VAE' record gives no phase; the label reads a "
-                   "model being built (start-up)",
-    "public/1067": "batch 39, first read: train() -> text_encoding_strategy.encode_tokens( gives no phase; the label "
-                   "reads a batch's captions encoded in the step",
-    "public/1071": "batch 39, first read: train() -> post_process_network( AttributeError, with accelerate's "
-                   "traceback after it, gives no phase; the label reads the network's set-up (start-up)",
 })
 KIND_MISSES.update({
     "public/1064": "batch 39, first read: Rich traceback fragments without a header are read as an unfinished run; "

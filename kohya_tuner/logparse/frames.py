@@ -136,6 +136,33 @@ def runs_other_phases(what: str | None) -> bool:
     return what is not None and what in table().loops
 
 
+_CONTEXT_ROW_RE = re.compile(r"\d+\s*│")
+_BOX_FRAME_HEAD_RE = re.compile(r"\.py:\d+ in [\w<>.]+")
+
+
+def _context_rows(frames: list[str] | tuple[str, ...]) -> frozenset[int]:
+    """The rows of source a Rich box shows around the line that ran (marked ❱), in the frames whose
+    ❱ row is there: code shown, not run. Where the paste cut a frame's ❱ row, its other rows are the
+    nearest evidence left and are kept."""
+    if not any(line[:1] == "❱" for line in frames):
+        return frozenset()
+    out: set[int] = set()
+    group: list[int] = []
+    marked = False
+    for i, line in enumerate(frames):
+        if _BOX_FRAME_HEAD_RE.search(line) and not line[:1].isdigit() and line[:1] != "❱":
+            if marked:
+                out.update(group)
+            group, marked = [], False
+        elif line[:1] == "❱":
+            marked = True
+        elif line[:1].isdigit() and _CONTEXT_ROW_RE.match(line):
+            group.append(i)
+    if marked:
+        out.update(group)
+    return frozenset(out)
+
+
 def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
     """The strongest evidence in a traceback's frames (outermost first within a level). The
     frames below a script's re-import (a spawned child's) are left out: they say no phase."""
@@ -144,8 +171,9 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
     rules = t.frames
     imports = t.imports
     job: bool | None = None  # whether a frame is the job's own code, looked up when a rule asks
-    for line in frames:
-        if not line or line[0] == "^":
+    shown = _context_rows(frames)
+    for i, line in enumerate(frames):
+        if not line or line[0] == "^" or i in shown:
             continue
         if imports is not None and imports.search(line):
             break

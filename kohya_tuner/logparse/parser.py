@@ -283,13 +283,14 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                     # copy that squeezes spaces): the message follows the level.
                     self._loose_rich(m.group(1), m.group(2) or "", out)
                 return
-        if line[:1] == " ":
+        if line[:1] in (" ", "\t"):
             # The same with the blank time column squeezed or cut to some other width (" INFO
             # message src.py:12", a paste whose first line lost part of its indent): a level, a
-            # message and Rich's source column.
-            start = len(line) - len(line.lstrip(" "))
+            # message and Rich's source column, or the level in Rich's column, padded to its width
+            # ("INFO     Building VAE" where the source column was cut).
+            start = len(line) - len(line.lstrip())
             m = P.LOOSE_HEAD_RE.match(line, start) if line[start:start + 1] in _LEVEL_INITIALS else None
-            if m and m.group(2) and P.RICH_PATH_RE.search(m.group(2)):
+            if m and m.group(2) and (P.RICH_PATH_RE.search(m.group(2)) or m.start(2) - start == P.RICH_LEVEL_WIDTH):
                 self._loose_rich(m.group(1), m.group(2), out)
                 return
         if record_level is not None:

@@ -24,6 +24,8 @@ RICH_HEAD_RE = re.compile(r"(?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}| {19}) (DEBUG
 # The same record after a tool stripped the leading blanks.
 LOOSE_HEAD_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) +(\S.*)?$")
 RICH_PATH_RE = re.compile(r"\s([\w.\-]+\.py:\d+)\s*$")
+# Rich's level column: the level padded to eight characters, and a space.
+RICH_LEVEL_WIDTH = 9
 # "- INFO - message" (Python logging's common format once the time is cut), with an optional
 # logger name before the level ("- root - INFO - message") or after it (accelerate's get_logger:
 # "- INFO - __main__ - message").
