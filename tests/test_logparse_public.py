@@ -322,8 +322,6 @@ KIND_MISSES.update({
 })
 # Batch 32's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/852": "batch 32, first read: the extension's bucket records, the '***** Running training *****' header "
-                  "and 'Resuming from ch', cut, give no phase; the label reads the set-up before the first step",
     "public/857": "batch 32, first read: the web UI's launch lines are read as start-up; the label says no training "
                   "job has begun (unknown)",
     "public/872": "batch 32, first read: a command line and the config dict the script prints, cut, give no phase; "
@@ -332,7 +330,6 @@ PHASE_MISSES.update({
 STEP_MISSES.update({
     "public/848": "batch 32, first read: the '0% 0/3000' bar before the traceback is not read as the step bar",
     "public/850": "batch 32, first read: the total of 500 steps in the launch command is not read",
-    "public/852": "batch 32, first read: the total of 32 steps the label reads is not read",
 })
 
 # Batch 33's misses on its first read (the record is first_runs.json), kept as they were read.
@@ -372,8 +369,6 @@ FAMILY_MISSES.update({
 PHASE_MISSES.update({
     "public/934": "batch 35, first read: FluxGym's printout of its settings, cut, gives no phase; the label reads "
                   "the GUI setting the job up (start-up)",
-    "public/943": "batch 35, first read: the GUI's 'Start training LoRA Standard ...' and its validation lines, "
-                  "cut, give no phase; the label reads the GUI setting the job up (start-up)",
     "public/952": "batch 35, first read: prepare_buckets_latents.py's image count and VAE loading, cut, are read "
                   "as start-up; the label reads the standalone latent-caching script starting",
     "public/953": "batch 35, first read: the middle of a Rich traceback, sd-scripts' forward_xformers into "
@@ -461,24 +456,12 @@ KIND_MISSES.update({
 
 # Batch 40's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1084": "batch 40, first read: 'Exiting training loop. Beginning model unwind' then main -> "
-                   "get_peft_model_state_dict(unet) is read as start-up; the label reads the final save",
-    "public/1089": "batch 40, first read: 'Compiling checkpoint for …' and compile_checkpoint loading the saved U-Net "
-                   "is read as start-up; the label reads the weights converted to a checkpoint (saving)",
-    "public/1101": "batch 40, first read: EveryDream2's '* Failed to load checkpoint *' after the seed line gives no "
-                   "phase; the label reads the base checkpoint being loaded (start-up)",
-    "public/1104": "batch 40, first read: main.py's trainer_kwargs['max_steps'] = trainer_opt.max_steps gives no "
-                   "phase; the label reads the trainer's options read before training (start-up)",
     "public/1106": "batch 40, first read: a Rich box cut in main's rows that remove old checkpoints is read as "
                    "start-up; the label says no stage shows (unknown)",
     "public/1107": "batch 40, first read: Lightning's deprecation lines and LOCAL_RANK device line are read as "
                    "start-up; the label says they name no stage (unknown)",
     "public/1109": "batch 40, first read: main.py <module> 'import pytorch_lightning as pl' -> ModuleNotFoundError "
                    "gives no phase; the label reads the training script's own import (start-up)",
-    "public/1111": "batch 40, first read: OneTrainer's launcher lines and its 'Failed to load ZLUDA' notice give no "
-                   "phase; the label reads the program that starts the job (start-up)",
-    "public/1112": "batch 40, first read: OneTrainer's launcher lines, the ZLUDA notice and bitsandbytes' notice "
-                   "give no phase; the label reads the program starting up (start-up)",
 })
 KIND_MISSES.update({
     "public/1101": "batch 40, first read: EveryDream2's '* Failed to load checkpoint *' notice is read as an "

@@ -164,19 +164,18 @@ class BarRuns:
                 end = P.host_prefix_end(line)
                 if end:
                     line = line[end:]
-            level = None
+            record = None
             if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
                 if line[:5] == "[rank":
                     self._note_rank(line, out)
-                level = P.bracket_level(line)
-                line = P.clean(line)
+                line, record = P.clean_record(line)
                 if line[-1:] == "]" and line.startswith(prefix) and len(line) < 1024:
                     self._run_open = True
                     append(line)
                     continue
             if self._run_open:
                 self._end_bar_run(out)
-            self._physical(line, out, cleaned=True, record_level=level)
+            self._physical(line, out, cleaned=True, record=record)
             prefix = self._bar_prefix or _NEVER
             after_tool = prefix[:1] not in _CLEANED_ON
         if run:

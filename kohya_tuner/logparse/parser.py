@@ -197,7 +197,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
 
     # ---- physical lines to logical lines --------------------------------------------------
 
-    def _physical(self, line: str, out: list[Event], cleaned: bool = False, record_level: str | None = None) -> None:
+    def _physical(self, line: str, out: list[Event], cleaned: bool = False,
+                  record: tuple[str, str | None] | None = None) -> None:
         if line[:1] == ">" and (line[:2] == "> " or len(line) == 1 or line[1] in P.BOX_CHARS):
             # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at;
             # a quoted blank line is a bare ">", and a quoted box row may lack the space.
@@ -216,8 +217,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             if line[:5] == "[rank":
                 self._note_rank(line, out)
         if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
-            record_level = P.bracket_level(line)
-            line = P.clean(line)
+            line, record = P.clean_record(line)
         if self._relay is not None or line.find("Traceback (most", 0, 130) >= 0:
             line, self._relay = P.strip_relay(line, self._relay)
         if "%|" in line or "% " in line or "it [" in line or "━" in line or (  # what every bar form holds
@@ -293,8 +293,10 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             if m and m.group(2) and (P.RICH_PATH_RE.search(m.group(2)) or m.start(2) - start == P.RICH_LEVEL_WIDTH):
                 self._loose_rich(m.group(1), m.group(2), out)
                 return
-        if record_level is not None:
-            self._logical(line, record_level, out)
+        if record is not None:
+            if record[1]:
+                self._logger(record[1], out, line)
+            self._logical(line, record[0], out)
             return
         if line[:2] in ("[E", "[W", "[I", "[F"):
             m = P.C10_LOG_RE.match(line)

@@ -224,19 +224,47 @@ LOGGER_BAR_RE = re.compile(r"([\w.<>]+) \| (.*)$")
 FUNC_SUFFIX_RE = re.compile(r"\s\(([a-z_]\w*)\)\s*$")
 # Python logging's default format, "INFO:module.name:message" (musubi-tuner, diffusers scripts).
 PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.\-]+):(.*)$")
-# A record with its level in brackets and its logger's name in parentheses after it (SimpleTuner's
-# "2024-08-06 17:09:09,490 [INFO] (ArgsParser) message"). A bracketed level alone is no record: a
-# wrapper relaying its trainer's output tags every line so ("[INFO] Traceback (most recent call last):").
-BRACKET_RECORD_RE = re.compile(
-    r"(?:\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]? )?\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (?=\([\w.]+\) )")
+# Records in forms whose level cleaning would cut as a prefix, read before the line is cleaned:
+# - the level in brackets and the logger in parentheses after it (SimpleTuner's "2024-08-06
+#   17:09:09,490 [INFO] (ArgsParser) message"; the tag stays for the milestone rules). A bracketed
+#   level alone is no record: a wrapper relaying its trainer's output tags every line so ("[INFO]
+#   Traceback (most recent call last):");
+# - time, level and logger each in brackets ("[2023-10-09 00:29:27,796][DEBUG][dreambooth.train_dreambooth]
+#   - message", the Dreambooth extension's);
+# - time, level and logger between bars ("2024-05-25 13:51:03,724 | INFO | /w/kohya_gui/common_gui.py |
+#   message", the kohya_ss GUI's log file).
+_TIME = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+_LEVEL = r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)"
+BRACKET_RECORD_RE = re.compile(rf"(?:\[?{_TIME}\]? )?\[{_LEVEL}\] (?=\([\w.]+\) )")
+BRACKET_LOGGER_RE = re.compile(rf"\[{_TIME}\]\[{_LEVEL}\]\[([\w.\-]+)\] -? ?")
+PIPE_RECORD_RE = re.compile(rf"{_TIME} \| {_LEVEL} +\| ([^|]{{1,200}}?) +\| ")
 
 
-def bracket_level(line: str) -> str | None:
-    """The level of a record in BRACKET_RECORD_RE's form, read before the line is cleaned (cleaning cuts it)."""
-    if "] (" not in line[:48]:
-        return None
-    m = BRACKET_RECORD_RE.match(line)
-    return m.group(1) if m else None
+def record_head(line: str) -> tuple[str, str | None, int] | None:
+    """(level, logger or None, where the rest starts) of a record in one of the forms above."""
+    head = line[:48]
+    if "] (" in head:
+        m = BRACKET_RECORD_RE.match(line)
+        if m:
+            return m.group(1), None, m.end()
+    if "][" in head:
+        m = BRACKET_LOGGER_RE.match(line)
+        if m:
+            return m.group(1), m.group(2), m.end()
+    if " | " in head:
+        m = PIPE_RECORD_RE.match(line)
+        if m and m.group(2) not in ("stdout", "stderr"):
+            # (A logger re-logging the process's own output is read as that output: REDIRECTED_RE.)
+            return m.group(1), m.group(2), m.end()
+    return None
+
+def clean_record(line: str) -> tuple[str, tuple[str, str | None] | None]:
+    """The line cleaned, and (level, logger) where it is a record in one of the forms above (its head cut)."""
+    head = record_head(line)
+    if head is None:
+        return clean(line), None
+    return line[head[2]:], (head[0], head[1])
+
 
 # ---- tracebacks and exceptions ------------------------------------------------------------
 
