@@ -476,6 +476,30 @@ STEP_MISSES.update({
 })
 
 
+# Batch 41's misses on its first read (the record is first_runs.json), kept as they were read.
+PHASE_MISSES.update({
+    "public/1119": "batch 41, first read: the wrapped argument lines of the GUI's launch command, cut, give no phase; "
+                   "the label reads the GUI launching the job (start-up)",
+    "public/1120": "batch 41, first read: gradio's request-handler frames after the GUI's start-up lines are read as "
+                   "start-up; the label sees no training job (unknown)",
+    "public/1125": "batch 41, first read: the lone \"OSError: Can't load tokenizer for …\" gives no phase; the "
+                   "label reads the tokenizer being loaded (start-up)",
+    "public/1129": "batch 41, first read: the lone \"OSError: Can't load tokenizer for …\" gives no phase; the "
+                   "label reads the tokenizer being loaded (start-up)",
+    "public/1140": "batch 41, first read: a latent-preparation script's traceback, then the training job's cut in "
+                   "generate_dataset_group_by_blueprint, is read as caching; the label reads the second job's "
+                   "dataset being built (start-up)",
+})
+KIND_MISSES.update({
+    "public/1117": "batch 41, first read: 'model saved.' and the bar's last line again is read as a finished run; "
+                   "the label calls it cut (incomplete)",
+    "public/1133": "batch 41, first read: bitsandbytes' 'no kernel image is available' message is named "
+                   "bitsandbytes; the label reads a CUDA error",
+    "public/1135": "batch 41, first read: 'CUDA error: no kernel image is available' is named cuda_unavailable; the "
+                   "label reads a CUDA error",
+})
+
+
 def _known_miss(fx, misses: dict[str, str]) -> None:
     if fx.name in misses:
         pytest.xfail(misses[fx.name])
