@@ -478,14 +478,8 @@ STEP_MISSES.update({
 
 # Batch 41's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1119": "batch 41, first read: the wrapped argument lines of the GUI's launch command, cut, give no phase; "
-                   "the label reads the GUI launching the job (start-up)",
     "public/1120": "batch 41, first read: gradio's request-handler frames after the GUI's start-up lines are read as "
                    "start-up; the label sees no training job (unknown)",
-    "public/1125": "batch 41, first read: the lone \"OSError: Can't load tokenizer for …\" gives no phase; the "
-                   "label reads the tokenizer being loaded (start-up)",
-    "public/1129": "batch 41, first read: the lone \"OSError: Can't load tokenizer for …\" gives no phase; the "
-                   "label reads the tokenizer being loaded (start-up)",
     "public/1140": "batch 41, first read: a latent-preparation script's traceback, then the training job's cut in "
                    "generate_dataset_group_by_blueprint, is read as caching; the label reads the second job's "
                    "dataset being built (start-up)",
