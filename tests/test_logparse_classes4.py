@@ -63,7 +63,7 @@ _FETCHING = [
     _frame(_LOADER, 440, "__iter__", "return self._get_iterator()")
     + _frame(_LOADER, 388, "_get_iterator", "return _MultiProcessingDataLoaderIter(self)")
     + _frame(_LOADER, 1040, "__init__", "w.start()"),
-    _frame("/env/torch/utils/data/_utils/fetch.py", 51, "fetch", "data = [self.dataset[idx] for idx in idx]"),
+    _frame("/env/lib/site-packages/torch/utils/data/_utils/fetch.py", 51, "fetch", "data = [self.dataset[idx] for idx in idx]"),
 ]
 
 
@@ -79,10 +79,15 @@ _FETCHING = [
 def test_building_a_data_loader_is_start_up(frames):
     text = HEAD + frames + "ValueError: num_samples should be a positive integer value, but got num_samples=0\n"
     assert _phase(text) == "model_load"
-    # Iterating a loader is still fetching a batch, an iterator built inside an iteration as well.
+    # Iterating a loader from the job's code is still fetching a batch, an iterator built inside an
+    # iteration as well. The library's frames alone are not read as the step (the labels' start-up
+    # convention: a caching pass iterates a loader too).
+    job = _frame("/work/trainer/train.py", 900, "train", "batch = next(batches)")
     for fetching in _FETCHING:
-        assert F.frame_evidence(fetching.splitlines()).phase == F.STEP
-        assert _phase(HEAD + fetching + OOM) == "first_step"
+        assert F.frame_evidence((job + fetching).splitlines()).phase == F.STEP
+        assert _phase(HEAD + job + fetching + OOM) == "first_step"
+        alone = F.frame_evidence(fetching.splitlines())
+        assert alone is None or alone.phase != F.STEP
 
 
 # ---- DeepSpeed's step records ------------------------------------------------------------------

@@ -122,13 +122,6 @@ PHASE_MISSES.update({
 })
 
 
-# Batch 19's misses on its first read (the record is first_runs.json), kept as they were read.
-FAMILY_MISSES.update({
-    "public/470": "batch 19, first read: musubi-tuner's records through modules named like sd-scripts' name "
-                  "sd-scripts; the label names musubi-tuner",
-})
-
-
 # Batch 20's misses on its first read (the record is first_runs.json), kept as they were read.
 FAMILY_MISSES.update({
     "public/500": "batch 20, first read: fast-stable-diffusion's launch of diffusers' train_dreambooth.py is named "
@@ -194,10 +187,6 @@ PHASE_MISSES.update({
     "public/642": "batch 25, first read: block-swap frames moving a block's weights to the CPU are read as start-up "
                   "(moving tensors to the CPU); the label says block swapping runs in several stages (unknown)",
 })
-FAMILY_MISSES.update({
-    "public/654": "batch 25, first read: sd-scripts' frames under LoRA_Easy_Training_Scripts' folder name "
-                  "sd-scripts; the label names LoRA_Easy_Training_Scripts only",
-})
 
 # Batch 26's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
@@ -219,8 +208,6 @@ KIND_MISSES.update({
 })
 
 # Batch 27's misses on its first read (the record is first_runs.json), kept as they were read.
-PHASE_MISSES.update({
-})
 KIND_MISSES.update({
     "public/705": "batch 27, first read: a GUI's ERROR record that the logging folder does not exist, ten minutes "
                   "before the job starts, is read as the failure (missing_file); the label says the run went on "
@@ -440,8 +427,6 @@ FAMILY_MISSES.update({
 })
 
 # Batch 39's misses on its first read (the record is first_runs.json), kept as they were read.
-PHASE_MISSES.update({
-})
 KIND_MISSES.update({
     "public/1064": "batch 39, first read: Rich traceback fragments without a header are read as an unfinished run; "
                    "the label calls it a cut traceback",
@@ -498,8 +483,6 @@ KIND_MISSES.update({
 PHASE_MISSES.update({
     "public/1143": "batch 42, first read: transformers' loss-type notice and a console pause line are read as "
                    "start-up; the label sees no line of the job (unknown)",
-    "public/1149": "batch 42, first read: train.py main's dist.all_reduce(avg_loss, …) -> _get_default_group "
-                   "ValueError is read as start-up (a distributed failure); the label reads the loop logging its loss",
     "public/1151": "batch 42, first read: the pipeline assembled with from_pretrained after 'Steps: 100% 315/315' is "
                    "read as sampling; the label reads the final save",
     "public/1153": "batch 42, first read: 'preprocessing complete', a 'train_start' event and a 'Training "
@@ -531,29 +514,15 @@ STEP_MISSES.update({
 
 # Batch 43's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1173": "batch 43, first read: Rich rows of torch's DataLoader only are read as the first step; the label "
-                   "says library frames name no stage (unknown)",
-    "public/1181": "batch 43, first read: a 'Missing key(s) in state_dict' continuation without its header line is "
-                   "not read as a failure (no phase); the label reads weights being loaded (start-up)",
     "public/1182": "batch 43, first read: Rich rows of a frame reading a caption file ('lines = f.readlines()') then "
                    "codecs' decode give no phase; the label reads the dataset being read (start-up)",
-    "public/1188": "batch 43, first read: accelerate's 'ipex flag is deprecated' launch warning and TensorFlow's "
-                   "import records give no phase; the label reads the launcher starting (start-up)",
-    "public/1195": "batch 43, first read: 'ValueError: no metadata / メタデータファイルがありません: /meta_lat.json' under "
-                   "its raise line gives no phase; the label reads the dataset's metadata file (start-up)",
     "public/1199": "batch 43, first read: the GUI's 'Start training LoRA Standard' records up to 'Saving training "
                    "config to …json…', cut, are read as a missing-file failure with no phase; the label reads the "
                    "GUI preparing the launch (start-up)",
 })
 KIND_MISSES.update({
-    "public/1181": "batch 43, first read: the 'Missing key(s) in state_dict' continuation is read as an unfinished "
-                   "run; the label reads the failure (other)",
     "public/1199": "batch 43, first read: the GUI's records, cut, are read as a missing-file failure; the label calls "
                    "the text cut before any error (incomplete)",
-})
-FAMILY_MISSES.update({
-    "public/1186": "batch 43, first read: sd-scripts' 'prepare optimizer, data loader etc.' names sd-scripts; the "
-                   "label names musubi-tuner, whose logger ('musubi_tuner.hv_train_network') logs the next lines",
 })
 
 

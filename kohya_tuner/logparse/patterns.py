@@ -407,6 +407,8 @@ OOM_STAT_LINE_RE = re.compile(r"\s*(?:Currently allocated|Requested|Device limit
 FATAL_WITHOUT_LEVEL = ("no data found. please verify", "画像がありません")
 # Lines that are a failure whatever their kind: Python's `-m` finding no module to run, behind the
 # interpreter's name or not ("…\\python.exe: Error while finding module specification for …").
+# torch's load_state_dict report of the keys it lacks or has too many (lower-cased, its indent kept).
+STATE_DICT_REPORT_RE = re.compile(r"\s*(?:missing|unexpected) key\(s\) in state_dict: [\"']")
 FATAL_OTHER_RE = re.compile(r"(?:^|python[\w.]*(?:\.exe)?: )error while finding module specification")
 JOB_FAILED_RE = re.compile(r"\s*!!!\s*exception during processing\s*!!!\s*\S"  # ComfyUI's report of a node's error
                            r"|\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"

@@ -65,6 +65,10 @@ class RecordNames:
         if not new and not message:
             return
         self._last_logger = name
+        if new and "." in name:
+            # A logger named for its package ("musubi_tuner.hv_train_network") names the program that
+            # logs, as Rich's source column does.
+            self._names(name, name.lower(), out, module=True)
         found = PW.source_phase(name)
         if found is None:
             return
