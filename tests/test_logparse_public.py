@@ -354,8 +354,6 @@ FAMILY_MISSES.update({
 
 # Batch 35's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/934": "batch 35, first read: FluxGym's printout of its settings, cut, gives no phase; the label reads "
-                  "the GUI setting the job up (start-up)",
     "public/952": "batch 35, first read: prepare_buckets_latents.py's image count and VAE loading, cut, are read "
                   "as start-up; the label reads the standalone latent-caching script starting",
     "public/953": "batch 35, first read: the middle of a Rich traceback, sd-scripts' forward_xformers into "
@@ -528,8 +526,6 @@ KIND_MISSES.update({
 
 # Batch 44's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1203": "batch 44, first read: the job's arguments printed as a Namespace(…), cut, give no phase; the "
-                   "label reads the arguments being read (start-up)",
     "public/1208": "batch 44, first read: '[rank0]:' frames of load_target_model -> unet.load_state_dict, cut, give "
                    "no phase; the label reads the model being loaded (start-up)",
     "public/1213": "batch 44, first read: the web UI's 'Error completing request' and an extension's on_train_begin "
@@ -547,16 +543,12 @@ KIND_MISSES.update({
 PHASE_MISSES.update({
     "public/1236": "batch 45, first read: DeepSpeed's launcher records and 'Process … exits successfully.' give no "
                    "phase; the label reads the launcher (start-up)",
-    "public/1237": "batch 45, first read: the web UI's train_embedding -> processing.process_images( is read as "
-                   "start-up; the label reads the preview image generated during training (sampling)",
     "public/1246": "batch 45, first read: 'Building Dataset …', 'Network … is created' and 'Loading … model from', "
                    "cut, give no phase; the label reads the network being loaded (start-up)",
     "public/1247": "batch 45, first read: ai-toolkit's UI and '[WORKER] Starting job …' records give no phase; the "
                    "label reads the program starting the job (start-up)",
     "public/1249": "batch 45, first read: bitsandbytes' import warnings alone give no phase; the label reads the "
                    "job's imports (start-up)",
-    "public/1250": "batch 45, first read: 'SAVING CHECKPOINT...' and 'Converting to CKPT ...' after the progress line "
-                   "are read as training; the label reads the save",
     "public/1252": "batch 45, first read: 'Here comes the checkpoint...' then 'Killed' after the epoch bar is read as "
                    "training; the label reads the save",
     "public/1255": "batch 45, first read: Lightning's sanity check with its first letter cut ('anity Checking') gives "

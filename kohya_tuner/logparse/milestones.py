@@ -47,12 +47,14 @@ SETTING_ROW_RE = re.compile(r"\|?\s*([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\s*(?:\||:|=)
 DOWNLOADED_FILE_RE = re.compile(r"[\w.\-/\\]{1,200}\.(?:json|model|safetensors|bin|txt|pth?|ckpt|gguf|msgpack|onnx|sft)$")
 # A key of a printed mapping: "'save_every_n_steps': None".
 MAPPING_KEY_RE = re.compile(r"'([a-z][a-z0-9]*(?:_[a-z0-9]+)+)': ")
+# The same printed as argparse's Namespace ("Namespace(…, max_train_steps=1600, optimizer_type='Lion', …)").
+NAMESPACE_KEY_RE = re.compile(r"(?:^|[(,] ?)([a-z][a-z0-9]*(?:_[a-z0-9]+)+)=")
 
 
-def _argument_keys(s: str) -> int:
+def _argument_keys(s: str, rx: re.Pattern = MAPPING_KEY_RE) -> int:
     """How many keys of a printed mapping are sd-scripts argument names (multi-word ones)."""
     names = P.arg_names()
-    return sum(1 for k in MAPPING_KEY_RE.findall(s[:4000]) if k in names)
+    return sum(1 for k in rx.findall(s[:4000]) if k in names)
 
 
 NODE_TYPE_RE = re.compile(r"Node Type:\W*([A-Za-z_]\w*)|^Error occurred when executing ([A-Za-z_]\w*):")
@@ -279,9 +281,11 @@ class Milestones:
                 # when the job starts. Sampling prints its own (sample_*) settings.
                 out.append(Milestone(phase="model_load", name=SETTINGS_PRINTED, line=s[:300]))
                 return True
-        if s.count("': ") >= 4 and _argument_keys(s) >= 4:
-            # The job's parsed arguments printed as a mapping ({'output_dir': …, 'save_state': …}):
-            # printed once, as the job starts (a trainer's metrics name no argument).
+        if (s.count("': ") >= 4 and _argument_keys(s) >= 4) or (
+                s.count("=") >= 4 and ", " in s and _argument_keys(s, NAMESPACE_KEY_RE) >= 4):
+            # The job's parsed arguments printed as a mapping ({'output_dir': …, 'save_state': …}) or
+            # as argparse's Namespace(…): printed once, as the job starts (a trainer's metrics name
+            # no argument).
             out.append(Milestone(phase="model_load", name=SETTINGS_PRINTED, line=s[:300]))
             return True
         if (".py" in s or ".sh" in s) and not s.startswith(("File ", "Traceback")):
