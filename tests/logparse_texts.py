@@ -23,3 +23,8 @@ def frame(path: str, line: int, func: str, source: str | None = None) -> str:
 
 def phase(text: str) -> str:
     return diagnose(parse_text(text)).phase
+
+
+def box_row(text: str) -> str:
+    """One row of a Rich traceback box, 80 columns wide."""
+    return "│ " + text.ljust(78) + " │\n"

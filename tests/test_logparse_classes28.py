@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kohya_tuner.logparse import diagnose, parse_text
-from tests.logparse_texts import BAR, CACHING, HEAD, OOM, frame, phase
+from tests.logparse_texts import BAR, CACHING, HEAD, OOM, box_row, frame, phase
 
 _ERR = "TypeError: bad\n"
 _MODULE = frame("E:\\lora-scripts\\sd-scripts\\sdxl_train_network.py", 182, "<module>",
@@ -94,26 +94,22 @@ def test_caching_that_encodes_through_the_same_strategy_is_still_caching():
     assert phase(text) == "cache_text_encoder"
 
 
-def _row(text: str) -> str:
-    return "│ " + text.ljust(78) + " │\n"
-
-
 _BOX_HEAD = "╭──────────────────── Traceback (most recent call last) ─────────────────────╮\n"
 _BOX_END = "╰──────────────────────────────────────────────────────────────────────────────╯\n"
 
 
 def test_a_rich_boxs_rows_around_the_line_that_ran_are_not_evidence():
     # The <module> frame shows its argument parsing around the ❱ row; the frame that ran was sampling.
-    text = (BAR + _BOX_HEAD + _row("/sd/train_network.py:480 in <module>") + _row("")
-            + _row("  477 │   args = parser.parse_args()") + _row("  478 │   args = train_util.read_config_from_file(args, p)")
-            + _row("❱ 480 │   trainer.train(args)") + _row("  481") + _row("")
-            + _row("/sd/train_network.py:1300 in train") + _row("")
-            + _row("❱ 1300 │   self.sample_images(accelerator, args, epoch)") + _row("") + _BOX_END + _ERR)
+    text = (BAR + _BOX_HEAD + box_row("/sd/train_network.py:480 in <module>") + box_row("")
+            + box_row("  477 │   args = parser.parse_args()") + box_row("  478 │   args = train_util.read_config_from_file(args, p)")
+            + box_row("❱ 480 │   trainer.train(args)") + box_row("  481") + box_row("")
+            + box_row("/sd/train_network.py:1300 in train") + box_row("")
+            + box_row("❱ 1300 │   self.sample_images(accelerator, args, epoch)") + box_row("") + _BOX_END + _ERR)
     assert phase(text) == "sampling"
 
 
 def test_where_the_paste_cut_a_frames_run_row_its_rows_are_kept():
-    text = (_row("  1144 │   │") + _row("  1145 │   │   return self._apply(convert)") + _row("  1146") + _BOX_END
+    text = (box_row("  1144 │   │") + box_row("  1145 │   │   return self._apply(convert)") + box_row("  1146") + _BOX_END
             + OOM)
     assert phase(text) == "model_load"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kohya_tuner.logparse import diagnose, parse_text
-from tests.logparse_texts import BAR, CACHING, HEAD, OOM, frame, phase
+from tests.logparse_texts import BAR, CACHING, HEAD, OOM, box_row, frame, phase
 
 
 @pytest.mark.parametrize("line", [
@@ -70,14 +70,10 @@ def test_other_deprecations_are_not(line):
     assert phase(CACHING + line + "\n") == "cache_latents"
 
 
-def _row(text: str) -> str:
-    return "│ " + text.ljust(78) + " │\n"
-
-
 def test_the_data_loaders_own_rows_alone_say_no_stage():
-    text = (_row("/venv/lib/python3.10/site-packages/torch/utils/data/dataloader.py:634 in __next__")
-            + _row("❱  634 │   │   │   data = self._next_data()")
-            + _row("/venv/lib/python3.10/site-packages/torch/utils/data/dataloader.py:1346 in _next_data"))
+    text = (box_row("/venv/lib/python3.10/site-packages/torch/utils/data/dataloader.py:634 in __next__")
+            + box_row("❱  634 │   │   │   data = self._next_data()")
+            + box_row("/venv/lib/python3.10/site-packages/torch/utils/data/dataloader.py:1346 in _next_data"))
     d = diagnose(parse_text(text))
     assert d.phase == "unknown"
 
