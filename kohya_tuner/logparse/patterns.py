@@ -258,6 +258,7 @@ def record_head(line: str) -> tuple[str, str | None, int] | None:
             return m.group(1), m.group(2), m.end()
     return None
 
+
 def clean_record(line: str) -> tuple[str, tuple[str, str | None] | None]:
     """The line cleaned, and (level, logger) where it is a record in one of the forms above (its head cut)."""
     head = record_head(line)
