@@ -136,7 +136,6 @@ def runs_other_phases(what: str | None) -> bool:
     return what is not None and what in table().loops
 
 
-_CONTEXT_ROW_RE = re.compile(r"\d+\s*│")
 _BOX_FRAME_HEAD_RE = re.compile(r"\.py:\d+ in [\w<>.]+")
 
 
@@ -156,7 +155,7 @@ def _context_rows(frames: list[str] | tuple[str, ...]) -> frozenset[int]:
             group, marked = [], False
         elif line[:1] == "❱":
             marked = True
-        elif line[:1].isdigit() and _CONTEXT_ROW_RE.match(line):
+        elif line[:1].isdigit() and _SOURCE_ROW_RE.match(line):
             group.append(i)
     if marked:
         out.update(group)
