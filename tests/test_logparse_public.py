@@ -155,8 +155,6 @@ PHASE_MISSES.update({
 
 # Batch 23's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/582": "batch 23, first read: OneTrainer's 'step: 100% 33/33', then a 'caching:' bar cut after its "
-                  "glyphs, is read as training; the label reads the caching pass OneTrainer runs between epochs",
     "public/586": "batch 23, first read: a KeyboardInterrupt raised in torch/library.py's __init__ is read as "
                   "start-up from the __init__ frame; the label says no line or frame of the job shows (unknown)",
 })
@@ -194,9 +192,6 @@ PHASE_MISSES.update({
                   "no phase; the label reads the job being launched (start-up)",
     "public/675": "batch 26, first read: OneTrainer's 'step: 0it' bar redrawn beside an unnamed bar at 71-75/100 "
                   "is read as the first step; the label says no line names the running bar (unknown)",
-    "public/679": "batch 26, first read: 'An error occurred during training:' is read as the training step, over "
-                  "Trainer(args) -> __init__ frames; the label reads the arguments checked as the trainer is built "
-                  "(start-up)",
     "public/681": "batch 26, first read: a video VAE's forward and torch module frames alone are read as the first "
                   "step (a forward pass); the label says library frames alone say no stage (unknown)",
     "public/692": "batch 26, first read: 'Training \"…\" based on 10 images.' and per-image bars, cut, give no "
@@ -220,9 +215,6 @@ KIND_MISSES.update({
 PHASE_MISSES.update({
     "public/727": "batch 28, first read: OneTrainer's launcher running train_remote.py, 'Clearing cache directory' "
                   "and 'No backup found', cut with no failure, give no phase; the label reads the job starting",
-    "public/731": "batch 28, first read: 'While copying the parameter named …' lines of a checkpoint load, the "
-                  "error's first line cut, give no phase; the label reads parameters copied from a checkpoint "
-                  "(start-up)",
     "public/734": "batch 28, first read: the command line and the OOM, then 'Epochs: 0/10' and a 'Steps: 1%' bar "
                   "cut before its count, are read as start-up from the command line; the label reads training",
     "public/737": "batch 28, first read: TensorFlow's oneDNN note and factory-registration records, cut, give no "
@@ -235,8 +227,6 @@ PHASE_MISSES.update({
 KIND_MISSES.update({
     "public/723": "batch 28, first read: 'CUDA error: no kernel image is available' is read as CUDA unavailable; "
                   "the label calls it a CUDA error (cuda_error)",
-    "public/731": "batch 28, first read: 'While copying the parameter named …' lines with the error's first line "
-                  "cut are not read as an error (incomplete); the label reads the exception they name (other)",
 })
 STEP_MISSES.update({
     "public/733": "batch 28, first read: the bar at 0/12 beside the step's frames is not read as the step bar",
@@ -374,8 +364,6 @@ KIND_MISSES.update({
 })
 # Batch 36's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/965": "batch 36, first read: 'enumerating sample paths' then OneTrainer's 'caching:   0%|' bar, cut, "
-                  "is read as start-up; the label reads the caching pass starting",
     "public/977": "batch 36, first read: a bare ValueError on the dataloader config gives no phase; the label "
                   "reads the config being read (start-up)",
     "public/978": "batch 36, first read: SimpleTuner's text-embed backend, then 'Configuring data backend' and "
@@ -485,18 +473,12 @@ PHASE_MISSES.update({
                    "read as sampling; the label reads the final save",
     "public/1153": "batch 42, first read: 'preprocessing complete', a 'train_start' event and a 'Training "
                    "Configuration' table, cut, give no phase; the label reads a training header (start-up)",
-    "public/1158": "batch 42, first read: 'Error loading pipeline: Target modules … not found in the base model' is "
-                   "not read as a failure (no phase); the label reads the pipeline being loaded (start-up)",
     "public/1160": "batch 42, first read: OneTrainer's 'activating venv' and 'Using Python' lines, then transformers' "
                    "warnings, give no phase; the label reads the program starting up",
     "public/1162": "batch 42, first read: SimpleTuner's start-up records with no logger after the level, cut, give no "
                    "phase; the label reads the trainer reading its configuration (start-up)",
     "public/1166": "batch 42, first read: trainer.test(model, data) after the 'Epoch 2: 56% 180/322' bar is read as "
                    "training; the label reads a test stage that is none of the phases (unknown)",
-    "public/1169": "batch 42, first read: Lightning's and ColossalAI's warnings, then 'Epoch 0:   0%| 1/133740' as the "
-                   "last line, give no phase; the label reads the loop past its first step",
-    "public/1171": "batch 42, first read: train.py main 'noise_pred = transformer3d(' into DistributedDataParallel's "
-                   "forward gives no phase; the label reads the training step's forward",
 })
 KIND_MISSES.update({
     "public/1148": "batch 42, first read: the accelerate CLI's traceback, cut, is read as the trainer exiting with an "
@@ -506,7 +488,6 @@ KIND_MISSES.update({
 })
 STEP_MISSES.update({
     "public/1153": "batch 42, first read: the 'train_start' event's total_steps 3400 is not read as the total",
-    "public/1169": "batch 42, first read: Lightning's 'Epoch 0:   0%| 1/133740' bar is not read as the step",
 })
 
 
@@ -526,14 +507,10 @@ KIND_MISSES.update({
 
 # Batch 44's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1208": "batch 44, first read: '[rank0]:' frames of load_target_model -> unet.load_state_dict, cut, give "
-                   "no phase; the label reads the model being loaded (start-up)",
     "public/1213": "batch 44, first read: the web UI's 'Error completing request' and an extension's on_train_begin "
                    "frame give no phase; the label reads the launcher setting the job up (start-up)",
 })
 KIND_MISSES.update({
-    "public/1208": "batch 44, first read: the '[rank0]:' traceback cut at torch's raise is read as an unfinished run; "
-                   "the label calls it a cut traceback",
     "public/1222": "batch 44, first read: Rich rows of runpy and the accelerate script, cut, are read as an unfinished "
                    "run; the label calls them a cut traceback",
 })
@@ -543,8 +520,6 @@ KIND_MISSES.update({
 PHASE_MISSES.update({
     "public/1236": "batch 45, first read: DeepSpeed's launcher records and 'Process … exits successfully.' give no "
                    "phase; the label reads the launcher (start-up)",
-    "public/1246": "batch 45, first read: 'Building Dataset …', 'Network … is created' and 'Loading … model from', "
-                   "cut, give no phase; the label reads the network being loaded (start-up)",
     "public/1247": "batch 45, first read: ai-toolkit's UI and '[WORKER] Starting job …' records give no phase; the "
                    "label reads the program starting the job (start-up)",
     "public/1249": "batch 45, first read: bitsandbytes' import warnings alone give no phase; the label reads the "

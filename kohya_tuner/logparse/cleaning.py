@@ -33,6 +33,8 @@ _PREFIX_RE = re.compile(
 )
 
 
+# A level padded before a bar is a record's head (a loguru format), not a service's name.
+_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "SUCCESS", "TRACE"})
 _HOST_RE = re.compile(r"[A-Za-z0-9][\w.\-]*[A-Za-z0-9]")
 _BAR_AFTER_RE = re.compile(r" *\d{1,3}%\|")
 
@@ -51,7 +53,10 @@ def host_prefix_end(line: str) -> int:
     elif i < 0:
         return 0
     token = line[:i].rstrip(" ")
-    if not ("-" in token or any(ch.isdigit() for ch in token)) or token.endswith(".py"):
+    # A service name padded before its bar ("trainer  | ", compose's alignment) needs no dash or
+    # digit: one space before a bar is how tables and other records put it.
+    padded = j > 0 and line[j - 1] == " " and token not in _LEVELS
+    if not (padded or "-" in token or any(ch.isdigit() for ch in token)) or token.endswith(".py"):
         return 0
     if not _HOST_RE.fullmatch(token):
         return 0

@@ -18,9 +18,9 @@ from typing import Iterable
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
-    CACHE_CHECK, CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, SETTINGS_PRINTED, TRAINING_HEADER, EpochStart,
-    Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes, Progress, Resumed, Saved,
-    TotalSteps, Wrapper,
+    CACHE_CHECK, CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, REPORTED_WHERE, SETTINGS_PRINTED, TRAINING_HEADER,
+    EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes, Progress,
+    Resumed, Saved, TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.frames import JOB_CODE_LEVEL, runs_other_phases, wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
@@ -206,7 +206,20 @@ def _choose(failures: list[_Failed]) -> _Failed | None:
         key = (rank, f.index)
         if best_key is None or key < best_key:
             best, best_key = f, key
+        elif best is not None and key[0] == best_key[0] and _reported_again(best.event, ev):
+            # A program's report of the error ("An error occurred during training: <message>") and
+            # then the error itself with its traceback: one failure, whose frames say where it was.
+            best = f
     return best
+
+
+def _reported_again(first: Event, later: Event) -> bool:
+    """Whether `later` is the exception `first` already reported in its own words, with frames."""
+    if not (isinstance(first, Failure) and isinstance(later, Failure)) or later.frame in (None, REPORTED_WHERE) \
+            or first.frame not in (None, REPORTED_WHERE):
+        return False
+    _, sep, text = later.message.partition(": ")
+    return bool(sep) and len(text) >= 20 and first.message.endswith(text)
 
 
 def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:

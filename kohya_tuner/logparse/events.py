@@ -188,6 +188,11 @@ class Oom(Event):
     rank: int | None = None
 
 
+# A Failure's `frame` where the program's own report of the error named the phase ("An error occurred
+# during training: …"), not its frames.
+REPORTED_WHERE = "the trainer's own report of where it failed"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Failure(Event):
     """Anything else that stops or spoils a run; `kind` is one of ERROR_KINDS."""

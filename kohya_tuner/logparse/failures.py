@@ -128,9 +128,9 @@ class Failures:
                 out.append(Failure(kind="other", message=s[:500], where=ev.diagnose_phase, frame=ev.what,
                                    frame_level=ev.level, line=s))
                 return
-        if "state_dict" in low and P.STATE_DICT_REPORT_RE.match(low):
-            # torch's report of the keys a state dict lacks or has too many, its head line ("Error(s) in
-            # loading state_dict for …") cut: the failure itself.
+        if ("state_dict" in low or "while copying" in low) and P.STATE_DICT_REPORT_RE.match(low):
+            # torch's report of the keys a state dict lacks or has too many (or of a parameter it could
+            # not copy), its head line ("Error(s) in loading state_dict for …") cut: the failure itself.
             out.append(_worded_failure(P.error_kind(s), s))
             return
         if not P.SUSPECT_RE.search(low):

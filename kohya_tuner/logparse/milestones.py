@@ -17,8 +17,8 @@ from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import phase_words as PW
 from kohya_tuner.logparse.oomfigures import oom_figures
 from kohya_tuner.logparse.events import (
-    SETTINGS_PRINTED, EpochStart, Event, Failure, Finished, Milestone, Oom, Progress, Resumed, Saved,
-    TotalSteps,
+    REPORTED_WHERE, SETTINGS_PRINTED, EpochStart, Event, Failure, Finished, Milestone, Oom, Progress, Resumed,
+    Saved, TotalSteps,
 )
 
 # A trainer's own step counter: "Starting training step (361/7200)", "STARTING AT STEP: 1/40000",
@@ -167,6 +167,19 @@ class Milestones:
             out.append(self._cache_done)
             self._cache_done = None
 
+    def _cut_side_bar(self, desc: str, out: list[Event]) -> bool:
+        """A named bar other than the training bar, cut before its count ("caching:   0%|",
+        "Loading pipeline components:  40%|███" at the end of a paste): its name says what the
+        trainer was doing, as the whole bar's would. False for a bar with no name."""
+        if not desc.strip(" :"):
+            return False
+        self._flush_rich(out)
+        self._flush_oom(out)
+        last = self._side
+        name = desc.strip().rstrip(":").strip()
+        self._named_side_bar(desc, last[1] if last is not None and last[0] == name else 0, out)
+        return True
+
     def _named_side_bar(self, desc: str, n: int, out: list[Event]) -> None:
         """A named bar other than the training bar says what the trainer is doing ("Loading
         pipeline components", "Caching latents to disk"): its description is read as a milestone
@@ -200,7 +213,7 @@ class Milestones:
         if found is None:
             return False
         phase, oom = found
-        what = "the trainer's own report of where it failed" if phase is not None else None
+        what = REPORTED_WHERE if phase is not None else None
         if level in ("INFO", "DEBUG", "WARNING"):
             if phase is None:
                 return False

@@ -231,6 +231,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                     self._flush_oom(out)
                     out.append(Progress(step=0, total=0, line=line.strip()))
                     return
+                if m and self._cut_side_bar(m.group("desc"), out):
+                    return
                 m = None
             elif m is None and "%|" in line:
                 cut = P.BAR_CUT_RE.match(line)
@@ -239,6 +241,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                     self._flush_rich(out)
                     self._flush_oom(out)
                     out.append(Milestone(phase="training", name=BAR_REDRAWN, line=line.strip()[:200]))
+                    return
+                if cut and self._cut_side_bar(cut.group("desc"), out):
                     return
             if m:
                 self._flush_rich(out)
@@ -306,6 +310,12 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         elif line[:1] in ("D", "I", "W", "E", "C"):
             m = P.PYLOG_RE.match(line)
             if m:
+                if m.group(3).startswith(P.TRACEBACK_HEAD):
+                    # A logger given the formatted traceback ("ERROR:finetrainers:Traceback (most recent
+                    # call last):"): its frames follow as plain lines.
+                    self._logger(m.group(2), out, m.group(3))
+                    self._physical(m.group(3), out, cleaned=True)
+                    return
                 self._logger(m.group(2), out, m.group(3))
                 self._logical(m.group(3), m.group(1), out)
                 return

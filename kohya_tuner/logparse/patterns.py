@@ -22,7 +22,8 @@ from kohya_tuner.logparse.cleaning import cell_len, clean, host_prefix_end, stri
 RICH_MESSAGE_COLUMN = 29
 RICH_HEAD_RE = re.compile(r"(?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}| {19}) (DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: +(.*))?$")
 # The same record after a tool stripped the leading blanks.
-LOOSE_HEAD_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) +(\S.*)?$")
+# The level may end in a colon ("INFO: Loading …", basicsr's and uvicorn's "LEVEL: message").
+LOOSE_HEAD_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: +|: +)(\S.*)?$")
 RICH_PATH_RE = re.compile(r"\s([\w.\-]+\.py:\d+)\s*$")
 # Rich's level column: the level padded to eight characters, and a space.
 RICH_LEVEL_WIDTH = 9
@@ -37,11 +38,12 @@ DASH_LEVEL_RE = re.compile(r"- (?:[\w.]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL)
 # bar ("steps:   0% 0/2300 [00:01<?, ?it/s]") where tqdm writes to a notebook or Colab cell.
 # With tqdm's unit_scale the counts carry SI prefixes ("1.02k/30.0k", "5.00/100"; progress.py).
 # The closing bracket may be missing: a paste cut inside the postfix, or another message printed
-# onto the bar's line before tqdm closed it (the rest of the line is then read as postfix).
+# onto the bar's line before tqdm closed it (the rest of the line is then read as postfix); a paste
+# cut right after the counts has no bracket at all ("Epoch 0:   0%|          | 1/133740").
 BAR_RE = re.compile(
     r"(?P<desc>[^|\r\n]*?)\s*(?P<pct>\d{1,3})%(?:\|[^|]*\||(?= ))\s*"
     r"(?P<n>\d+(?:\.\d+)?[kMGTPEZY]?)/(?P<total>\d+(?:\.\d+)?[kMGTPEZY]?)\s*"
-    r"\[(?:[^<\],]*<[^,\]]*,\s*(?P<rate>[\d.]+|\?)\s*(?P<scale>[kMGTPEZY]?)(?P<unit>it/s|s/it))?(?P<inner>[^\]]*)(?:\]|$)"
+    r"(?:\[(?:[^<\],]*<[^,\]]*,\s*(?P<rate>[\d.]+|\?)\s*(?P<scale>[kMGTPEZY]?)(?P<unit>it/s|s/it))?(?P<inner>[^\]]*)(?:\]|$)|$)"
 )
 # A bar cut right after it started ("Steps:   0%|" at the end of a paste): step 0, total unknown.
 BAR_START_RE = re.compile(r"(?P<desc>[^|\r\n]*?)\s*0%\|\s*$")
@@ -408,8 +410,9 @@ OOM_STAT_LINE_RE = re.compile(r"\s*(?:Currently allocated|Requested|Device limit
 FATAL_WITHOUT_LEVEL = ("no data found. please verify", "画像がありません")
 # Lines that are a failure whatever their kind: Python's `-m` finding no module to run, behind the
 # interpreter's name or not ("…\\python.exe: Error while finding module specification for …").
-# torch's load_state_dict report of the keys it lacks or has too many (lower-cased, its indent kept).
-STATE_DICT_REPORT_RE = re.compile(r"\s*(?:missing|unexpected) key\(s\) in state_dict: [\"']")
+# torch's load_state_dict report of the keys it lacks or has too many, or of a parameter it could not
+# copy from the checkpoint (lower-cased, its indent kept).
+STATE_DICT_REPORT_RE = re.compile(r"\s*(?:(?:missing|unexpected) key\(s\) in state_dict: [\"']|while copying the parameter named [\"'])")
 FATAL_OTHER_RE = re.compile(r"(?:^|python[\w.]*(?:\.exe)?: )error while finding module specification")
 JOB_FAILED_RE = re.compile(r"\s*!!!\s*exception during processing\s*!!!\s*\S"  # ComfyUI's report of a node's error
                            r"|\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"

@@ -98,15 +98,17 @@ def _from_tqdm(m: re.Match) -> Bar:
     speed = None
     if rate and rate != "?":
         speed = _rate(rate, scale, unit) if scale or unit != "it/s" else float(rate)
-    return Bar(desc, int(n) if n.isdigit() else count(n), int(total) if total.isdigit() else count(total), inner,
-               speed, m.end(), int(pct))
+    # (No inner part where the paste stops right after the counts.)
+    return Bar(desc, int(n) if n.isdigit() else count(n), int(total) if total.isdigit() else count(total),
+               inner or "", speed, m.end(), int(pct))
 
 
 def match_bar(line: str) -> Bar | None:
     """The bar at the start of a line, in any of the forms above, else None. A line holding none of
     "%|", "% ", "it [", "━" and a "|" before its counts is none of them (the parser tests that first)."""
     m = P.BAR_RE.match(line)
-    if m is not None:
+    if m is not None and (m.group("inner") is not None or "|" in line[m.end("pct"):m.start("n")]):
+        # (Counts with no bracket after them are a bar only where tqdm's bar is drawn before them.)
         return _from_tqdm(m)
     if "it [" in line:
         m = NO_TOTAL_RE.match(line)
