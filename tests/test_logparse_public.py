@@ -552,11 +552,6 @@ FAMILY_MISSES.update({
 
 # Batch 46's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1263": "batch 46, first read: 'cache Text Encoder outputs for sample prompt' after the caching bar, then "
-                   "'Checking the state dict: Diffusers o' (cut) is read as text-encoder caching; the label reads the "
-                   "model being loaded after the pass (start-up)",
-    "public/1268": "batch 46, first read: 'move vae and unet to cpu to save memory' after the latent pass is read as "
-                   "text-encoder caching; the label reads models moved between the passes (start-up)",
     "public/1283": "batch 46, first read: accelerate's multi-GPU launcher frames, cut, give no phase; the label reads "
                    "the launch (start-up)",
 })
@@ -572,22 +567,10 @@ FAMILY_MISSES.update({
 
 # Batch 47's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1295": "batch 47, first read: the shell's 'sh: 2: accelerate: not found' gives no phase; the label reads "
-                   "the launcher not found as the job starts (start-up)",
-    "public/1296": "batch 47, first read: '[TRAIN] … INFO epoch is incremented.' records with a tool's tag before "
-                   "them give no phase; the label reads the first epoch starting",
-    "public/1303": "batch 47, first read: LyCORIS' create_network frame alone gives no phase; the label reads the "
-                   "network being created (start-up)",
-    "public/1315": "batch 47, first read: 'Parent directory F: does not exist.' with the bar at 31/9300 is read as "
-                   "training; the label reads a file being written (a save)",
     "public/1322": "batch 47, first read: a bare FileNotFoundError naming the model file gives no phase; the label "
                    "reads the model being opened (start-up)",
 })
 KIND_MISSES.update({
-    "public/1295": "batch 47, first read: 'sh: 2: accelerate: not found' is not read as the failure; the label reads "
-                   "an error (other)",
-    "public/1301": "batch 47, first read: a conversion script's ModuleNotFoundError behind a tool's tag is not read as "
-                   "the failure; the label reads an error (other)",
     "public/1307": "batch 47, first read: bitsandbytes' 'no kernel image is available' is read as cuda_unavailable; "
                    "the label reads a CUDA error",
     "public/1313": "batch 47, first read: the ERROR record 'No prompt file' is not read as the failure; the label "
@@ -603,41 +586,23 @@ FAMILY_MISSES.update({
 
 # Batch 48's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1327": "batch 48, first read: 'Resuming from checkpoint …' and train_sdxl.py main's 'global_step = "
-                   "int(path.split(…))' give no phase; the label reads the state being restored (start-up)",
     "public/1330": "batch 48, first read: the printed configuration's tail and a config_cb record give no phase; the "
                    "label reads the configuration being read (start-up)",
-    "public/1332": "batch 48, first read: 'Moving text encoders back to CPU' after the text-embed pass is read as that "
-                   "pass; the label reads the set-up after it (start-up)",
     "public/1338": "batch 48, first read: quanto's and torch's frames alone are read as start-up; the label reads no "
                    "stage (library frames)",
-    "public/1341": "batch 48, first read: OneTrainer's setup_optimizations -> enable_checkpointing gives no phase; the "
-                   "label reads gradient checkpointing being set up (start-up)",
     "public/1343": "batch 48, first read: diffusers' import-time pytree warning gives no phase; the label reads the "
                    "job's imports (start-up)",
-    "public/1346": "batch 48, first read: '0:INFO: Prepare everything with our accelerator.' gives no phase; the label "
-                   "reads accelerate's prepare (start-up)",
 })
 
 
 # Batch 49's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1354": "batch 49, first read: diffusion-pipe's cache_metadata -> datasets' map, cut, gives no phase; the "
-                   "label reads the dataset's metadata being read (start-up)",
-    "public/1356": "batch 49, first read: 'Found 0 images', 'Error running job: no images found' and ai-toolkit's "
-                   "get_dataloader_from_datasets frame give no phase; the label reads the dataset (start-up)",
-    "public/1360": "batch 49, first read: main.py's 'ngpu = len(lightning_config.trainer.gpus…)' among the checkpoint's "
-                   "records gives no phase; the label reads the trainer's configuration (start-up)",
     "public/1364": "batch 49, first read: a list of text-encoder key names alone gives no phase; the label reads "
                    "weights being loaded (start-up)",
-    "public/1365": "batch 49, first read: DeepSpeed's import warnings and torch.distributed's OMP_NUM_THREADS notice "
-                   "give no phase; the label reads the launcher starting its processes (start-up)",
     "public/1373": "batch 49, first read: '[LoRA] Saved checkpoint: …' after 'Step 3/3' is read as training; the "
                    "label reads the checkpoint being written",
     "public/1378": "batch 49, first read: a UserWarning at a batch's .to(self.device) and MPSGraph's error give no "
                    "phase; the label reads a training batch",
-    "public/1381": "batch 49, first read: train_bbx.py's 'self.save(cur_kfiou)' frame gives no phase; the label reads "
-                   "the loop's call to save",
 })
 KIND_MISSES.update({
     "public/1358": "batch 49, first read: the web UI's 'Error completing request' after the bar is not read as the "

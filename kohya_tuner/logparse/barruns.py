@@ -165,7 +165,7 @@ class BarRuns:
                 if end:
                     line = line[end:]
             record = None
-            if line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
+            if line and P.may_have_prefix(line):
                 if line[:5] == "[rank":
                     self._note_rank(line, out)
                 line, record = P.clean_record(line)

@@ -21,12 +21,14 @@ _PREFIX_RE = re.compile(
     r"|\[(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|FATAL|STDOUT|STDERR|stdout|stderr)\]"  # [INFO]
     r"|\[(?:rank|default)\d+\]:"  # [rank1]: / torchrun's [default0]:
     r"|\[[A-Za-z][\w.]*(?:-[\w.]+)+\](?= )"  # a wrapper's hyphenated tool name: "[sd-scripts] "
+    r"|\[[A-Z][A-Z0-9_]{1,15}\](?= )"  # a wrapper's tag in capitals for the process it relays: "[TRAIN] "
     r"|\[\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\](?= )"  # a time alone: "[14:38:51] "
     r"|\[[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\](?= )"  # a job's or a pod's id: "[eef6d770-c7b4-…] "
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)? -(?= |$)"  # ComfyUI's console: "2024-12-04T15:03:20.583535 - "
     r"|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,]\d{3,}(?:Z|[+-]\d{2}:?\d{2})?(?= )"  # 2024-06-30 23:45:34,053
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})(?= )"  # docker-style ISO time
-    r"|\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}(?= - )"  # accelerate's get_logger: 08/08/2024 04:37:22 - INFO -
+    r"|\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}(?= - | \d{1,3}:[A-Z]+: )"  # accelerate's get_logger: 08/08/2024 04:37:22 - INFO -
+    r"|\d{1,3}:(?=(?:DEBUG|INFO|WARNING|ERROR|CRITICAL): )"  # a rank before a level: "0:INFO: …"
     r"|\d{2}/\d{2}/\d{4} \d{1,2}:\d{2}:\d{2} [AP]M(?= )"  # logging's "%m/%d/%Y %I:%M:%S %p": 06/29/2023 03:28:28 AM
     r"|\d{2}:\d{2}:\d{2}-\d{6}(?= +(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b)"  # the kohya_ss GUI's: 09:55:45-597461 INFO
     r") ?"
@@ -35,6 +37,10 @@ _PREFIX_RE = re.compile(
 
 # A level padded before a bar is a record's head (a loguru format), not a service's name.
 _LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "SUCCESS", "TRACE"})
+# glog's prefix, as torch's C++ side and torch.distributed's launcher print it: "W0902 00:40:01.940000
+# 133343758611968 torch/distributed/run.py:779] message" (level letter, month and day, time, thread, source).
+_GLOG_LEVELS = "IWEF"
+_GLOG_RE = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? +\d+ [\w./\\-]+:\d+\] ?")
 _HOST_RE = re.compile(r"[A-Za-z0-9][\w.\-]*[A-Za-z0-9]")
 _BAR_AFTER_RE = re.compile(r" *\d{1,3}%\|")
 
@@ -66,12 +72,23 @@ def host_prefix_end(line: str) -> int:
     return end
 
 
+def may_have_prefix(line: str) -> bool:
+    """Whether clean() could find anything to take off a non-empty line (a cheap test first)."""
+    c = line[0]
+    return (c == "[" or c.isdigit() or "\x1b" in line or "[0m" in line
+            or (c in _GLOG_LEVELS and line[1:2].isdigit()))
+
+
 def clean(line: str) -> str:
     """One physical line without colour codes and without other tools' prefixes."""
     if "\x1b" in line:
         line = _ANSI_RE.sub("", line)
     if "[0m" in line:
         line = _BARE_SGR_RE.sub("", line)
+    if line[:1] in _GLOG_LEVELS and line[1:2].isdigit():
+        m = _GLOG_RE.match(line)
+        if m:
+            line = line[m.end():]
     if line[:1].isalnum():
         end = host_prefix_end(line)
         if end:

@@ -165,6 +165,9 @@ class Failures:
             # module specification for 'accelerate.commands.launch' (ModuleNotFoundError: …)").
             out.append(_worded_failure(kind, s))
             return
+        if "not " in low and P.LAUNCHER_NOT_FOUND_RE.match(low.strip()):
+            out.append(_worded_failure("other", s))
+            return
         if kind == "bad_argument" and ".py: error:" in s:
             out.append(Failure(kind=kind, message=s[:500], line=s))
             return

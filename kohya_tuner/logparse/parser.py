@@ -216,7 +216,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                     line = line[end:]
             if line[:5] == "[rank":
                 self._note_rank(line, out)
-        if not cleaned and line and (line[0] == "[" or line[0].isdigit() or "\x1b" in line or "[0m" in line):
+        if not cleaned and line and P.may_have_prefix(line):
             line, record = P.clean_record(line)
         if self._relay is not None or line.find("Traceback (most", 0, 130) >= 0:
             line, self._relay = P.strip_relay(line, self._relay)

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from kohya_tuner.logparse import phase_words
 # Cleaning a line lives in cleaning.py; the parser reaches it through this module.
-from kohya_tuner.logparse.cleaning import cell_len, clean, host_prefix_end, strip_relay  # noqa: F401
+from kohya_tuner.logparse.cleaning import cell_len, clean, host_prefix_end, may_have_prefix, strip_relay  # noqa: F401
 
 # ---- Rich log records ---------------------------------------------------------------------
 
@@ -170,7 +170,7 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
     ("caching latents", "cache_latents", "caching latents"),
     ("caching text encoder outputs", "cache_text_encoder", "caching text encoder outputs"),
     ("cache text encoder outputs", "cache_text_encoder", "caching text encoder outputs"),
-    ("move vae and unet to cpu to save memory", "cache_text_encoder", "caching text encoder outputs"),
+    ("move vae and unet to cpu to save memory", "model_load", "moving models"),
     ("move text encoders to gpu", "cache_text_encoder", "caching text encoder outputs"),
     ("running training", "training", "running training"),
     ("start training", "training", "running training"),
@@ -413,12 +413,19 @@ FATAL_WITHOUT_LEVEL = ("no data found. please verify", "画像がありません
 # torch's load_state_dict report of the keys it lacks or has too many, or of a parameter it could not
 # copy from the checkpoint (lower-cased, its indent kept).
 STATE_DICT_REPORT_RE = re.compile(r"\s*(?:(?:missing|unexpected) key\(s\) in state_dict: [\"']|while copying the parameter named [\"'])")
+# A shell that cannot find the launcher or the interpreter it was told to run ("sh: 2: accelerate: not
+# found", "bash: accelerate: command not found", "'accelerate' is not recognized as an internal or external
+# command"), lower-cased: the job never started.
+LAUNCHER_NOT_FOUND_RE = re.compile(
+    r"(?:[\w/.\-]*(?:sh|bash|zsh)(?:\.exe)?: (?:line )?(?:\d+: )?|['\"]?)"
+    r"(?:accelerate|torchrun|deepspeed|python[\d.]*|py|pip[\d.]*)(?:\.exe)?['\"]?"
+    r"(?:: (?:command )?not found\s*$| is not recognized as an internal or external command)")
 FATAL_OTHER_RE = re.compile(r"(?:^|python[\w.]*(?:\.exe)?: )error while finding module specification")
 JOB_FAILED_RE = re.compile(r"\s*!!!\s*exception during processing\s*!!!\s*\S"  # ComfyUI's report of a node's error
                            r"|\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"
                            r"|\s*(?:the )?(?:job|task)\b[^:]{0,60} failed with (?:an? )?(?:error|exception)\b[^:]{0,20}: \S")
 SUSPECT_RE = re.compile(
-    r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|unrecogni[sz]ed"
+    r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|(?:un|not )recogni[sz]ed"
     r"|exception|abort|no such file|does not exist|not exist|no kernel|not compiled|no cuda|nccl|c10d|xformers"
     r"|bitsandbytes|cublas|cudnn|alloc|expected|mismatch|dtype|not implemented|not supported|paging file"
     r"|no data found|not correctly cached|exit|signal|device-side assert|\boom\b"
