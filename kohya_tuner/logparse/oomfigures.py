@@ -8,7 +8,9 @@ import re
 
 from kohya_tuner.logparse.events import OomFigures
 
-_SIZE = r"([\d.]+)\s*(bytes|[kmgt]i?b)"
+# A console that hard-wraps a paste can split a unit ("12.84 Gi" / "B already allocated"): the space the
+# lines are joined with may stand inside it.
+_SIZE = r"([\d.]+)\s*(bytes|[kmgt] ?i? ?b)"
 _UNIT = {"bytes": 1 / 1024**3, "kib": 1 / 1024**2, "kb": 1 / 1024**2, "mib": 1 / 1024, "mb": 1 / 1024,
          "gib": 1.0, "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
 # Only ever run on an OOM message, so case folding costs nothing here.
@@ -37,7 +39,7 @@ _MPS_OTHER_RE = re.compile(r"other allocations:\s*" + _SIZE, _I)
 _MPS_MAX_RE = re.compile(r"max allowed:\s*" + _SIZE, _I)
 def _gib(m: re.Match, i: int = 1) -> float | None:
     try:
-        return round(float(m.group(i)) * _UNIT[m.group(i + 1).lower()], 4)
+        return round(float(m.group(i)) * _UNIT[m.group(i + 1).lower().replace(" ", "")], 4)
     except (ValueError, KeyError):
         return None
 
