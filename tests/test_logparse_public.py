@@ -440,7 +440,6 @@ KIND_MISSES.update({
 })
 STEP_MISSES.update({
     "public/1084": "batch 40, first read: the step in 'Beginning model unwind at epoch 250, step 500' is not read",
-    "public/1090": "batch 40, first read: the 'Steps: 0% 0/700' bar before an IPython traceback is not read as the step",
     "public/1094": "batch 40, first read: the header's 'Num Steps = 20000' is not read as the total",
     "public/1102": "batch 40, first read: the global step in EveryDream2's error save ('…-ep00-gs00091') is not "
                    "read as the step",
@@ -622,12 +621,6 @@ STEP_MISSES.update({
 
 
 # Batch 50's misses on its first read (the record is first_runs.json), kept as they were read.
-PHASE_MISSES.update({
-    "public/1388": "batch 50, first read: 'UNet2DConditionModel: 64, 8, 768' after the GUI's start-up gives no phase; "
-                   "the label reads the U-Net being built (start-up)",
-    "public/1396": "batch 50, first read: train_network.py's 'lr_scheduler = train_util.get_scheduler_fix(…)' gives "
-                   "no phase; the label reads the scheduler being built (start-up)",
-})
 KIND_MISSES.update({
     "public/1391": "batch 50, first read: bitsandbytes' 'no kernel image is available' is named bitsandbytes; the "
                    "label reads a CUDA error",
@@ -638,12 +631,8 @@ KIND_MISSES.update({
 PHASE_MISSES.update({
     "public/1415": "batch 51, first read: FluxGym's 'resize …' and caption records give no phase; the label reads the "
                    "GUI preparing the dataset (start-up)",
-    "public/1425": "batch 51, first read: 'Loading Gemma weights: 200/686...' after the text-encoder caching script's "
-                   "command line is read as start-up; the label reads the caching script loading its encoder",
     "public/1436": "batch 51, first read: FluxGym's app.py failing on 'import train_network' is read as start-up; the "
                    "label reads the GUI's own start, no job",
-    "public/1440": "batch 51, first read: the latent-caching script's records then the training launch command cut "
-                   "at a prompt are read as caching; the label reads the launch (start-up)",
 })
 KIND_MISSES.update({
     "public/1420": "batch 51, first read: the UI's connection error to 127.0.0.1:8000 alone is read as an unfinished "
@@ -653,20 +642,10 @@ KIND_MISSES.update({
 
 # Batch 52's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1445": "batch 52, first read: a notebook's 'latents = vae.encode(batch[\"pixel_values\"])' under "
-                   "accelerator.accumulate gives no phase; the label reads the training loop encoding a batch",
-    "public/1448": "batch 52, first read: 'accelerator.trackers[0].writer.add_images(' after a pipeline's 1000/1000 "
-                   "bar is read as training; the label reads the epoch's samples being logged",
-    "public/1459": "batch 52, first read: datasets' folder builder refusing an image without metadata gives no "
-                   "phase; the label reads the dataset being read (start-up)",
     "public/1462": "batch 52, first read: 'images=images,' after 'Model weights saved in …' is read as training; the "
                    "label reads the end-of-run save",
     "public/1464": "batch 52, first read: train.py main's 'update_flux_schedule_to_fast(' gives no phase; the label "
                    "reads the function's set-up (start-up)",
-    "public/1469": "batch 52, first read: 'does not appear to have a file named flax_model.msgpack' gives no phase; "
-                   "the label reads a model being loaded (start-up)",
-    "public/1470": "batch 52, first read: OneTrainer's IdeogramModelLoader frames give no phase; the label reads the "
-                   "text encoder being loaded (start-up)",
 })
 
 
@@ -674,22 +653,6 @@ PHASE_MISSES.update({
 PHASE_MISSES.update({
     "public/1473": "batch 53, first read: 'unning 1 job' then 'Error running job: …' gives no phase; the label reads "
                    "the job failing as it started",
-    "public/1476": "batch 53, first read: ControlNet's log_images -> sample_log -> ddim sampling, cut, gives no phase; "
-                   "the label reads the image logger sampling",
-    "public/1479": "batch 53, first read: 'Starting Dreambooth training...' and ' VRAM cleared.' give no phase; the "
-                   "label reads the extension starting the job",
-    "public/1480": "batch 53, first read: the extension's 'Starting Dreambooth training...' and memory records give no "
-                   "phase; the label reads the job being set up",
-    "public/1482": "batch 53, first read: MotionDirector's 'finetune_unet(batch, step, …)' gives no phase; the label "
-                   "reads the per-step fine-tuning",
-    "public/1483": "batch 53, first read: an error naming 'on_train_batch_start()' alone gives no phase; the label "
-                   "reads the hook as a batch begins",
-    "public/1486": "batch 53, first read: Lightning's attach_datamodule under trainer.fit, cut, gives no phase; the "
-                   "label reads the data module attached before the fit (start-up)",
-    "public/1490": "batch 53, first read: Lightning's fit_loop.run -> advance, cut, is read as start-up; the label "
-                   "reads the training loop running",
-    "public/1502": "batch 53, first read: SD.Next's Rich box cut inside train_hypernetwork gives no phase; the label "
-                   "reads the training function just entered (start-up)",
 })
 STEP_MISSES.update({
     "public/1498": "batch 53, first read: the embedding bar at '0/30000' is not read as the step",

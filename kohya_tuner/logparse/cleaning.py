@@ -66,6 +66,10 @@ def host_prefix_end(line: str) -> int:
         return 0
     if not _HOST_RE.fullmatch(token):
         return 0
+    if not ("-" in token or "." in token or "_" in token) and not token.islower() and not token.isupper() \
+            and not token.isdigit():
+        # A class named in mixed case before its own figures ("UNet2DConditionModel: 64, 8, 768"), not a host.
+        return 0
     if _BAR_AFTER_RE.match(line, end):
         # "my-job-v1:   0%|…": a bar's description (ai-toolkit names its bar after the job), not a host.
         return 0

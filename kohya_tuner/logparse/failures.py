@@ -76,7 +76,7 @@ class Failures:
         if level is not None and level != self._tb_level:
             self._end_traceback(out)
             return False
-        if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s):
+        if P.traceback_head(s):
             if tb.frames:
                 self._end_traceback(out)
             # else: the same header twice (two streams printing one traceback): one traceback.

@@ -301,7 +301,8 @@ class Milestones:
             # no argument).
             out.append(Milestone(phase="model_load", name=SETTINGS_PRINTED, line=s[:300]))
             return True
-        if (".py" in s or ".sh" in s) and not s.startswith(("File ", "Traceback")):
+        if (".py" in s or ".sh" in s or " launch " in s or "torchrun" in s or "deepspeed " in s) \
+                and not s.startswith(("File ", "Traceback")):
             found = PW.command_phase(s.lower())
             if found is not None:
                 # A command line that runs a caching script (musubi-tuner's, sd-scripts' tools), or

@@ -421,8 +421,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         tb = self._tb
         if tb is not None and self._in_traceback(tb, text, s, level, out):
             return
-        if s.startswith(P.TRACEBACK_HEAD) or (s[0] in "╭┏" and P.TRACEBACK_HEAD in s) or (
-                s[0] == "T" and len(s) >= 12 and P.TRACEBACK_HEAD.startswith(s)):
+        if P.traceback_head(s) or (s[0] == "T" and len(s) >= 12 and P.TRACEBACK_HEAD.startswith(s)):
             # (The last: a header the paste's end cut, "Traceback (most rece".)
             self._start_traceback(s)
             self._tb_level = level

@@ -272,6 +272,19 @@ def clean_record(line: str) -> tuple[str, tuple[str, str | None] | None]:
 # ---- tracebacks and exceptions ------------------------------------------------------------
 
 TRACEBACK_HEAD = "Traceback (most recent call last)"
+# IPython's header names the exception before it ("AttributeError                Traceback (most recent call last)").
+_IPYTHON_HEAD_RE = re.compile(r"[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call last\)")
+
+
+def traceback_head(s: str) -> bool:
+    """Whether a (cleaned, non-empty) line opens a traceback: Python's header, a Rich box's title, or
+    IPython's header with the exception's name first."""
+    if s.startswith(TRACEBACK_HEAD):
+        return True
+    if TRACEBACK_HEAD not in s:
+        return False
+    return s[0] in "╭┏" or _IPYTHON_HEAD_RE.match(s) is not None
+
 # A line naming an exception: `torch.OutOfMemoryError: CUDA out of memory...`, a bare `MemoryError`,
 # Python's plain `Exception: message`.
 EXC_LINE_RE = re.compile(

@@ -54,8 +54,10 @@ def command_phase(low: str) -> tuple[str, str] | None:
     """(phase, milestone name) when a lower-cased command line runs a script whose name says
     the phase (a caching script) or starts a job (a training script, a shell script run from a
     prompt), else None."""
-    py = ".py" in low and ("python" in low or "accelerate" in low or "launch" in low or low.endswith(".py"))
-    if not py and ".sh" not in low:
+    # (A command wrapped with backslashes names its script on a line of its own: "  x.py \".)
+    py = ".py" in low and ("python" in low or "accelerate" in low or "launch" in low
+                           or low.rstrip(" \\").endswith(".py"))
+    if not py and ".sh" not in low and not ("launch" in low or "torchrun" in low or "deepspeed" in low):
         return None
     m = SCRIPT_RE.search(low) if py else None
     found = source_phase(m.group(1)) if m else None
