@@ -505,10 +505,6 @@ KIND_MISSES.update({
 
 
 # Batch 44's misses on its first read (the record is first_runs.json), kept as they were read.
-PHASE_MISSES.update({
-    "public/1213": "batch 44, first read: the web UI's 'Error completing request' and an extension's on_train_begin "
-                   "frame give no phase; the label reads the launcher setting the job up (start-up)",
-})
 KIND_MISSES.update({
     "public/1222": "batch 44, first read: Rich rows of runpy and the accelerate script, cut, are read as an unfinished "
                    "run; the label calls them a cut traceback",
@@ -519,8 +515,6 @@ KIND_MISSES.update({
 PHASE_MISSES.update({
     "public/1236": "batch 45, first read: DeepSpeed's launcher records and 'Process … exits successfully.' give no "
                    "phase; the label reads the launcher (start-up)",
-    "public/1247": "batch 45, first read: ai-toolkit's UI and '[WORKER] Starting job …' records give no phase; the "
-                   "label reads the program starting the job (start-up)",
     "public/1249": "batch 45, first read: bitsandbytes' import warnings alone give no phase; the label reads the "
                    "job's imports (start-up)",
     "public/1252": "batch 45, first read: 'Here comes the checkpoint...' then 'Killed' after the epoch bar is read as "
@@ -529,8 +523,6 @@ PHASE_MISSES.update({
                    "no phase; the label reads the validation pass before the first step (start-up)",
     "public/1260": "batch 45, first read: ONNX Runtime's 'Applied providers' and 'find model: …onnx' give no phase; "
                    "the label reads models being loaded (start-up)",
-    "public/1261": "batch 45, first read: the web UI's 'Error completing request' and an extension's on_train_begin "
-                   "frame give no phase; the label reads the extension starting a run (start-up)",
 })
 KIND_MISSES.update({
     "public/1233": "batch 45, first read: Rich rows of accelerate's launcher only, cut, are read as an unfinished run; "
