@@ -652,6 +652,107 @@ STEP_MISSES.update({
 })
 
 
+# Batch 54's misses on its first read (the record is first_runs.json), kept as they were read.
+PHASE_MISSES.update({
+    "public/1528": "batch 54, first read: one sd3_models.py forward frame moving tokens to a device is read as the "
+                   "first step; the label reads no stage (a forward of several stages)",
+})
+KIND_MISSES.update({
+    "public/1509": "batch 54, first read: xformers' 'CUDA error (…flash_fwd_launch_template.h:175): no kernel image' is "
+                   "read as an error (other); the label reads a CUDA error",
+    "public/1510": "batch 54, first read: bitsandbytes' 'no kernel image is available' is named bitsandbytes; the "
+                   "label reads a CUDA error",
+    "public/1525": "batch 54, first read: the GUI's own ERROR record (a git submodule) is read as the failure; the "
+                   "label reads an unfinished text",
+    "public/1527": "batch 54, first read: accelerate's launcher frames ending at the raise line are read as an error "
+                   "(other); the label calls them a cut traceback",
+})
+
+
+# Batch 55's misses on its first read (the record is first_runs.json), kept as they were read.
+PHASE_MISSES.update({
+    "public/1534": "batch 55, first read: the GUI's 'Training started with config file …' and 'Accelerate launch "
+                   "mixed_precision=bf16 …' give no phase; the label reads the launch (start-up)",
+    "public/1536": "batch 55, first read: python's \"can't open file '…wan_cache_latents.py'\" then the same for the "
+                   "text-encoder script is read as text-encoder caching; the label reads the first, latent caching",
+    "public/1539": "batch 55, first read: 'Starting cache preparation...' and the caching script's records behind a "
+                   "'Cache Preparation STDERR:' tag give no phase; the label reads latent caching",
+    "public/1540": "batch 55, first read: a GUI's own import failing ('from mikazuki.utils.devices import …') is read "
+                   "as start-up; the label reads no job",
+    "public/1547": "batch 55, first read: FluxGym's 'Creating dataset' and resize records give no phase; the label "
+                   "reads the program preparing the dataset (start-up)",
+    "public/1549": "batch 55, first read: 'starting validation of args...' and 'failed validation' give no phase; the "
+                   "label reads the argument checks (start-up)",
+})
+KIND_MISSES.update({
+    "public/1536": "batch 55, first read: python's \"can't open file\" for a caching script is not read as the "
+                   "failure; the label reads an error (other)",
+    "public/1549": "batch 55, first read: 'failed validation' is not read as the failure; the label reads an error "
+                   "(other)",
+    "public/1552": "batch 55, first read: xformers' caught Triton check is read as the failure (xformers); the label "
+                   "reads an unfinished text",
+})
+FAMILY_MISSES.update({
+    "public/1558": "batch 55, first read: the XL wrapper's caching frames are read as SD 1.5; the label reads SDXL",
+})
+
+
+# Batch 56's misses on its first read (the record is first_runs.json), kept as they were read.
+PHASE_MISSES.update({
+    "public/1570": "batch 56, first read: SimpleTuner's 'Configured backend: …' and its bucket table give no phase; "
+                   "the label reads the dataset's buckets (start-up)",
+    "public/1576": "batch 56, first read: 'Failed to auto-start training: Configuration validation failed' is read as "
+                   "sampling; the label reads the configuration check (start-up)",
+    "public/1577": "batch 56, first read: OneTrainer's 'Clearing cache directory …' and transformers' notices give no "
+                   "phase; the label reads the run starting",
+    "public/1580": "batch 56, first read: '[LyCORIS]-INFO: create LyCORIS: 0 modules.' gives no phase; the label "
+                   "reads the network being applied (start-up)",
+    "public/1583": "batch 56, first read: SimpleTuner's helpers/caching/vae.py frame gives no phase; the label reads "
+                   "the VAE cache",
+    "public/1586": "batch 56, first read: train.py main's 'args = parse_args()' into helpers/arguments.py gives no "
+                   "phase; the label reads argument parsing (start-up)",
+    "public/1587": "batch 56, first read: train.py's import of helpers.arguments failing in its handler gives no "
+                   "phase; the label reads the script's imports (start-up)",
+})
+FAMILY_MISSES.update({
+    "public/1589": "batch 56, first read: a diffusers script run from a kohya_ss folder is read as the kohya_ss GUI; "
+                   "the label names diffusers",
+})
+
+
+# Batch 57's misses on its first read (the record is first_runs.json), kept as they were read.
+PHASE_MISSES.update({
+    "public/1593": "batch 57, first read: 'Generating baseline samples before training' then 'Error running job' gives "
+                   "no phase; the label reads the baseline sample",
+    "public/1595": "batch 57, first read: train_dreambooth.py's 'save_weights(lifetime_step, …)' -> save_weights, cut, "
+                   "is read as the first step; the label reads the save",
+    "public/1603": "batch 57, first read: EveryDream2's set-up records ('Seed', 'unet attention_head_dim', '* Using "
+                   "FP32 *') give no phase; the label reads start-up",
+    "public/1607": "batch 57, first read: diffusion-pipe's 'dataset_manager.cache()' -> broadcast_object_list, cut, "
+                   "gives no phase; the label reads the caching pass",
+    "public/1609": "batch 57, first read: the web UI's launch records alone give no phase; the label reads the host "
+                   "starting (start-up)",
+    "public/1611": "batch 57, first read: textual_inversion.py's 'ds = modules.te…' (the dataset) after the bar is "
+                   "read as the first step; the label reads the dataset being prepared (start-up)",
+    "public/1612": "batch 57, first read: the web UI's 'Error completing request' with a training request's arguments "
+                   "gives no phase; the label reads the request just entered (start-up)",
+})
+KIND_MISSES.update({
+    "public/1606": "batch 57, first read: diffusers' 'has been incorrectly initialized' message alone is not read as "
+                   "the failure; the label reads an error (other)",
+    "public/1608": "batch 57, first read: loss=nan in the bar is read as the failure (nan_loss); the label reads an "
+                   "unfinished run",
+})
+FAMILY_MISSES.update({
+    "public/1615": "batch 57, first read: DiffSynth-Studio's Lightning script is read as diffusers; the label names "
+                   "DiffSynth-Studio",
+    "public/1619": "batch 57, first read: dreambooth-gui's train_dreambooth.py is read as diffusers; the label names "
+                   "the GUI",
+    "public/1620": "batch 57, first read: dreambooth-gui's train_dreambooth.py is read as diffusers; the label names "
+                   "the GUI",
+})
+
+
 
 def _known_miss(fx, misses: dict[str, str]) -> None:
     if fx.name in misses:
