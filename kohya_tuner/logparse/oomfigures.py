@@ -37,6 +37,9 @@ _ASYNC_RE = {
 _MPS_ALLOC_RE = re.compile(r"MPS allocated:\s*" + _SIZE, _I)
 _MPS_OTHER_RE = re.compile(r"other allocations:\s*" + _SIZE, _I)
 _MPS_MAX_RE = re.compile(r"max allowed:\s*" + _SIZE, _I)
+_WRAP_PAD_RE = re.compile(r" {8,}")
+
+
 def _gib(m: re.Match, i: int = 1) -> float | None:
     try:
         return round(float(m.group(i)) * _UNIT[m.group(i + 1).lower().replace(" ", "")], 4)
@@ -46,7 +49,9 @@ def _gib(m: re.Match, i: int = 1) -> float | None:
 
 def oom_figures(text: str) -> OomFigures:
     """Every figure PyTorch's message holds, in GiB, from any of its wordings."""
-    text = " ".join(text.split())
+    # A terminal that hard-wrapped the message pads its continuation with a run of spaces, wherever in a
+    # word the width fell ("Includi      ng", "reserved b      y PyTorch"); PyTorch's own text has none.
+    text = " ".join(_WRAP_PAD_RE.sub("", text).split())
     tried = capacity = free = in_use = allocated = reserved_unalloc = None
     device = None
     m = _TRIED_RE.search(text)
