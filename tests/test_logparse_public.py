@@ -213,8 +213,6 @@ KIND_MISSES.update({
 
 # Batch 28's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/727": "batch 28, first read: OneTrainer's launcher running train_remote.py, 'Clearing cache directory' "
-                  "and 'No backup found', cut with no failure, give no phase; the label reads the job starting",
     "public/734": "batch 28, first read: the command line and the OOM, then 'Epochs: 0/10' and a 'Steps: 1%' bar "
                   "cut before its count, are read as start-up from the command line; the label reads training",
     "public/737": "batch 28, first read: TensorFlow's oneDNN note and factory-registration records, cut, give no "
@@ -671,22 +669,10 @@ KIND_MISSES.update({
 
 # Batch 55's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1534": "batch 55, first read: the GUI's 'Training started with config file …' and 'Accelerate launch "
-                   "mixed_precision=bf16 …' give no phase; the label reads the launch (start-up)",
-    "public/1536": "batch 55, first read: python's \"can't open file '…wan_cache_latents.py'\" then the same for the "
-                   "text-encoder script is read as text-encoder caching; the label reads the first, latent caching",
-    "public/1539": "batch 55, first read: 'Starting cache preparation...' and the caching script's records behind a "
-                   "'Cache Preparation STDERR:' tag give no phase; the label reads latent caching",
     "public/1540": "batch 55, first read: a GUI's own import failing ('from mikazuki.utils.devices import …') is read "
                    "as start-up; the label reads no job",
-    "public/1547": "batch 55, first read: FluxGym's 'Creating dataset' and resize records give no phase; the label "
-                   "reads the program preparing the dataset (start-up)",
-    "public/1549": "batch 55, first read: 'starting validation of args...' and 'failed validation' give no phase; the "
-                   "label reads the argument checks (start-up)",
 })
 KIND_MISSES.update({
-    "public/1536": "batch 55, first read: python's \"can't open file\" for a caching script is not read as the "
-                   "failure; the label reads an error (other)",
     "public/1549": "batch 55, first read: 'failed validation' is not read as the failure; the label reads an error "
                    "(other)",
     "public/1552": "batch 55, first read: xformers' caught Triton check is read as the failure (xformers); the label "
@@ -699,18 +685,8 @@ FAMILY_MISSES.update({
 
 # Batch 56's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1570": "batch 56, first read: SimpleTuner's 'Configured backend: …' and its bucket table give no phase; "
-                   "the label reads the dataset's buckets (start-up)",
-    "public/1576": "batch 56, first read: 'Failed to auto-start training: Configuration validation failed' is read as "
-                   "sampling; the label reads the configuration check (start-up)",
-    "public/1577": "batch 56, first read: OneTrainer's 'Clearing cache directory …' and transformers' notices give no "
-                   "phase; the label reads the run starting",
-    "public/1580": "batch 56, first read: '[LyCORIS]-INFO: create LyCORIS: 0 modules.' gives no phase; the label "
-                   "reads the network being applied (start-up)",
     "public/1583": "batch 56, first read: SimpleTuner's helpers/caching/vae.py frame gives no phase; the label reads "
                    "the VAE cache",
-    "public/1586": "batch 56, first read: train.py main's 'args = parse_args()' into helpers/arguments.py gives no "
-                   "phase; the label reads argument parsing (start-up)",
     "public/1587": "batch 56, first read: train.py's import of helpers.arguments failing in its handler gives no "
                    "phase; the label reads the script's imports (start-up)",
 })
@@ -722,14 +698,8 @@ FAMILY_MISSES.update({
 
 # Batch 57's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1593": "batch 57, first read: 'Generating baseline samples before training' then 'Error running job' gives "
-                   "no phase; the label reads the baseline sample",
-    "public/1595": "batch 57, first read: train_dreambooth.py's 'save_weights(lifetime_step, …)' -> save_weights, cut, "
-                   "is read as the first step; the label reads the save",
     "public/1603": "batch 57, first read: EveryDream2's set-up records ('Seed', 'unet attention_head_dim', '* Using "
                    "FP32 *') give no phase; the label reads start-up",
-    "public/1607": "batch 57, first read: diffusion-pipe's 'dataset_manager.cache()' -> broadcast_object_list, cut, "
-                   "gives no phase; the label reads the caching pass",
     "public/1609": "batch 57, first read: the web UI's launch records alone give no phase; the label reads the host "
                    "starting (start-up)",
     "public/1611": "batch 57, first read: textual_inversion.py's 'ds = modules.te…' (the dataset) after the bar is "

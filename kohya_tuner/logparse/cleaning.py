@@ -20,6 +20,7 @@ _PREFIX_RE = re.compile(
     r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]"  # [2024-09-18 08:19:50]
     r"|\[(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|FATAL|STDOUT|STDERR|stdout|stderr)\]"  # [INFO]
     r"|\[(?:rank|default)\d+\]:"  # [rank1]: / torchrun's [default0]:
+    r"|\[(?:RANK|Rank|rank) \d+\](?= )"  # a launcher's rank tag: "[RANK 0] "
     r"|\[[A-Za-z][\w.]*(?:-[\w.]+)+\](?= )"  # a wrapper's hyphenated tool name: "[sd-scripts] "
     r"|\[[A-Z][A-Z0-9_]{1,15}\](?= )"  # a wrapper's tag in capitals for the process it relays: "[TRAIN] "
     r"|\[\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\](?= )"  # a time alone: "[14:38:51] "

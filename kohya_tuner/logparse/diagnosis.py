@@ -242,6 +242,16 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
         if after is not None:
             where, level = after.where, after.frame_level if after.frame_level is not None else _STRONG_FRAME
             f.borrowed_frame = after.frame
+    if ev.frame == REPORTED_WHERE and not isinstance(ev, Oom):
+        # A program's report of where it failed ("Exception while training: …") and the traceback it prints
+        # next, cut before its error line: the frames say where more closely than the report's words.
+        after = next((g.event for g in run.failures if g.index > f.index and isinstance(g.event, Failure)
+                      and g.event.kind == "truncated" and g.event.where
+                      and g.event.frame not in (None, REPORTED_WHERE)
+                      and (g.event.frame_level or _STRONG_FRAME) <= _STRONG_FRAME), None)
+        if after is not None:
+            where, level = after.where, after.frame_level or _STRONG_FRAME
+            f.borrowed_frame = after.frame
     ctx = f.phase
     job_code = None
     if where is not None and level >= JOB_CODE_LEVEL:

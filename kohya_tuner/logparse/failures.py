@@ -6,10 +6,12 @@ cut before its error line, `_failure_line` a bare line that may name a failure.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 
 from kohya_tuner.logparse import frames as F
 from kohya_tuner.logparse import patterns as P
+from kohya_tuner.logparse import phase_words as PW
 from kohya_tuner.logparse.events import Event, Exited, Failure, Oom, Progress
 from kohya_tuner.logparse.oomfigures import oom_figures
 from kohya_tuner.logparse.records import BOX_FRAME_RE, _PendingOom, _Traceback, last_frame
@@ -27,6 +29,10 @@ _CHAIN_LINES = 3
 CHAIN_WORDS = ("During handling of the above exception", "The above exception was the direct cause")
 # Logical lines after a hint (a warning naming a cause) within which a failure may be its.
 HINT_WINDOW = 60
+
+
+# The interpreter's "can't open file '…\\wan_cache_latents.py': [Errno 2]" (lower-cased): the script's name.
+_CANT_OPEN_RE = re.compile(r"can't open file ['\"](?:[^'\"]*[\\/])?([\w\-]+)\.py['\"]: \[errno 2\]")
 
 
 def _worded_failure(kind: str, s: str) -> Failure:
@@ -124,6 +130,11 @@ class Failures:
             return
         if "can't open file" in low:
             ev = F.start_up_line_evidence(s)
+            m = _CANT_OPEN_RE.search(low) if ev is None else None
+            found = PW.source_phase(m.group(1)) if m else None
+            if ev is None and found is not None and found[0] in ("cache_latents", "cache_text_encoder"):
+                # A caching script the host runs as a pass of its own is not there: that pass failed.
+                ev = F.FrameEvidence(found[0], "a caching script could not be opened", 2, s.strip()[:300])
             if ev is not None:
                 out.append(Failure(kind="other", message=s[:500], where=ev.diagnose_phase, frame=ev.what,
                                    frame_level=ev.level, line=s))

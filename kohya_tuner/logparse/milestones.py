@@ -70,7 +70,9 @@ _REPORT_PHASES = (
     (r"caching text[ _-]?(?:encoders?(?: outputs)?|embeddings?|embeds)|text[ _-]?encoders? caching"
      r"|text[ _-]?embeds? caching", "cache_text_encoder"),
     (r"training(?:[ _]step)?|train(?:ing)?[ _]step|the training loop", "training"),
-    (r"sampling|validation|generating (?:sample )?images", "sampling"),
+    # (A configuration's or the arguments' validation is a check at start-up, not a validation pass.)
+    (r"sampling|(?<!configuration )(?<!config )(?<!argument )(?<!arguments )(?<!args )validation"
+     r"|generating (?:sample )?images", "sampling"),
     (r"saving(?: the)?(?: model| checkpoint| state)?|checkpointing", "saving"),
     (r"model loading|loading(?: the)?(?: model| weights| checkpoint)?", "model_load"),
 )
@@ -84,9 +86,16 @@ _PROCESS_EXIT_RE = re.compile(r"\s*(?:with (?:exit |return )?(?:code|status)|\(?
 _REPORT_RX = tuple((re.compile(f"(?:{w})$"), phase) for w, phase in _REPORT_PHASES)
 
 
+# A program failing to start the training it was asked for ("Failed to auto-start training: …", "Failed to
+# start the training job"): the job's start-up failed.
+_START_FAILED_RE = re.compile(r"\W*failed to (?:auto-?)?(?:start|launch|begin) (?:the )?(?:training|train job|job|run)\b")
+
+
 def failure_report(low: str) -> tuple[str | None, bool] | None:
     """(phase, whether it reports an OOM) when a lower-cased line is a trainer's report of
     its own failure, the phase None where it names none ("Training failed: …"), else None."""
+    if low.lstrip(" *-#>").startswith("failed to ") and _START_FAILED_RE.match(low.lstrip(" *-#>")):
+        return "model_load", bool(P.GPU_OOM_RE.search(low))
     m = FAILURE_REPORT_RE.search(low)
     if m is None or _PROCESS_EXIT_RE.match(low, m.end()):
         # "Musubi Tuner training failed with code 1": a process that exited, not a phase.
@@ -302,7 +311,8 @@ class Milestones:
             out.append(Milestone(phase="model_load", name=SETTINGS_PRINTED, line=s[:300]))
             return True
         if (".py" in s or ".sh" in s or " launch " in s or "torchrun" in s or "deepspeed " in s) \
-                and not s.startswith(("File ", "Traceback")):
+                and not s.startswith(("File ", "Traceback")) and "can't open file" not in s:
+            # (The interpreter not finding the script is the failure, read in failures.py.)
             found = PW.command_phase(s.lower())
             if found is not None:
                 # A command line that runs a caching script (musubi-tuner's, sd-scripts' tools), or

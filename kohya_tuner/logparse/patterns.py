@@ -415,17 +415,13 @@ OOM_STAT_LINE_RE = re.compile(r"\s*(?:Currently allocated|Requested|Device limit
 
 # ---- failure kinds ------------------------------------------------------------------------------
 
-# Lines worth classifying at all: the rest of a log never names a failure. Lower-cased text.
-# A job runner's record of a job that failed, with the error's message (lower-cased): "Error running
-# job: tuple index out of range", "error running task 'x': …", "Job failed with error: …".
 # Messages after which sd-scripts returns without raising (it logs them at ERROR): the run's failure
 # even where a wrapper relaying the output dropped the level (lower-case prefixes).
 FATAL_WITHOUT_LEVEL = ("no data found. please verify", "画像がありません")
-# Lines that are a failure whatever their kind: Python's `-m` finding no module to run, behind the
-# interpreter's name or not ("…\\python.exe: Error while finding module specification for …").
 # torch's load_state_dict report of the keys it lacks or has too many, or of a parameter it could not
 # copy from the checkpoint (lower-cased, its indent kept).
-STATE_DICT_REPORT_RE = re.compile(r"\s*(?:(?:missing|unexpected) key\(s\) in state_dict: [\"']|while copying the parameter named [\"'])")
+STATE_DICT_REPORT_RE = re.compile(
+    r"\s*(?:(?:missing|unexpected) key\(s\) in state_dict: [\"']|while copying the parameter named [\"'])")
 # A shell that cannot find the launcher or the interpreter it was told to run ("sh: 2: accelerate: not
 # found", "bash: accelerate: command not found", "'accelerate' is not recognized as an internal or external
 # command"), lower-cased: the job never started.
@@ -433,10 +429,15 @@ LAUNCHER_NOT_FOUND_RE = re.compile(
     r"(?:[\w/.\-]*(?:sh|bash|zsh)(?:\.exe)?: (?:line )?(?:\d+: )?|['\"]?)"
     r"(?:accelerate|torchrun|deepspeed|python[\d.]*|py|pip[\d.]*)(?:\.exe)?['\"]?"
     r"(?:: (?:command )?not found\s*$| is not recognized as an internal or external command)")
+# Lines that are a failure whatever their kind: Python's `-m` finding no module to run, behind the
+# interpreter's name or not ("…\\python.exe: Error while finding module specification for …").
 FATAL_OTHER_RE = re.compile(r"(?:^|python[\w.]*(?:\.exe)?: )error while finding module specification")
+# A job runner's record of a job that failed, with the error's message (lower-cased): "Error running
+# job: tuple index out of range", "error running task 'x': …", "Job failed with error: …".
 JOB_FAILED_RE = re.compile(r"\s*!!!\s*exception during processing\s*!!!\s*\S"  # ComfyUI's report of a node's error
                            r"|\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"
                            r"|\s*(?:the )?(?:job|task)\b[^:]{0,60} failed with (?:an? )?(?:error|exception)\b[^:]{0,20}: \S")
+# Lines worth classifying at all: the rest of a log never names a failure. Lower-cased text.
 SUSPECT_RE = re.compile(
     r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|(?:un|not )recogni[sz]ed"
     r"|exception|abort|no such file|does not exist|not exist|no kernel|not compiled|no cuda|nccl|c10d|xformers"
