@@ -206,20 +206,19 @@ def _choose(failures: list[_Failed]) -> _Failed | None:
         key = (rank, f.index)
         if best_key is None or key < best_key:
             best, best_key = f, key
-        elif best is not None and key[0] == best_key[0] and _reported_again(best.event, ev):
-            # A program's report of the error ("An error occurred during training: <message>") and
-            # then the error itself with its traceback: one failure, whose frames say where it was.
-            best = f
     return best
 
 
-def _reported_again(first: Event, later: Event) -> bool:
-    """Whether `later` is the exception `first` already reported in its own words, with frames."""
-    if not (isinstance(first, Failure) and isinstance(later, Failure)) or later.frame in (None, REPORTED_WHERE) \
-            or first.frame not in (None, REPORTED_WHERE):
+def _traceback_of_report(report: Failure, later: Failure) -> bool:
+    """Whether `later` is the traceback of the error a program reported in its own words before it ("An
+    error occurred during training: <message>", "Exception while training: …"): the same message again,
+    or a traceback cut before its error line; its frames, not the report's words, say where it was."""
+    if later.frame in (None, REPORTED_WHERE) or (later.frame_level or _STRONG_FRAME) > _STRONG_FRAME:
         return False
+    if later.kind == "truncated":
+        return True
     _, sep, text = later.message.partition(": ")
-    return bool(sep) and len(text) >= 20 and first.message.endswith(text)
+    return bool(sep) and len(text) >= 20 and report.message.endswith(text)
 
 
 def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
@@ -229,28 +228,21 @@ def _failure_phase(run: _Run, f: _Failed) -> tuple[str, str | None]:
     ev = f.event
     where = ev.where
     level = ev.frame_level if ev.frame_level is not None else _STRONG_FRAME
-    if where is None:
+    reported = isinstance(ev, Failure) and ev.frame == REPORTED_WHERE
+    if where is None or reported:
         # The OOM message printed before its own traceback (stderr order) and the traceback
         # then cut: the frames of the cut traceback that follows are this OOM's. A failure
         # reported in several lines (NCCL's watchdog: "Some NCCL operations have failed", then
         # which collective timed out) takes the evidence of the later line of its kind.
         # An error's record printed before its traceback (a job runner's "Error running job: …")
-        # takes the frames of the cut traceback after it as well.
+        # takes the frames of the cut traceback after it as well, and so does a program's report
+        # that names a phase in its words (`_traceback_of_report`).
         same = ("truncated", "truncated") if isinstance(ev, Oom) else (ev.kind, "truncated")
         after = next((g.event for g in run.failures if g.index > f.index and isinstance(g.event, Failure)
-                      and g.event.kind in same and g.event.where), None)
+                      and g.event.kind in same and g.event.where
+                      and (not reported or _traceback_of_report(ev, g.event))), None)
         if after is not None:
             where, level = after.where, after.frame_level if after.frame_level is not None else _STRONG_FRAME
-            f.borrowed_frame = after.frame
-    if ev.frame == REPORTED_WHERE and not isinstance(ev, Oom):
-        # A program's report of where it failed ("Exception while training: …") and the traceback it prints
-        # next, cut before its error line: the frames say where more closely than the report's words.
-        after = next((g.event for g in run.failures if g.index > f.index and isinstance(g.event, Failure)
-                      and g.event.kind == "truncated" and g.event.where
-                      and g.event.frame not in (None, REPORTED_WHERE)
-                      and (g.event.frame_level or _STRONG_FRAME) <= _STRONG_FRAME), None)
-        if after is not None:
-            where, level = after.where, after.frame_level or _STRONG_FRAME
             f.borrowed_frame = after.frame
     ctx = f.phase
     job_code = None
