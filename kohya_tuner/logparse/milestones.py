@@ -94,7 +94,7 @@ _START_FAILED_RE = re.compile(r"\W*failed to (?:auto-?)?(?:start|launch|begin) (
 def failure_report(low: str) -> tuple[str | None, bool] | None:
     """(phase, whether it reports an OOM) when a lower-cased line is a trainer's report of
     its own failure, the phase None where it names none ("Training failed: …"), else None."""
-    if low.lstrip(" *-#>").startswith("failed to ") and _START_FAILED_RE.match(low.lstrip(" *-#>")):
+    if "failed to " in low and _START_FAILED_RE.match(low.lstrip(" *-#>")):
         return "model_load", bool(P.GPU_OOM_RE.search(low))
     m = FAILURE_REPORT_RE.search(low)
     if m is None or _PROCESS_EXIT_RE.match(low, m.end()):

@@ -310,14 +310,13 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         elif line[:1] in ("D", "I", "W", "E", "C"):
             m = P.PYLOG_RE.match(line)
             if m:
+                self._logger(m.group(2), out, m.group(3))
                 if m.group(3).startswith(P.TRACEBACK_HEAD):
                     # A logger given the formatted traceback ("ERROR:finetrainers:Traceback (most recent
                     # call last):"): its frames follow as plain lines.
-                    self._logger(m.group(2), out, m.group(3))
                     self._physical(m.group(3), out, cleaned=True)
-                    return
-                self._logger(m.group(2), out, m.group(3))
-                self._logical(m.group(3), m.group(1), out)
+                else:
+                    self._logical(m.group(3), m.group(1), out)
                 return
             m = P.LOOSE_HEAD_RE.match(line)
             if m:
