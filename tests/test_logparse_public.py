@@ -326,8 +326,6 @@ PHASE_MISSES.update({
                   "read as the first step; the label reads a sample being generated",
     "public/930": "batch 34, first read: the web UI launcher's banner and requirement checks are read as "
                   "start-up; the label says no training job has begun (unknown)",
-    "public/932": "batch 34, first read: train_hypernetwork setting the preview's sampler gives no phase; the "
-                  "label reads the preview being set up (sampling)",
 })
 KIND_MISSES.update({
     "public/911": "batch 34, first read: the GUI's Tcl/Tk background errors are not read as an error "
@@ -752,17 +750,6 @@ FAMILY_MISSES.update({
 
 # Batches 62 to 65's misses on their first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1751": "batch 62, first read: the rows of a load_state_dict size-mismatch message with its head cut give "
-                   "no phase; the label reads the model's weights being loaded (start-up)",
-    "public/1767": "batch 62, first read: sdxl_train.py's 'from library import …' failing in diffusers' lazy import "
-                   "(RuntimeError: Failed to import …) gives no phase; the label reads the entry script's imports "
-                   "(start-up)",
-    "public/1768": "batch 62, first read: train_network.py's 'from library import …' failing in diffusers' lazy "
-                   "import gives no phase; the label reads the entry script's imports (start-up)",
-    "public/1788": "batch 63, first read: FluxGym's relayed argument notices and tokenizer warnings give no phase; the "
-                   "label reads flux_train_network.py loading its tokenizer (start-up)",
-    "public/1790": "batch 63, first read: a lone 'OSError: Unable to load vocabulary from file.' gives no phase; the "
-                   "label reads a tokenizer being loaded (start-up)",
     "public/1833": "batch 65, first read: the Dreambooth extension's db_config from_file failing on json.load, then "
                    "'Can't load config!' and a gradio traceback, gives no phase; the label reads the config being "
                    "loaded (start-up)",
@@ -770,30 +757,14 @@ PHASE_MISSES.update({
                    "Dreambooth', its requirement checks) give no phase; the label reads start-up",
     "public/1843": "batch 65, first read: prepare_dataset.py failing after 'Encoding: 100%' and 'Completed "
                    "preprocessing latents and embeddings' is read as start-up; the label reads the latent cache",
-    "public/1848": "batch 65, first read: hypernetwork.py train_hypernetwork's 'p.sampler_name = …' (the preview's "
-                   "sampler) gives no phase; the label reads sampling",
     "public/1850": "batch 65, first read: a lone ImportError about installing wandb is read as an import at start-up; "
                    "the label reads no stage",
     "public/1852": "batch 65, first read: invokeai-ti's chain of imports cut before its error gives no phase; the "
                    "label reads the console script's imports (start-up)",
-    "public/1854": "batch 65, first read: the fast-DreamBooth 'Progress:|…|:   0% 1/4700' bar after the OOM is not "
-                   "read, so the OOM is taken for the first step; the label reads a later step",
-    "public/1856": "batch 65, first read: Sana's records building the model and 'Constructing dataset …' give no "
-                   "phase; the label reads start-up",
 })
 KIND_MISSES.update({
-    "public/1751": "batch 62, first read: the size-mismatch rows with their RuntimeError head cut are read as an "
-                   "unfinished run; the label reads an error (other)",
-    "public/1782": "batch 63, first read: 'RuntimeError: cuDNN Frontend error: … No execution plans support the "
-                   "graph.' is read as an error (other); the label reads a CUDA error",
     "public/1833": "batch 65, first read: the gradio traceback cut inside process_api after \"Can't load config!\" "
                    "is read as an error (other); the label reads a cut traceback",
-})
-STEP_MISSES.update({
-    "public/1849": "batch 65, first read: 'Training textual inversion [Epoch 5: 30/34] loss: nan:   0% "
-                   "100/999901 […]' (a bar drawn without its bar) is not read as step 100 of 999901",
-    "public/1854": "batch 65, first read: the fast-DreamBooth 'Progress:|…|:   0% 1/4700' bar is not read as step 1 "
-                   "of 4700",
 })
 FAMILY_MISSES.update({
     "public/1845": "batch 65, first read: SD.Next's cli/train.py running its copy of train_network.py is read as "

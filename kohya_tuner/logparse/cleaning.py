@@ -29,6 +29,7 @@ _PREFIX_RE = re.compile(
     r"|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,]\d{3,}(?:Z|[+-]\d{2}:?\d{2})?(?= )"  # 2024-06-30 23:45:34,053
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})(?= )"  # docker-style ISO time
     r"|\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}(?= - | \d{1,3}:[A-Z]+: )"  # accelerate's get_logger: 08/08/2024 04:37:22 - INFO -
+    r"|\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?= - )"  # "%(asctime)s - " with whole seconds: 2025-01-03 23:03:35 - [Sana] -
     r"|\d{1,3}:(?=(?:DEBUG|INFO|WARNING|ERROR|CRITICAL): )"  # a rank before a level: "0:INFO: …"
     r"|\d{2}/\d{2}/\d{4} \d{1,2}:\d{2}:\d{2} [AP]M(?= )"  # logging's "%m/%d/%Y %I:%M:%S %p": 06/29/2023 03:28:28 AM
     r"|\d{2}:\d{2}:\d{2}-\d{6}(?= +(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b)"  # the kohya_ss GUI's: 09:55:45-597461 INFO

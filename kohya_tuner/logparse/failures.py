@@ -54,6 +54,8 @@ class Failures:
     _line_rank: int | None
     _loose_bar: tuple[int, Progress] | None
     _last_exit: tuple[int, int] | None
+    # The logical line of the last row of a state-dict report whose head was cut.
+    _state_dict_row: int | None
     # (logical line, the error line before it) of the last "During handling of the above exception"
     # or "The above exception was the direct cause" line.
     _chain: tuple[int, str] | None
@@ -139,10 +141,14 @@ class Failures:
                 out.append(Failure(kind="other", message=s[:500], where=ev.diagnose_phase, frame=ev.what,
                                    frame_level=ev.level, line=s))
                 return
-        if ("state_dict" in low or "while copying" in low) and P.STATE_DICT_REPORT_RE.match(low):
+        if ("state_dict" in low or "while copying" in low or "size mismatch" in low) \
+                and P.STATE_DICT_REPORT_RE.match(low):
             # torch's report of the keys a state dict lacks or has too many (or of a parameter it could
-            # not copy), its head line ("Error(s) in loading state_dict for …") cut: the failure itself.
-            out.append(_worded_failure(P.error_kind(s), s))
+            # not copy, or whose shape differs), its head line ("Error(s) in loading state_dict for …")
+            # cut: the failure itself. Its rows (one per mismatched parameter) are one failure.
+            if self._state_dict_row != self._n - 1:
+                out.append(_worded_failure(P.error_kind(s), s))
+            self._state_dict_row = self._n
             return
         if not P.SUSPECT_RE.search(low):
             return

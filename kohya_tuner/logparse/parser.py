@@ -79,6 +79,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._exit_cut = False
         # (logical line number, status) of the last exit status read from a line.
         self._last_exit: tuple[int, int] | None = None
+        self._state_dict_row: int | None = None
         self._chain: tuple[int, str] | None = None
         self._last_error: str | None = None
         self._last_error_ev = None

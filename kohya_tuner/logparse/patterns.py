@@ -28,9 +28,10 @@ RICH_PATH_RE = re.compile(r"\s([\w.\-]+\.py:\d+)\s*$")
 # Rich's level column: the level padded to eight characters, and a space.
 RICH_LEVEL_WIDTH = 9
 # "- INFO - message" (Python logging's common format once the time is cut), with an optional
-# logger name before the level ("- root - INFO - message") or after it (accelerate's get_logger:
-# "- INFO - __main__ - message").
-DASH_LEVEL_RE = re.compile(r"- (?:[\w.]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) - (?:(?P<logger>[\w.]+) - )?(.*)$")
+# logger name before the level ("- root - INFO - message", in brackets in Sana's "- [Sana] - INFO - …")
+# or after it (accelerate's get_logger: "- INFO - __main__ - message").
+DASH_LEVEL_RE = re.compile(
+    r"- (?:(?:[\w.]+|\[[\w.\-]+\]) - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) - (?:(?P<logger>[\w.]+) - )?(.*)$")
 
 # ---- progress bars --------------------------------------------------------------------------
 
@@ -104,6 +105,9 @@ def sampling_bar(desc: str) -> bool:
 
 _MAIN_BAR: dict[str, bool] = {}
 _NOT_TRAINING_STEPS = ("validation", "denois", "inference", "sampl", "generat", "diffusion")
+# The web UI's embedding and hypernetwork training bars count the training steps under a description that
+# goes on with the epoch and the loss ("Training textual inversion [Epoch 5: 30/34] loss: 0.1").
+_MAIN_BAR_HEADS = ("training textual inversion", "training hypernetwork")
 
 
 _NUMBERED_EPOCH_RE = re.compile(r"epoch (\d{1,6})\s*:?\s*$")
@@ -125,7 +129,7 @@ def is_main_bar(desc: str) -> bool:
     # the epoch its description numbers (`Epoch 0:`); a bar of epochs has no number in its name.
     # A sampler's or a validation pass's own steps ("Denoising steps", "Inference steps") are not it.
     result = ((d in ("steps", "step") or d.endswith(" steps")) and not any(w in d for w in _NOT_TRAINING_STEPS)) \
-        or numbered_epoch(desc) is not None
+        or numbered_epoch(desc) is not None or d.startswith(_MAIN_BAR_HEADS)
     if len(_MAIN_BAR) < 256:
         _MAIN_BAR[desc] = result
     return result
@@ -373,7 +377,8 @@ GPU_OOM_RE = re.compile(
     r"|oom when allocating|resourceexhaustederror"
 )
 # CUDA failures that are not a lack of memory, though their wording mentions memory or looks
-# like an argument error.
+# like an argument error; cuDNN failing inside a kernel or finding no kernel for an op ("cuDNN Frontend
+# error: … No execution plans support the graph.") is one too.
 CUDA_ERROR_RE = re.compile(
     r"illegal memory access|device-side assert|cuda error: invalid argument|cuda error: an illegal"
     r"|cuda error: misaligned address|cuda error: unspecified launch failure|cudaerrorillegaladdress"
@@ -381,7 +386,7 @@ CUDA_ERROR_RE = re.compile(
     r"|cublas_status_execution_failed|cublas_status_internal_error|cudnn_status_execution_failed"
     r"|cudnn_status_internal_error|cudnn_status_mapping_error|hip error: invalid argument"
     r"|hip error: an illegal memory access|cuda error: unknown error|hip error: unknown error|cudaerrorunknown"
-    r"|cuda error: invalid device function|hip error: invalid device function"
+    r"|cuda error: invalid device function|hip error: invalid device function|cudnn frontend error"
 )
 # A plain line (no exception name) counts as an OOM only when the signature starts it or
 # comes with PyTorch's figures, so a warning that merely mentions OOM is not one.
@@ -418,10 +423,11 @@ OOM_STAT_LINE_RE = re.compile(r"\s*(?:Currently allocated|Requested|Device limit
 # Messages after which sd-scripts returns without raising (it logs them at ERROR): the run's failure
 # even where a wrapper relaying the output dropped the level (lower-case prefixes).
 FATAL_WITHOUT_LEVEL = ("no data found. please verify", "画像がありません")
-# torch's load_state_dict report of the keys it lacks or has too many, or of a parameter it could not
-# copy from the checkpoint (lower-cased, its indent kept).
+# torch's load_state_dict report of the keys it lacks or has too many, of a parameter it could not
+# copy from the checkpoint, or of one whose shape differs from the model's (lower-cased, its indent kept).
 STATE_DICT_REPORT_RE = re.compile(
-    r"\s*(?:(?:missing|unexpected) key\(s\) in state_dict: [\"']|while copying the parameter named [\"'])")
+    r"\s*(?:(?:missing|unexpected) key\(s\) in state_dict: [\"']|while copying the parameter named [\"']"
+    r"|size mismatch for \S+: copying a param with shape )")
 # A shell that cannot find the launcher or the interpreter it was told to run ("sh: 2: accelerate: not
 # found", "bash: accelerate: command not found", "'accelerate' is not recognized as an internal or external
 # command"), lower-cased: the job never started.

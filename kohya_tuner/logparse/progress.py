@@ -49,10 +49,10 @@ HEADLESS_BAR_RE = re.compile(
     r"(?:[ █▉▊▋▌▍▎▏#]*\|)?\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?:\d+:)?\d+:\d\d<(?:\?|(?:\d+:)?\d+:\d\d),\s*"
     r"(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it)(?P<inner>[^\]]*)(?:\]|$)")
 # tqdm with a `bar_format` that draws the bar before the percentage (the fast-DreamBooth Colab's
-# "Progress:|████      | 33% 999/3000 [16:27<32:42,  1.02it/s, loss=0.02]"); the times are required
-# as in the headless form.
+# "Progress:|████      | 33% 999/3000 [16:27<32:42,  1.02it/s, loss=0.02]", in later versions with a colon
+# after the bar: "Progress:|█         |:   3% 120/4700 […]"); the times are required as in the headless form.
 BAR_FIRST_RE = re.compile(
-    r"(?P<desc>[^|\r\n]*?)\s*\|[^|\r\n]*\|\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)\s*"
+    r"(?P<desc>[^|\r\n]*?)\s*\|[^|\r\n]*\|:?\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)\s*"
     r"\[(?:\d+:)?\d+:\d\d<(?:\?|(?:\d+:)?\d+:\d\d),\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it)(?P<inner>[^\]]*)(?:\]|$)")
 # What such a line starts with (or a digit, with no "|").
 HEADLESS_START = frozenset("| █▉▊▋▌▍▎▏#")
