@@ -776,6 +776,97 @@ FAMILY_MISSES.update({
 })
 
 
+# Batches 66 to 69's misses on their first read (the record is first_runs.json), kept as they were read.
+PHASE_MISSES.update({
+    "public/1868": "batch 66, first read: train_network.py's 'network.apply_max_norm_regularization(' gives no "
+                   "phase; the label reads a training step",
+    "public/1870": "batch 66, first read: the kohya_ss GUI's own start-up records alone give no phase; the label "
+                   "reads the GUI starting (start-up)",
+    "public/1872": "batch 66, first read: the kohya_ss GUI's own start-up records alone give no phase; the label "
+                   "reads the GUI starting (start-up)",
+    "public/1895": "batch 67, first read: EasyPhoto's photo checks and insightface's models give no phase; the label "
+                   "reads the training request's preprocessing (start-up)",
+    "public/1899": "batch 67, first read: a lone 'RuntimeError: Failed to import transformers.models.llama…' is "
+                   "read as an import at start-up; the label reads no stage",
+    "public/1905": "batch 67, first read: EasyPhoto's 'selected paths: … total scores' records give no phase; the "
+                   "label reads the training images being chosen (start-up)",
+    "public/1906": "batch 67, first read: EasyPhoto's face models and modelscope's records give no phase; the label "
+                   "reads the training request's preprocessing (start-up)",
+    "public/1914": "batch 67, first read: the notebook's 'Starting trainer...' and accelerate's box give no phase; "
+                   "the label reads the job being launched (start-up)",
+    "public/1916": "batch 67, first read: the notebook's 'Starting trainer...' and safetensors' warnings give no "
+                   "phase; the label reads the job being launched (start-up)",
+    "public/1924": "batch 68, first read: 'TypeError: argument of type …' is taken for argparse's 'error: argument' "
+                   "(start-up); the label reads no stage",
+    "public/1928": "batch 68, first read: Docker pulling the trainer's image gives no phase; the label reads the "
+                   "program that starts the job setting it up (start-up)",
+    "public/1929": "batch 68, first read: Docker pulling the trainer's image gives no phase; the label reads the "
+                   "program that starts the job setting it up (start-up)",
+    "public/1934": "batch 68, first read: Cog's PredictorNotSet ('train' option not found in cog.yaml) gives no "
+                   "phase; the label reads the launcher not finding the job's entry (start-up)",
+    "public/1937": "batch 68, first read: PaddleNLP's '[    INFO] -' records and its training header give no phase; "
+                   "the label reads start-up (the header's clause)",
+    "public/1939": "batch 68, first read: a pipeline's speed metrics after the launch command are read as start-up; "
+                   "the label reads a validation pass (sampling)",
+    "public/1943": "batch 68, first read: TensorFlow's oneDNN notice alone gives no phase; the label reads the "
+                   "script's imports (start-up)",
+    "public/1944": "batch 68, first read: autotrain's preprocessor saving the concept images gives no phase; the "
+                   "label reads the dataset being read (start-up)",
+    "public/1953": "batch 69, first read: DiffSynth-Studio's data_process pass through Lightning's test loop is read "
+                   "as start-up; the label reads the latent cache",
+    "public/1955": "batch 69, first read: the Dreambooth extension's start-up checks alone give no phase; the label "
+                   "reads start-up",
+    "public/1956": "batch 69, first read: the extension's db_config 'Saving to …' record after 'Extracting checkpoint "
+                   "from …' is read as a save; the label reads its model being created (start-up)",
+    "public/1958": "batch 69, first read: '*** Error verifying pickled file from …' and a cut traceback give no "
+                   "phase; the label reads the hypernetwork file being read (start-up)",
+    "public/1965": "batch 69, first read: sd-webui-train-tools' dataset preprocessing failing gives no phase; the "
+                   "label reads the dataset being prepared (start-up)",
+    "public/1968": "batch 69, first read: the Dreambooth extension's start-up checks alone give no phase; the label "
+                   "reads start-up",
+    "public/1970": "batch 69, first read: a gradio traceback cut after extract_checkpoint's KeyError gives no phase; "
+                   "the label reads the extension's model being created (start-up)",
+    "public/1973": "batch 69, first read: a user's script calling the extension's api.train (NameError) gives no "
+                   "phase; the label reads start-up",
+    "public/1976": "batch 69, first read: the extension's api import failing at the web UI's launch gives no phase; "
+                   "the label reads start-up",
+    "public/1977": "batch 69, first read: the Dreambooth extension's start-up checks alone give no phase; the label "
+                   "reads start-up",
+})
+KIND_MISSES.update({
+    "public/1871": "batch 66, first read: cmd.exe's \"'.' is not recognized as an internal or external command\" is "
+                   "not read as the failure; the label reads an error (other)",
+    "public/1873": "batch 66, first read: the launcher's exit is read (other); the label reads bitsandbytes' HIP "
+                   "'invalid device function' before it (a CUDA error)",
+    "public/1900": "batch 67, first read: the node's 'TRAINER: subprocess.CalledProcessError: …' is not read as the "
+                   "failure; the label reads an error (other)",
+    "public/1903": "batch 67, first read: the GUI's 'Validating … existence... FAILED' record is read as the failure "
+                   "(missing_file); the label reads an unfinished run",
+    "public/1904": "batch 67, first read: EasyPhoto's 'Error executing the command: Command […]' is not read as the "
+                   "failure; the label reads an error (other)",
+    "public/1908": "batch 67, first read: EasyPhoto's 'Error executing the command: Command […]' is not read as the "
+                   "failure; the label reads an error (other)",
+    "public/1938": "batch 68, first read: 'terminate called after throwing an instance of 'c10::Error'' is not read "
+                   "as the failure; the label reads an error (other)",
+    "public/1971": "batch 69, first read: loss=nan in the bar is read as the failure (nan_loss); the label reads an "
+                   "unfinished run",
+    "public/1972": "batch 69, first read: 'Returning result: Exception training model: …' is not read as the "
+                   "failure; the label reads an error (other)",
+})
+STEP_MISSES.update({
+    "public/1939": "batch 68, first read: the command's --max_train_steps is not read as the total",
+})
+FAMILY_MISSES.update({
+    "public/1878": "batch 66, first read: sdxl_train_network.py names SDXL; the label reads SD 1.5 from the model "
+                   "it loads",
+    "public/1907": "batch 67, first read: EasyPhoto's command is read as SDXL; the label reads SD 1.5",
+    "public/1939": "batch 68, first read: optimum-habana's train_text_to_image_sd3.py is read as diffusers; the "
+                   "label names optimum-habana",
+    "public/1953": "batch 69, first read: DiffSynth-Studio's train_wan_t2v.py through Lightning is read as "
+                   "diffusers; the label names DiffSynth-Studio",
+})
+
+
 
 def _known_miss(fx, misses: dict[str, str]) -> None:
     if fx.name in misses:
