@@ -753,8 +753,6 @@ PHASE_MISSES.update({
     "public/1833": "batch 65, first read: the Dreambooth extension's db_config from_file failing on json.load, then "
                    "'Can't load config!' and a gradio traceback, gives no phase; the label reads the config being "
                    "loaded (start-up)",
-    "public/1842": "batch 65, first read: the Dreambooth extension's start-up records alone ('Initializing "
-                   "Dreambooth', its requirement checks) give no phase; the label reads start-up",
     "public/1843": "batch 65, first read: prepare_dataset.py failing after 'Encoding: 100%' and 'Completed "
                    "preprocessing latents and embeddings' is read as start-up; the label reads the latent cache",
     "public/1850": "batch 65, first read: a lone ImportError about installing wandb is read as an import at start-up; "
@@ -778,8 +776,6 @@ FAMILY_MISSES.update({
 
 # Batches 66 to 69's misses on their first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1868": "batch 66, first read: train_network.py's 'network.apply_max_norm_regularization(' gives no "
-                   "phase; the label reads a training step",
     "public/1870": "batch 66, first read: the kohya_ss GUI's own start-up records alone give no phase; the label "
                    "reads the GUI starting (start-up)",
     "public/1872": "batch 66, first read: the kohya_ss GUI's own start-up records alone give no phase; the label "
@@ -792,20 +788,12 @@ PHASE_MISSES.update({
                    "label reads the training images being chosen (start-up)",
     "public/1906": "batch 67, first read: EasyPhoto's face models and modelscope's records give no phase; the label "
                    "reads the training request's preprocessing (start-up)",
-    "public/1914": "batch 67, first read: the notebook's 'Starting trainer...' and accelerate's box give no phase; "
-                   "the label reads the job being launched (start-up)",
-    "public/1916": "batch 67, first read: the notebook's 'Starting trainer...' and safetensors' warnings give no "
-                   "phase; the label reads the job being launched (start-up)",
-    "public/1924": "batch 68, first read: 'TypeError: argument of type …' is taken for argparse's 'error: argument' "
-                   "(start-up); the label reads no stage",
     "public/1928": "batch 68, first read: Docker pulling the trainer's image gives no phase; the label reads the "
                    "program that starts the job setting it up (start-up)",
     "public/1929": "batch 68, first read: Docker pulling the trainer's image gives no phase; the label reads the "
                    "program that starts the job setting it up (start-up)",
     "public/1934": "batch 68, first read: Cog's PredictorNotSet ('train' option not found in cog.yaml) gives no "
                    "phase; the label reads the launcher not finding the job's entry (start-up)",
-    "public/1937": "batch 68, first read: PaddleNLP's '[    INFO] -' records and its training header give no phase; "
-                   "the label reads start-up (the header's clause)",
     "public/1939": "batch 68, first read: a pipeline's speed metrics after the launch command are read as start-up; "
                    "the label reads a validation pass (sampling)",
     "public/1943": "batch 68, first read: TensorFlow's oneDNN notice alone gives no phase; the label reads the "
@@ -814,24 +802,18 @@ PHASE_MISSES.update({
                    "label reads the dataset being read (start-up)",
     "public/1953": "batch 69, first read: DiffSynth-Studio's data_process pass through Lightning's test loop is read "
                    "as start-up; the label reads the latent cache",
-    "public/1955": "batch 69, first read: the Dreambooth extension's start-up checks alone give no phase; the label "
-                   "reads start-up",
     "public/1956": "batch 69, first read: the extension's db_config 'Saving to …' record after 'Extracting checkpoint "
                    "from …' is read as a save; the label reads its model being created (start-up)",
     "public/1958": "batch 69, first read: '*** Error verifying pickled file from …' and a cut traceback give no "
                    "phase; the label reads the hypernetwork file being read (start-up)",
     "public/1965": "batch 69, first read: sd-webui-train-tools' dataset preprocessing failing gives no phase; the "
                    "label reads the dataset being prepared (start-up)",
-    "public/1968": "batch 69, first read: the Dreambooth extension's start-up checks alone give no phase; the label "
-                   "reads start-up",
     "public/1970": "batch 69, first read: a gradio traceback cut after extract_checkpoint's KeyError gives no phase; "
                    "the label reads the extension's model being created (start-up)",
     "public/1973": "batch 69, first read: a user's script calling the extension's api.train (NameError) gives no "
                    "phase; the label reads start-up",
     "public/1976": "batch 69, first read: the extension's api import failing at the web UI's launch gives no phase; "
                    "the label reads start-up",
-    "public/1977": "batch 69, first read: the Dreambooth extension's start-up checks alone give no phase; the label "
-                   "reads start-up",
 })
 KIND_MISSES.update({
     "public/1871": "batch 66, first read: cmd.exe's \"'.' is not recognized as an internal or external command\" is "

@@ -238,12 +238,15 @@ PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.\-]+):(.*)$")
 # - time, level and logger each in brackets ("[2023-10-09 00:29:27,796][DEBUG][dreambooth.train_dreambooth]
 #   - message", the Dreambooth extension's);
 # - time, level and logger between bars ("2024-05-25 13:51:03,724 | INFO | /w/kohya_gui/common_gui.py |
-#   message", the kohya_ss GUI's log file).
+#   message", the kohya_ss GUI's log file);
+# - time and a level padded to eight inside brackets, then a dash ("[2023-07-19 14:47:55,500] [    INFO] -
+#   message", PaddleNLP's and ppdiffusers' logger).
 _TIME = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
 _LEVEL = r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)"
 BRACKET_RECORD_RE = re.compile(rf"(?:\[?{_TIME}\]? )?\[{_LEVEL}\] (?=\([\w.]+\) )")
 BRACKET_LOGGER_RE = re.compile(rf"\[{_TIME}\]\[{_LEVEL}\]\[([\w.\-]+)\] -? ?")
 PIPE_RECORD_RE = re.compile(rf"{_TIME} \| {_LEVEL} +\| ([^|]{{1,200}}?) +\| ")
+PADDED_LEVEL_RE = re.compile(rf"\[?{_TIME}\] \[ *{_LEVEL}\] - ?")
 
 
 def record_head(line: str) -> tuple[str, str | None, int] | None:
@@ -257,6 +260,10 @@ def record_head(line: str) -> tuple[str, str | None, int] | None:
         m = BRACKET_LOGGER_RE.match(line)
         if m:
             return m.group(1), m.group(2), m.end()
+    if "] [" in head:
+        m = PADDED_LEVEL_RE.match(line)
+        if m:
+            return m.group(1), None, m.end()
     if " | " in head:
         m = PIPE_RECORD_RE.match(line)
         if m and m.group(2) not in ("stdout", "stderr"):
@@ -476,8 +483,10 @@ _KIND_RULES: tuple[tuple[str, re.Pattern], ...] = (
         r"|unsupported scalartype|dtype mismatch|(?:half|bfloat16|bf16|fp16)\w*\) and weight type|and weight type "
         r"\(\S*(?:half|bfloat16)|bfloat16 is only supported|does not support bfloat16|bf16 is not supported"
         r"|promotion for float8 types is not supported|mixed_precision.*(?:not supported|requires)")),
+    # argparse's "train.py: error: argument --x: …", never an exception's own words ("TypeError: argument of
+    # type 'NoneType' is not iterable", "TypeError: argument 'metadata': …").
     ("bad_argument", re.compile(
-        r"error: unrecognized arguments|unrecognized arguments:|error: argument |error: the following arguments"
+        r"error: unrecognized arguments|unrecognized arguments:|(?<![a-z])error: argument |error: the following arguments"
         r"|error: ambiguous option|invalid choice:|invalid user config|ユーザ設定|extra keys not allowed"
         r"|required key not provided|invalid argument|\.py: error:")),
     ("missing_file", re.compile(
