@@ -849,6 +849,38 @@ FAMILY_MISSES.update({
 })
 
 
+# Batches 70 to 73's misses on their first read (the record is first_runs.json), kept as they were read.
+PHASE_MISSES.update({
+    "public/1983": "batch 70, first read: accelerate's multi-GPU launcher frames alone, cut, give no phase; the "
+                   "label reads the launcher starting its processes (start-up)",
+    "public/2051": "batch 72, first read: two ranks' tracebacks interleaved through check_min_version give no "
+                   "phase; the label reads the script's top-level version check (start-up)",
+    "public/2076": "batch 73, first read: ldm's attention forward running out of memory is read as the first step; "
+                   "the label reads no stage (library frames alone)",
+    "public/2078": "batch 73, first read: train_dreambooth.py generating class images with its pipeline is read as "
+                   "sampling; the label reads the class images made before training (start-up)",
+    "public/2081": "batch 73, first read: aspl.py's 'Step #N, loss …' lines and a cut traceback give no phase; the "
+                   "label reads a later step of its loop",
+    "public/2083": "batch 73, first read: StyleGAN's 'tick 0 kimg 0.0' status line and the spawn frames give no "
+                   "phase; the label reads a training step",
+})
+KIND_MISSES.update({
+    "public/1983": "batch 70, first read: the launcher's frames cut are read as an exit with no message (other); "
+                   "the label reads a cut traceback",
+    "public/2074": "batch 73, first read: 'Traceback' cut right after the class-image bar is read as an unfinished "
+                   "run; the label reads a cut traceback",
+    "public/2075": "batch 73, first read: the web UI's 'Error completing request' and its arguments are read as an "
+                   "unfinished run; the label reads a cut traceback",
+})
+STEP_MISSES.update({
+    "public/2081": "batch 73, first read: 'Step #9, loss …' is not read as step 10",
+})
+FAMILY_MISSES.update({
+    "public/2078": "batch 73, first read: dreambooth-gui's train_dreambooth.py is read as diffusers; the label names "
+                   "the GUI",
+})
+
+
 
 def _known_miss(fx, misses: dict[str, str]) -> None:
     if fx.name in misses:
