@@ -486,7 +486,8 @@ _KIND_RULES: tuple[tuple[str, re.Pattern], ...] = (
     # argparse's "train.py: error: argument --x: …", never an exception's own words ("TypeError: argument of
     # type 'NoneType' is not iterable", "TypeError: argument 'metadata': …").
     ("bad_argument", re.compile(
-        r"error: unrecognized arguments|unrecognized arguments:|(?<![a-z])error: argument |error: the following arguments"
+        r"error: unrecognized arguments|unrecognized arguments:|(?<![a-z])error: argument "
+        r"|error: the following arguments"
         r"|error: ambiguous option|invalid choice:|invalid user config|ユーザ設定|extra keys not allowed"
         r"|required key not provided|invalid argument|\.py: error:")),
     ("missing_file", re.compile(
