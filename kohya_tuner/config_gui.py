@@ -106,9 +106,11 @@ def gui_launch(data: dict[str, Any]) -> tuple[str, str, dict[str, Any], list[str
                         "Give the sd-scripts TOML the GUI prints with 'Print training command' instead.")
     try:
         script, toml_data = _BUILDERS[tab](form)
-    except (TypeError, ValueError) as exc:
+        launch, tail = launch_args(form), _tail_args(form)
+    except (TypeError, ValueError, OverflowError) as exc:
+        # (OverflowError: a count given as "inf" or "1e400", which int() cannot take; the GUI fails there too.)
         raise UserError(f"The kohya_ss file holds a value the GUI cannot use: {exc}.") from None
-    return tab, script, dict(sorted(toml_data.items())), launch_args(form), _tail_args(form)
+    return tab, script, dict(sorted(toml_data.items())), launch, tail
 
 
 # ---- into kohya-tuner's one form ------------------------------------------------------------

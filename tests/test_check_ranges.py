@@ -120,3 +120,12 @@ def test_the_gate_never_accepts_a_non_finite_or_out_of_int64_number(name, value)
     bad = (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, int) and abs(value) >= 2**63)
     if bad:
         assert name in [p.key for p in errs]
+
+
+@pytest.mark.parametrize("warmup", [1.1235582092889475e+305, 1.7e308, 0.1])
+def test_a_warmup_ratio_whose_step_count_overflows_is_judged_not_crashed_on(warmup):
+    # lr_warmup_steps as a float is a ratio of max_train_steps; a ratio so large that the product is no
+    # finite number must not end the check with an OverflowError.
+    cfg = {"lr_warmup_steps": warmup, "max_train_steps": 1600}
+    findings = schema.validate_config(cfg, "train_network.py")
+    assert isinstance(findings, list)

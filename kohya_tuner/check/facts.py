@@ -363,7 +363,11 @@ class Context:
     def _steps_of(self, v: Any) -> Any:
         steps = self.cfg.get("max_train_steps")
         if isinstance(v, float) and math.isfinite(v) and isinstance(steps, int):
-            return int(v * steps)
+            # A ratio of the run's steps; a product too large for a float (1e305 × 1000) is no step
+            # count, and the range rules judge the value as written.
+            product = v * steps
+            if math.isfinite(product):
+                return int(product)
         return v
 
     def _no_training_data(self) -> bool:
