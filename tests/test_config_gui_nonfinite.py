@@ -12,8 +12,9 @@ from kohya_tuner import config_gui
 from kohya_tuner.errors import UserError
 
 INPUTS = Path(__file__).parent / "data" / "kohya_gui" / "inputs"
-# Three presets of different tabs and families, taken from the GUI's own files.
-FILES = sorted(p for p in INPUTS.rglob("*.json"))[:: max(1, len(list(INPUTS.rglob("*.json"))) // 3)][:3]
+# Three presets spread over the GUI's own files (different tabs and families).
+_ALL = sorted(INPUTS.rglob("*.json"))
+FILES = _ALL[:: max(1, len(_ALL) // 3)][:3]
 BAD = ["inf", "-inf", "nan", "1e400", "-1e400", "twelve", ""]
 
 
