@@ -85,7 +85,6 @@ FAMILY_MISSES.update({
 # Batch 16's misses on its first read (the record is first_runs.json), kept as they were read.
 STEP_MISSES.update({
     "public/384": "batch 16, first read: the step bar at 0/100000 is not read as the step",
-    "public/389": "batch 16, first read: the step bar at 0/1500 is not read as the step",
 })
 KIND_MISSES.update({
     "public/380": "batch 16, first read: the end of a launcher's Rich box and the CalledProcessError's command, every "
@@ -466,8 +465,6 @@ PHASE_MISSES.update({
                    "start-up; the label sees no line of the job (unknown)",
     "public/1151": "batch 42, first read: the pipeline assembled with from_pretrained after 'Steps: 100% 315/315' is "
                    "read as sampling; the label reads the final save",
-    "public/1153": "batch 42, first read: 'preprocessing complete', a 'train_start' event and a 'Training "
-                   "Configuration' table, cut, give no phase; the label reads a training header (start-up)",
     "public/1160": "batch 42, first read: OneTrainer's 'activating venv' and 'Using Python' lines, then transformers' "
                    "warnings, give no phase; the label reads the program starting up",
     "public/1162": "batch 42, first read: SimpleTuner's start-up records with no logger after the level, cut, give no "
@@ -517,8 +514,6 @@ PHASE_MISSES.update({
                    "training; the label reads the save",
     "public/1255": "batch 45, first read: Lightning's sanity check with its first letter cut ('anity Checking') gives "
                    "no phase; the label reads the validation pass before the first step (start-up)",
-    "public/1260": "batch 45, first read: ONNX Runtime's 'Applied providers' and 'find model: …onnx' give no phase; "
-                   "the label reads models being loaded (start-up)",
 })
 KIND_MISSES.update({
     "public/1233": "batch 45, first read: Rich rows of accelerate's launcher only, cut, are read as an unfinished run; "
@@ -780,14 +775,10 @@ PHASE_MISSES.update({
                    "reads the GUI starting (start-up)",
     "public/1872": "batch 66, first read: the kohya_ss GUI's own start-up records alone give no phase; the label "
                    "reads the GUI starting (start-up)",
-    "public/1895": "batch 67, first read: EasyPhoto's photo checks and insightface's models give no phase; the label "
-                   "reads the training request's preprocessing (start-up)",
     "public/1899": "batch 67, first read: a lone 'RuntimeError: Failed to import transformers.models.llama…' is "
                    "read as an import at start-up; the label reads no stage",
     "public/1905": "batch 67, first read: EasyPhoto's 'selected paths: … total scores' records give no phase; the "
                    "label reads the training images being chosen (start-up)",
-    "public/1906": "batch 67, first read: EasyPhoto's face models and modelscope's records give no phase; the label "
-                   "reads the training request's preprocessing (start-up)",
     "public/1928": "batch 68, first read: Docker pulling the trainer's image gives no phase; the label reads the "
                    "program that starts the job setting it up (start-up)",
     "public/1929": "batch 68, first read: Docker pulling the trainer's image gives no phase; the label reads the "
@@ -884,8 +875,6 @@ FAMILY_MISSES.update({
 
 # Batches 74 to 81's misses on their first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/2122": "batch 74, first read: read as no stage; the label reads start-up ('override steps. steps for 10"
-                   " epochs is / 指定エポックまでのステップ数: 60' and 'enable full bf16 training.', then a …)",
     "public/2140": "batch 75, first read: read as no stage; the label reads start-up (the GUI's 'Save...' records "
                    "and its training-folder preparation ('Copy … to …/img/58_ToniRizzo woman...' …)",
     "public/2149": "batch 75, first read: read as no stage; the label reads start-up (only 'mean ar error (without "
@@ -893,46 +882,28 @@ PHASE_MISSES.update({
     "public/2153": "batch 75, first read: read as no stage; the label reads a training step "
                    "(torch.utils.checkpoint's warning 'None of the inputs have requires_grad=True. Gradients will "
                    "be None' (a …)",
-    "public/2156": "batch 75, first read: read as no stage; the label reads start-up (runpy -> accelerate.exe "
-                   "__main__ -> accelerate/__init__ 'from .accelerator import Accelerator' -> …)",
     "public/2169": "batch 76, first read: read as start-up; the label reads no stage (the GUI's own start: app.py "
                    "<module>:9 'import gradio as gr' -> gradio's imports -> processing_utils …)",
-    "public/2194": "batch 77, first read: read as no stage; the label reads start-up (Rich box rows "
-                   "train_network.py:990 trainer.train -> train_network.py:227 'network_module = …)",
     "public/2200": "batch 77, first read: read as no stage; the label reads start-up (TensorFlow's import-time "
                    "records (oneDNN, the cuBLAS factory, libnvinfer not loadable) and nothing after …)",
     "public/2201": "batch 77, first read: read as no stage; the label reads start-up (MainUI.py "
                    "start_training_thread:194 'self.save_toml(Path('queue_store/temp.toml'))' -> …)",
-    "public/2217": "batch 77, first read: read as no stage; the label reads start-up (the end of a 'selected paths "
-                   "... total scores ... face angles' record, five 'face_id_scores' records for the …)",
     "public/2218": "batch 77, first read: read as no stage; the label reads start-up (a preprocessing bar over 29 "
                    "photos from 15/29 to 21/29, each followed by modelscope's 'model inference done' …)",
     "public/2219": "batch 77, first read: read as no stage; the label reads start-up (the extension's 'Error "
                    "executing the command: Command [...]' for its scripts/preprocess.py (images_save_path …)",
-    "public/2220": "batch 77, first read: read as no stage; the label reads start-up (Rich frames "
-                   "train_network.py:17 <module> '❱ 17 import library.train_util as train_util' -> …)",
-    "public/2223": "batch 78, first read: read as no stage; the label reads start-up (accelerate launch.py "
-                   "simple_launcher:280 'mixed_precision = PrecisionType(args.mixed_precision.lower())' -> …)",
-    "public/2227": "batch 78, first read: read as no stage; the label reads start-up ('Generating train split: 2 "
-                   "examples' then train_text_to_image_lora.py main:829 'raise ValueError(' …)",
     "public/2228": "batch 78, first read: read as no stage; the label reads start-up (datasets' 'Dataset "
                    "imagefolder downloaded and prepared' and its bar, then train_text_to_image_lora.py …)",
     "public/2229": "batch 78, first read: read as no stage; the label reads start-up (train_text_to_image_lora.py "
                    "main:1015 'raise ValueError(' --caption_column' value 'text' needs to be one of …)",
     "public/2231": "batch 78, first read: read as sampling; the label reads start-up ('Generating class images 44% "
                    "4/9' and the traceback header right after it: the class-image pass before …)",
-    "public/2233": "batch 78, first read: read as no stage; the label reads start-up (train_text_to_image.py "
-                   "train:305 'dataset = datasets.load_from_disk(' -> datasets load.py load_from_disk …)",
     "public/2234": "batch 78, first read: read as no stage; the label reads start-up (only the printed module tree "
                    "of the UNet with peft lora.Linear wrappers on to_q/to_v (lora_A/lora_B of rank …)",
     "public/2235": "batch 78, first read: read as no stage; the label reads start-up (train_dreambooth_lora_sdxl.py"
                    " main:919 'repo_id = create_repo(' -> huggingface_hub validators _inner_fn: the …)",
     "public/2239": "batch 78, first read: read as saving; the label reads sampling ('Generating samples: 0% 0/4' "
                    "then train_inpainting_dreambooth.py main:869 'save_weights(global_step)' -> …)",
-    "public/2241": "batch 78, first read: read as no stage; the label reads start-up ('Running DreamBooth "
-                   "Training', the unused-parameters warning and the preprocessor's 'Saving concept images' …)",
-    "public/2245": "batch 78, first read: read as no stage; the label reads start-up (only datasets' 'Downloading "
-                   "data' bars (four shards) and 'Downloading data files' cut mid-bar: the dataset …)",
     "public/2253": "batch 79, first read: read as no stage; the label reads start-up (TrainUI "
                    "__training_thread_function 'trainer.start()' -> CloudTrainer start 'self.cloud.setup()' -> …)",
     "public/2254": "batch 79, first read: read as no stage; the label reads start-up (trainer_service "
@@ -942,14 +913,8 @@ PHASE_MISSES.update({
     "public/2261": "batch 79, first read: read as the first step; the label reads a training step "
                    "(TrainUIController __training_thread_function_impl 'trainer.train()' -> "
                    "GenericTrainer.train:751 …)",
-    "public/2262": "batch 79, first read: read as the first step; the label reads a training step (only the "
-                   "training loop's 'step:  99%)",
-    "public/2264": "batch 79, first read: read as no stage; the label reads a training step (TrainUI "
-                   "__training_thread_function 'trainer.train()' -> GenericTrainer.train:505 'loss = …)",
     "public/2266": "batch 79, first read: read as no stage; the label reads start-up (the one line 'Failed to load "
                    "data backends: `file_name` or `*_file_name` must be present … in metadata …)",
-    "public/2274": "batch 79, first read: read as no stage; the label reads start-up (only ProcessGroupNCCL's "
-                   "'using GPU N to perform barrier as devices used by this process are currently …)",
     "public/2288": "batch 80, first read: read as start-up; the label reads no stage (a bare 'NotImplementedError: "
                    "Cannot copy out of meta tensor; no data! …' with nothing before it: no line or …)",
     "public/2292": "batch 80, first read: read as no stage; the label reads start-up (only the web UI's launch "
@@ -964,30 +929,12 @@ PHASE_MISSES.update({
                    "Cannot copy out of meta tensor; no data! …' with nothing before it: no line or …)",
     "public/2303": "batch 80, first read: read as no stage; the label reads start-up (only '✔ Connected' and the "
                    "web UI's 'Startup time: 11.7s (import torch …' line: the program that runs the …)",
-    "public/2306": "batch 80, first read: read as no stage; the label reads a training step (textual_inversion.py "
-                   "train_embedding:315 'scheduler.apply(optimizer, embedding.step)' -> learn_schedule.py …)",
     "public/2309": "batch 80, first read: read as start-up; the label reads no stage (frames ui.py f -> webui.py f "
                    "-> dreambooth.py start_training:275 'trained_steps = main(config)', cut inside …)",
-    "public/2312": "batch 80, first read: read as no stage; the label reads a training step (textual_inversion.py "
-                   "train_embedding:503 'scaler.scale(loss).backward()' -> torch grad_scaler.py scale:164 …)",
-    "public/2315": "batch 81, first read: read as no stage; the label reads start-up (the last lines are the "
-                   "trainer's 'Experiment directory created at …' and 'Training configuration:' dict print …)",
     "public/2317": "batch 81, first read: read as start-up; the label reads no stage (only the launch command the "
                    "user ran and '[rank1]: RuntimeError: Given groups=1, weight of size [1536, 36, 1 …)",
-    "public/2319": "batch 81, first read: read as no stage; the label reads start-up (the last lines are the "
-                   "training header's figures (Num examples = 10 … Total optimization steps = 100) with no …)",
-    "public/2333": "batch 81, first read: read as no stage; the label reads sampling (a generator warning, two "
-                   "finished bars (40/40 and 14/14), then 'Moviepy - Building video …)",
     "public/2335": "batch 81, first read: read as no stage; the label reads start-up (Lightning's model summary, "
                    "then 'Sanity Checking: 0it' and the script's exception handler 'Summoning …)",
-    "public/2338": "batch 81, first read: read as start-up; the label reads sampling ('Saved validation video "
-                   "output to …/val_video_10000.mp4', the SyncNet evaluation of that video ('SyncNet …)",
-    "public/2339": "batch 81, first read: read as no stage; the label reads start-up ([rank0] train_unet.py "
-                   "main:235 'num_train_epochs = math.ceil(config.run.max_train_steps / …)",
-    "public/2340": "batch 81, first read: read as start-up; the label reads saving (the trainer's 'save_model:507 -"
-                   " Saved state, step: 600' record, then a Rich traceback box whose stored rows …)",
-    "public/2342": "batch 81, first read: read as no stage; the label reads start-up (accelerate's kernel-version "
-                   "and tracker warnings, scheduler and VAE config notes, 'Initializing model with …)",
 })
 KIND_MISSES.update({
     "public/2150": "batch 75, first read: read as an error of kind bitsandbytes; the label reads cuda_error "

@@ -18,7 +18,8 @@ from typing import Iterable
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse.advice import advise
 from kohya_tuner.logparse.events import (
-    CACHE_CHECK, CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, REPORTED_WHERE, SETTINGS_PRINTED, TRAINING_HEADER,
+    BAR_REDRAWN, CACHE_CHECK, CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, REPORTED_WHERE, SETTINGS_PRINTED,
+    TRAINING_HEADER,
     EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes, Progress,
     Resumed, Saved, TotalSteps, Wrapper,
 )
@@ -74,6 +75,9 @@ class _Run:
     # A fresh run's header for its second epoch or a later one ("epoch 5/100") means whole
     # epochs of steps are done even where no bar shows a count (not so for a resumed run).
     later_epoch: bool = False
+    # A training bar redrawn with its counts cut but a share above 0 % (events.BAR_REDRAWN): some
+    # step has finished although no count says which.
+    bar_moved: bool = False
     # The training bar reached its total: the steps are done, what loads a model now is the
     # script's final inference or validation with what it trained.
     steps_done: bool = False
@@ -112,6 +116,8 @@ class _Run:
                 self.phase = "training"
                 self.process_phase = None
         elif isinstance(ev, Milestone):
+            if ev.name == BAR_REDRAWN:
+                self.bar_moved = True
             if ev.name == JOB_RECORD:
                 if self.job_said is None:
                     self.job_said = index
@@ -152,6 +158,11 @@ class _Run:
                 self.later_epoch = True
         elif isinstance(ev, TotalSteps):
             self.total = ev.total
+            if not done and self.max_step is None and self.phase in (None, "model_load", *CACHE_PHASES):
+                # The step count a trainer works out before its loop (the header's "Total optimization
+                # steps = N", sd-scripts' "override steps"): what was set up is behind it, the loop not
+                # yet begun, so start-up by the same training-header clause.
+                self.phase = "model_load"
         elif isinstance(ev, Saved):
             if not done:
                 self.phase = "saving"
@@ -186,7 +197,7 @@ class _Run:
         after the last step is the inference that follows training (a script loads a pipeline
         with what it trained to sample from it)."""
         if phase == "training":
-            return "training" if self.max_step or self.later_epoch else "first_step"
+            return "training" if self.max_step or self.later_epoch or self.bar_moved else "first_step"
         if phase == "model_load" and self.steps_done and self.finished_at is None:
             return "sampling"
         return phase

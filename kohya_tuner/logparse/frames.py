@@ -230,6 +230,32 @@ _START_UP = "the training script failing before it started (its imports or top-l
 _FRAME_COMPLETE_RE = re.compile(r'", line \d+, in \S')
 
 
+# A Rich traceback box's frame row ("/content/kohya-trainer/train_network.py:17 in <module>") and the row of
+# source it stopped at ("❱  17 import library.train_util as train_util", with the box's indent glyphs).
+_RICH_FRAME_RE = re.compile(r"^(?P<path>[^\s│┃\"]+\.py):(?P<line>\d+) in (?P<func>[\w<>.]+)\s*$")
+_RICH_AT_RE = re.compile(r"^❱\s*\d+\s*(?:│\s*)*(?P<code>.*)$")
+
+
+def _plain_rows(rows: list[str]) -> list[str]:
+    """A Rich box's rows as a plain traceback's: each frame row as `File "…", line N, in f`, followed by the
+    row of source its `❱` marks (other rows of source dropped), so one reading serves both forms."""
+    if not any(_RICH_FRAME_RE.match(r.strip()) for r in rows):
+        return rows
+    out: list[str] = []
+    for r in rows:
+        s = r.strip()
+        m = _RICH_FRAME_RE.match(s)
+        if m is not None:
+            out.append(f'File "{m.group("path")}", line {m.group("line")}, in {m.group("func")}')
+            continue
+        m = _RICH_AT_RE.match(s)
+        if m is not None and out and out[-1].startswith('File "'):
+            out.append("    " + m.group("code").strip())
+        elif s.startswith('File "'):
+            out.append(r)
+    return out
+
+
 def start_up_evidence(frames: list[str] | tuple[str, ...], error: str, *, cut: bool = False) -> FrameEvidence | None:
     """Start-up (`[[start_up]]`) for a traceback no frame rule placed: the training script failing in
     its imports or its own top-level code, before it did anything. `cut`: the traceback ends before
@@ -239,7 +265,7 @@ def start_up_evidence(frames: list[str] | tuple[str, ...], error: str, *, cut: b
     if t.start_up is None:
         return None
     script, source, import_error, _ = t.start_up
-    rows = [f for f in frames if f.strip() and f.lstrip()[0] != "^"]
+    rows = _plain_rows([f for f in frames if f.strip() and f.lstrip()[0] != "^"])
     if t.imports is not None and any(t.imports.search(r) for r in rows):
         return None
     found = None
