@@ -9,6 +9,7 @@ names the file and, for values, the key.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -137,7 +138,10 @@ def read_bytes(path: str | os.PathLike, what: str = "file", limit: int = MAX_BYT
 
 def _refuse(exc: OSError, path: str | os.PathLike, what: str, limit: int):
     shown = os.fsdecode(path)
-    if isinstance(exc, FileNotFoundError):
+    if isinstance(exc, FileNotFoundError) or (exc.errno == errno.ELOOP and os.path.islink(path)):
+        if os.path.islink(path):
+            raise UserError(f"{what} {shown} is a link that leads to no file (its target is missing, or links "
+                            "loop).") from None
         raise UserError(f"{what} {shown} does not exist.") from None
     if isinstance(exc, NotRegular):
         raise UserError(f"{what} {shown} is {exc.strerror}: kohya-tuner reads only regular files "

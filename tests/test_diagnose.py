@@ -414,3 +414,21 @@ def test_cli_streams_a_large_log(tmp_path):
     res = _invoke_cli(*["diagnose", str(path), "--json"])
     assert res.exit_code == 0
     assert json.loads(res.stdout)["step"] == 99
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "symlink"), reason="needs symbolic links")
+@pytest.mark.parametrize("kind", ["dangling", "loop"])
+@pytest.mark.parametrize("command", ["diagnose", "check", "estimate"])
+def test_a_link_that_leads_to_no_file_is_named_as_such(tmp_path, kind, command):
+    import os
+
+    target = tmp_path / "run's log.toml"
+    if kind == "dangling":
+        os.symlink(tmp_path / "moved-away.toml", target)
+    else:
+        os.symlink(tmp_path / "other", target)
+        os.symlink(target, tmp_path / "other")
+    res = _invoke_cli(*[command, str(target)])
+    assert res.exit_code == 2, res.output
+    assert "a link that leads to no file" in res.output and "does not exist" not in res.output
+    assert "Traceback" not in res.output and res.output.count("error:") == 1

@@ -78,6 +78,9 @@ def open_log(path: str | os.PathLike) -> LogSource:
     """Check that `path` is a readable text log; UserError (exit 2) when it is not."""
     p = Path(path)
     if not p.exists():
+        if p.is_symlink():
+            raise UserError(f"{p} is a link that leads to no file (its target is missing, or links loop).",
+                            "Pass the file the training output was saved to.")
         raise UserError(f"{p} does not exist.", "Pass the file the training output was saved to.")
     if p.is_dir():
         raise UserError(f"{p} is a folder, not a log file.",
