@@ -136,12 +136,16 @@ def read_bytes(path: str | os.PathLike, what: str = "file", limit: int = MAX_BYT
         _refuse(exc, path, what, limit)
 
 
+# A path that is a link whose target cannot be reached: said so, not "does not exist" nor the OS's
+# "Too many levels of symbolic links".
+DEAD_LINK = "is a link that leads to no file (its target is missing, or links loop)"
+
+
 def _refuse(exc: OSError, path: str | os.PathLike, what: str, limit: int):
     shown = os.fsdecode(path)
-    if isinstance(exc, FileNotFoundError) or (exc.errno == errno.ELOOP and os.path.islink(path)):
-        if os.path.islink(path):
-            raise UserError(f"{what} {shown} is a link that leads to no file (its target is missing, or links "
-                            "loop).") from None
+    if os.path.islink(path) and (isinstance(exc, FileNotFoundError) or exc.errno == errno.ELOOP):
+        raise UserError(f"{what} {shown} {DEAD_LINK}.") from None
+    if isinstance(exc, FileNotFoundError):
         raise UserError(f"{what} {shown} does not exist.") from None
     if isinstance(exc, NotRegular):
         raise UserError(f"{what} {shown} is {exc.strerror}: kohya-tuner reads only regular files "

@@ -17,6 +17,7 @@ from typing import BinaryIO, Iterator
 from kohya_tuner.errors import UserError
 from kohya_tuner.logparse.events import Event
 from kohya_tuner.logparse.parser import LogParser
+from kohya_tuner.safeio import DEAD_LINK
 
 CHUNK = 1 << 20
 _SNIFF = 1 << 16
@@ -79,7 +80,7 @@ def open_log(path: str | os.PathLike) -> LogSource:
     p = Path(path)
     if not p.exists():
         if p.is_symlink():
-            raise UserError(f"{p} is a link that leads to no file (its target is missing, or links loop).",
+            raise UserError(f"{p} {DEAD_LINK}.",
                             "Pass the file the training output was saved to.")
         raise UserError(f"{p} does not exist.", "Pass the file the training output was saved to.")
     if p.is_dir():
