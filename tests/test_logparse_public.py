@@ -992,6 +992,124 @@ FAMILY_MISSES.update({
 })
 
 
+# Batches 90 to 97's misses on their first read (the record is first_runs.json), kept as they were read.
+PHASE_MISSES.update({
+    "public/2590": "batch 90, first read: read as start-up; the label reads a training step (Rich rows "
+                   "train_network.py:760 'train(args)' -> train_network.py:640 in train, '❱ logs = …)",
+    "public/2594": "batch 90, first read: read as no stage; the label reads start-up (torch elastic's 'NOTE: "
+                   "Redirects are currently not supported in Windows or MacOs.' from two processes (the …)",
+    "public/2621": "batch 91, first read: read as no stage; the label reads a training step "
+                   "(torch.utils.checkpoint's warning 'None of the inputs have requires_grad=True. Gradients will "
+                   "be None' (a …)",
+    "public/2647": "batch 92, first read: read as the first step; the label reads no stage (frames only in torch: "
+                   "_functorch/_aot_autograd utils call_and_expect_output_descs -> graph_capture_wrappers …)",
+    "public/2650": "batch 92, first read: read as start-up; the label reads text-encoder caching ('Loading "
+                   "Qwen3-VL-32B text encoder ...', the '[minimax-te]' and '[load]' streaming records, then frames "
+                   "…)",
+    "public/2651": "batch 92, first read: read as start-up; the label reads a training step (multiprocessing frames"
+                   " (process.py start, context _Popen, popen_spawn_win32 __init__) under a 'w.start()' …)",
+    "public/2653": "batch 92, first read: read as start-up; the label reads no stage (the GUI's own start: '(env) "
+                   "...fluxgym-main>python app.py', then numpy's import frames -> …)",
+    "public/2704": "batch 94, first read: read as no stage; the label reads start-up (train_dreambooth.py main line"
+                   " 535 'import bitsandbytes as bnb' -> bitsandbytes cextension initialize raising …)",
+    "public/2716": "batch 94, first read: read as start-up; the label reads saving (train_text_to_image_ort.py "
+                   "main:955 'pipeline = StableDiffusionPipeline.from_pretrained(' -> pipeline_utils …)",
+    "public/2719": "batch 94, first read: read as no stage; the label reads text-encoder caching ('__main__ - "
+                   "Beginning compute_embeddings_for_prompts: [...]' for four captions and 'Returning computed …)",
+    "public/2720": "batch 94, first read: read as no stage; the label reads a training step "
+                   "(train_dreambooth_lora_sd3.py main:1631 'encoder_hidden_states=prompt_embeds,' raising "
+                   "UnboundLocalError for …)",
+    "public/2721": "batch 94, first read: read as no stage; the label reads a training step "
+                   "(train_dreambooth_sd3.py main:1546 'prompt_embeds, pooled_prompt_embeds = encode_prompt(' "
+                   "raising 'TypeError …)",
+    "public/2735": "batch 95, first read: read as no stage; the label reads start-up (the cloud trainer's "
+                   "'raw_response: {... podFindAndDeployOnDemand ...}' and 'waiting for public IP...' …)",
+    "public/2736": "batch 95, first read: read as no stage; the label reads start-up ('start container for "
+                   "dxqbyd/runpod-onetrainer-cli:1.1: begin', 'error starting container ... …)",
+    "public/2738": "batch 95, first read: read as start-up; the label reads no stage ('Quantizing model weights' "
+                   "bars, the layer filter, 'enumerating sample paths', 'caching: 100% 66/66', 'epoch …)",
+    "public/2739": "batch 95, first read: read as no stage; the label reads start-up ('bash train.sh', the "
+                   "nvjitlink library path the script prints, then TensorFlow's import records (oneDNN, the …)",
+    "public/2768": "batch 96, first read: read as a later step; the label reads saving (the loop's bar at 199/300 "
+                   "('[Epoch 94: 8/18]loss: nan'), a preview bar at 20/20, then the extension's …)",
+    "public/2772": "batch 96, first read: read as no stage; the label reads a training step ('Preparing dataset...'"
+                   " at 1/1, the loop's bar at 0/100000, then the web UI's 'Error completing request' …)",
+    "public/2775": "batch 96, first read: read as start-up; the label reads a training step (the web UI's "
+                   "call_queue f -> DreamArtist ui.py train_embedding -> cptuning.py train_embedding:587 …)",
+    "public/2776": "batch 96, first read: read as no stage; the label reads start-up (one DEBUG record "
+                   "'train_embedding:' (its time cut at the front as pasted), then nothing: the embedding …)",
+    "public/2778": "batch 96, first read: read as no stage; the label reads start-up (gradio's run_predict and "
+                   "worker-thread frames -> textual_inversion/ui.py create_embedding:9 -> …)",
+    "public/2780": "batch 96, first read: read as start-up; the label reads sampling ('Initializing dreambooth "
+                   "training...', '0 cached latents', 'We need a total of 3100 class images.' over the …)",
+    "public/2783": "batch 96, first read: read as no stage; the label reads start-up (the gated-repo error alone, "
+                   "naming the download of flux-2-klein-base-9b.safetensors from …)",
+    "public/2786": "batch 96, first read: read as the first step; the label reads start-up ('Training at rate of "
+                   "0.005 until step 100000', then 'Preparing dataset...' with its bar at 100% cut: the …)",
+    "public/2795": "batch 97, first read: read as no stage; the label reads start-up ('Using wan_video_dit from "
+                   "[...]' listing the Wan2.1-T2V-14B DiT shards: the model manager loading the DiT …)",
+    "public/2796": "batch 97, first read: read as no stage; the label reads sampling ('in log_video' and '[rank0]: "
+                   "log['reconstructions'] = self.decode_first_stage(z).to(torch.float32)': the …)",
+    "public/2797": "batch 97, first read: read as no stage; the label reads a training step (train.py train:196 "
+                   "formatting the loop's log line 'epoch_eta:..., time_all:..., lr:..., s:({model.module.h} …)",
+    "public/2798": "batch 97, first read: read as start-up; the label reads no stage (none: 'Process Process-1:' "
+                   "and frames only in modelscope's registry and face-detection model code …)",
+    "public/2804": "batch 97, first read: read as no stage; the label reads start-up ('Building datasets...', "
+                   "torch_npu's get_device_capability warning, then train_causalvae.py train:97 …)",
+    "public/2808": "batch 97, first read: read as no stage; the label reads a training step (train_wan_t2v.py "
+                   "train:585 'trainer.fit(model, dataloader)' -> Lightning _fit_impl -> _run:1012 'results = …)",
+    "public/2809": "batch 97, first read: read as start-up; the label reads latent caching (train.py:193 "
+                   "'launcher_map[args.task](...)' -> runner.py launch_data_process_task:62 'model, dataloader = …)",
+    "public/2811": "batch 97, first read: read as no stage; the label reads start-up (customize.py main:458 "
+                   "'data_cfg = json.load(data_config)[args.config_name]' -> KeyError: 'comprehensive': the …)",
+    "public/2813": "batch 97, first read: read as no stage; the label reads start-up ('Error completing request' "
+                   "with the training arguments, then custom_diffusion.py train_embedding -> …)",
+    "public/2816": "batch 97, first read: read as no stage; the label reads start-up (main.py:11 'import "
+                   "pytorch_lightning as pl': the training script's own import at start-up)",
+    "public/2819": "batch 97, first read: read as no stage; the label reads start-up "
+                   "(opensora/models/causalvideovae/model/losses/lpips.py:7 'from ...utils.taming_download import "
+                   "get_ckpt_path' …)",
+    "public/2821": "batch 97, first read: read as no stage; the label reads start-up (train_with_img.py main:221 "
+                   "logging 'Dataset contains {len (dataset):,} videos ({args. webvideo_data_path})' …)",
+})
+KIND_MISSES.update({
+    "public/2620": "batch 91, first read: read as an error of kind cuda_unavailable; the label reads cuda_error "
+                   "(python_exception)",
+    "public/2621": "batch 91, first read: read as an error of kind bitsandbytes; the label reads cuda_error "
+                   "(python_exception)",
+    "public/2644": "batch 92, first read: read as an error of kind bad_argument; the label reads truncated "
+                   "(cut_off)",
+    "public/2678": "batch 93, first read: read as an unfinished run, no error; the label reads truncated (cut_off)",
+    "public/2679": "batch 93, first read: read as an error of kind xformers; the label reads incomplete (cut_off)",
+    "public/2707": "batch 94, first read: read as an error of kind other; the label reads truncated (cut_off)",
+    "public/2735": "batch 95, first read: read as an unfinished run, no error; the label reads other "
+                   "(python_exception)",
+    "public/2736": "batch 95, first read: read as an unfinished run, no error; the label reads other "
+                   "(python_exception)",
+    "public/2742": "batch 95, first read: read as an unfinished run, no error; the label reads other "
+                   "(python_exception)",
+    "public/2781": "batch 96, first read: read as an unfinished run, no error; the label reads truncated (cut_off)",
+    "public/2783": "batch 96, first read: read as an unfinished run, no error; the label reads other "
+                   "(python_exception)",
+    "public/2793": "batch 97, first read: read as an unfinished run, no error; the label reads other (nccl_error)",
+})
+STEP_MISSES.update({
+    "public/2763": "batch 96, first read: no step read; the label reads step 0 of 3000",
+    "public/2767": "batch 96, first read: no step read; the label reads step 0 of 600",
+    "public/2772": "batch 96, first read: no step read; the label reads step 0 of 100000",
+    "public/2774": "batch 96, first read: no step read; the label reads step 0 of 7999",
+    "public/2784": "batch 96, first read: no step read; the label reads step 0 of 99977",
+})
+
+FAMILY_MISSES.update({
+    "public/2630": "batch 91, first read: a FLUX LoRA launched from the kohya_ss GUI's sd3-flux.1 branch is read as "
+                   "SD3; the label reads FLUX.1 (the checkpoint path and 'LoRA Flux1')",
+    "public/2674": "batch 93, first read: kohya-sd-scripts-webui (a web UI extension running sd-scripts) is read as "
+                   "the kohya_ss GUI; the label names sd-scripts",
+    "public/2808": "batch 97, first read: DiffSynth-Studio's Wan trainer is read as diffusers; the label names "
+                   "DiffSynth-Studio",
+})
+
 def _known_miss(fx, misses: dict[str, str]) -> None:
     if fx.name in misses:
         pytest.xfail(misses[fx.name])
