@@ -36,6 +36,7 @@ def _render(diagnosis, source: Path) -> None:
 
     from kohya_tuner.cli.common import console
     from kohya_tuner.logparse.advice import size_text
+    from kohya_tuner.logparse.oomfigures import NVML_NOT_AVAILABLE_GIB
 
     def line(label: str, *parts) -> None:
         console.print(Text.assemble(f"{label:<9}", *parts))
@@ -72,7 +73,8 @@ def _render(diagnosis, source: Path) -> None:
             if value is not None:
                 if key == "process_in_use_gib" and details.trainer_pid is not None:
                     label = f"held by this process (PyTorch called it process {details.trainer_pid})"
-                table.add_row(Text(label), size_text(value))
+                shown = size_text(value) if value < NVML_NOT_AVAILABLE_GIB else Text("no reading (NVML)")
+                table.add_row(Text(label), shown)
                 shown_any = True
         for pid, gib in details.other_processes:
             table.add_row(Text(f"held by another process, {pid}"), size_text(gib))

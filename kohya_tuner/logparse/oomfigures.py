@@ -116,6 +116,9 @@ def oom_figures(text: str) -> OomFigures:
                 capacity = value
             elif key == "free" and free is None:
                 free = value
+    # Where NVML cannot see a process's memory (WSL, Windows' WDDM) it reports the all-ones value,
+    # which PyTorch prints as 17179869184.00 GiB: that says nothing of what the process holds.
+    others = tuple(o for o in others if o[1] < NVML_NOT_AVAILABLE_GIB)
     trainer_pid = None
     if in_use is None and others and allocated is not None:
         # In a container PyTorch cannot match NVML's pid to its own and lists itself as
@@ -123,6 +126,13 @@ def oom_figures(text: str) -> OomFigures:
         # plus a CUDA context is the trainer, not another program.
         reserved = allocated + (reserved_unalloc or 0.0)
         fits = [(abs(g - reserved), pid, g) for pid, g in others if is_own_process(g, reserved)]
+        if not fits and capacity is not None and free is not None:
+            # What PyTorch reserved is on the card too, so all other programs together hold at most
+            # the card's used memory less that: an entry holding more than that includes the trainer.
+            room = capacity - free - reserved + FIGURE_ROUNDING_GIB
+            fits = [(0.0, pid, g) for pid, g in others if g > room]
+            if len(fits) > 1:
+                fits = []
         if fits:
             _, trainer_pid, in_use = min(fits)
             others = tuple(o for o in others if o[0] != trainer_pid)
@@ -136,6 +146,10 @@ def oom_figures(text: str) -> OomFigures:
 # 1.5 GiB (or 5 % of a very large figure); the printed figures are rounded to 0.01 GiB.
 OWN_PROCESS_BELOW_GIB = 0.05
 OWN_PROCESS_ABOVE_GIB = 1.5
+# Three printed figures, each rounded to 0.01 GiB, enter the sum that bounds the other programs.
+FIGURE_ROUNDING_GIB = 0.03
+# NVML_VALUE_NOT_AVAILABLE (2**64 - 1 bytes) as GiB is 2**34; anything near it is no reading.
+NVML_NOT_AVAILABLE_GIB = 2.0**33
 
 
 def is_own_process(process_gib: float, reserved_gib: float) -> bool:
