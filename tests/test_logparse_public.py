@@ -83,9 +83,6 @@ FAMILY_MISSES.update({
 
 
 # Batch 16's misses on its first read (the record is first_runs.json), kept as they were read.
-STEP_MISSES.update({
-    "public/384": "batch 16, first read: the step bar at 0/100000 is not read as the step",
-})
 KIND_MISSES.update({
     "public/380": "batch 16, first read: the end of a launcher's Rich box and the CalledProcessError's command, every "
                   "line behind a timestamp, is read as an unfinished run; the label says the launcher's error (other)",
@@ -302,7 +299,6 @@ PHASE_MISSES.update({
                   "the label reads the config being read (start-up)",
 })
 STEP_MISSES.update({
-    "public/848": "batch 32, first read: the '0% 0/3000' bar before the traceback is not read as the step bar",
     "public/850": "batch 32, first read: the total of 500 steps in the launch command is not read",
 })
 
@@ -525,7 +521,6 @@ KIND_MISSES.update({
 })
 STEP_MISSES.update({
     "public/1240": "batch 45, first read: the bare '0/100 [00:06<?, ?it/s]' bar is not read as the step",
-    "public/1262": "batch 45, first read: the '0/3000' bar after 'Training at rate of …' is not read as the step",
 })
 FAMILY_MISSES.update({
     "public/1257": "batch 45, first read: SimpleTuner's usage text names SDXL; the label reads SD3 from the thread",
@@ -598,9 +593,6 @@ KIND_MISSES.update({
     "public/1378": "batch 49, first read: MPSGraph's error and 'LLVM ERROR' are not read as the failure; the label "
                    "reads an error (other)",
 })
-STEP_MISSES.update({
-    "public/1358": "batch 49, first read: the hypernetwork bar at '0/2000' is not read as the step",
-})
 
 
 # Batch 50's misses on its first read (the record is first_runs.json), kept as they were read.
@@ -636,10 +628,6 @@ PHASE_MISSES.update({
 PHASE_MISSES.update({
     "public/1473": "batch 53, first read: 'unning 1 job' then 'Error running job: …' gives no phase; the label reads "
                    "the job failing as it started",
-})
-STEP_MISSES.update({
-    "public/1498": "batch 53, first read: the embedding bar at '0/30000' is not read as the step",
-    "public/1501": "batch 53, first read: the hypernetwork bar at '0/2000' is not read as the step",
 })
 
 
@@ -779,10 +767,6 @@ PHASE_MISSES.update({
                    "read as an import at start-up; the label reads no stage",
     "public/1905": "batch 67, first read: EasyPhoto's 'selected paths: … total scores' records give no phase; the "
                    "label reads the training images being chosen (start-up)",
-    "public/1928": "batch 68, first read: Docker pulling the trainer's image gives no phase; the label reads the "
-                   "program that starts the job setting it up (start-up)",
-    "public/1929": "batch 68, first read: Docker pulling the trainer's image gives no phase; the label reads the "
-                   "program that starts the job setting it up (start-up)",
     "public/1934": "batch 68, first read: Cog's PredictorNotSet ('train' option not found in cog.yaml) gives no "
                    "phase; the label reads the launcher not finding the job's entry (start-up)",
     "public/1939": "batch 68, first read: a pipeline's speed metrics after the launch command are read as start-up; "
@@ -842,8 +826,6 @@ FAMILY_MISSES.update({
 
 # Batches 70 to 73's misses on their first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1983": "batch 70, first read: accelerate's multi-GPU launcher frames alone, cut, give no phase; the "
-                   "label reads the launcher starting its processes (start-up)",
     "public/2051": "batch 72, first read: two ranks' tracebacks interleaved through check_min_version give no "
                    "phase; the label reads the script's top-level version check (start-up)",
     "public/2076": "batch 73, first read: ldm's attention forward running out of memory is read as the first step; "
@@ -967,8 +949,6 @@ KIND_MISSES.update({
 })
 STEP_MISSES.update({
     "public/2284": "batch 80, first read: no step read; the label reads step 0 of 120000",
-    "public/2302": "batch 80, first read: no step read; the label reads step 0 of 10000",
-    "public/2307": "batch 80, first read: no step read; the label reads step 0 of 1000",
     "public/2328": "batch 81, first read: no step read; the label reads step 50000",
     "public/2340": "batch 81, first read: no step read; the label reads step 600",
 })
@@ -994,24 +974,15 @@ FAMILY_MISSES.update({
 
 # Batches 90 to 97's misses on their first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/2590": "batch 90, first read: read as start-up; the label reads a training step (Rich rows "
-                   "train_network.py:760 'train(args)' -> train_network.py:640 in train, '❱ logs = …)",
-    "public/2594": "batch 90, first read: read as no stage; the label reads start-up (torch elastic's 'NOTE: "
-                   "Redirects are currently not supported in Windows or MacOs.' from two processes (the …)",
     "public/2621": "batch 91, first read: read as no stage; the label reads a training step "
                    "(torch.utils.checkpoint's warning 'None of the inputs have requires_grad=True. Gradients will "
                    "be None' (a …)",
     "public/2647": "batch 92, first read: read as the first step; the label reads no stage (frames only in torch: "
                    "_functorch/_aot_autograd utils call_and_expect_output_descs -> graph_capture_wrappers …)",
-    "public/2650": "batch 92, first read: read as start-up; the label reads text-encoder caching ('Loading "
-                   "Qwen3-VL-32B text encoder ...', the '[minimax-te]' and '[load]' streaming records, then frames "
-                   "…)",
     "public/2651": "batch 92, first read: read as start-up; the label reads a training step (multiprocessing frames"
                    " (process.py start, context _Popen, popen_spawn_win32 __init__) under a 'w.start()' …)",
     "public/2653": "batch 92, first read: read as start-up; the label reads no stage (the GUI's own start: '(env) "
                    "...fluxgym-main>python app.py', then numpy's import frames -> …)",
-    "public/2704": "batch 94, first read: read as no stage; the label reads start-up (train_dreambooth.py main line"
-                   " 535 'import bitsandbytes as bnb' -> bitsandbytes cextension initialize raising …)",
     "public/2716": "batch 94, first read: read as start-up; the label reads saving (train_text_to_image_ort.py "
                    "main:955 'pipeline = StableDiffusionPipeline.from_pretrained(' -> pipeline_utils …)",
     "public/2719": "batch 94, first read: read as no stage; the label reads text-encoder caching ('__main__ - "
@@ -1022,20 +993,10 @@ PHASE_MISSES.update({
     "public/2721": "batch 94, first read: read as no stage; the label reads a training step "
                    "(train_dreambooth_sd3.py main:1546 'prompt_embeds, pooled_prompt_embeds = encode_prompt(' "
                    "raising 'TypeError …)",
-    "public/2735": "batch 95, first read: read as no stage; the label reads start-up (the cloud trainer's "
-                   "'raw_response: {... podFindAndDeployOnDemand ...}' and 'waiting for public IP...' …)",
-    "public/2736": "batch 95, first read: read as no stage; the label reads start-up ('start container for "
-                   "dxqbyd/runpod-onetrainer-cli:1.1: begin', 'error starting container ... …)",
     "public/2738": "batch 95, first read: read as start-up; the label reads no stage ('Quantizing model weights' "
                    "bars, the layer filter, 'enumerating sample paths', 'caching: 100% 66/66', 'epoch …)",
-    "public/2739": "batch 95, first read: read as no stage; the label reads start-up ('bash train.sh', the "
-                   "nvjitlink library path the script prints, then TensorFlow's import records (oneDNN, the …)",
-    "public/2768": "batch 96, first read: read as a later step; the label reads saving (the loop's bar at 199/300 "
-                   "('[Epoch 94: 8/18]loss: nan'), a preview bar at 20/20, then the extension's …)",
     "public/2772": "batch 96, first read: read as no stage; the label reads a training step ('Preparing dataset...'"
                    " at 1/1, the loop's bar at 0/100000, then the web UI's 'Error completing request' …)",
-    "public/2775": "batch 96, first read: read as start-up; the label reads a training step (the web UI's "
-                   "call_queue f -> DreamArtist ui.py train_embedding -> cptuning.py train_embedding:587 …)",
     "public/2776": "batch 96, first read: read as no stage; the label reads start-up (one DEBUG record "
                    "'train_embedding:' (its time cut at the front as pasted), then nothing: the embedding …)",
     "public/2778": "batch 96, first read: read as no stage; the label reads start-up (gradio's run_predict and "
@@ -1046,12 +1007,8 @@ PHASE_MISSES.update({
                    "naming the download of flux-2-klein-base-9b.safetensors from …)",
     "public/2786": "batch 96, first read: read as the first step; the label reads start-up ('Training at rate of "
                    "0.005 until step 100000', then 'Preparing dataset...' with its bar at 100% cut: the …)",
-    "public/2795": "batch 97, first read: read as no stage; the label reads start-up ('Using wan_video_dit from "
-                   "[...]' listing the Wan2.1-T2V-14B DiT shards: the model manager loading the DiT …)",
     "public/2796": "batch 97, first read: read as no stage; the label reads sampling ('in log_video' and '[rank0]: "
                    "log['reconstructions'] = self.decode_first_stage(z).to(torch.float32)': the …)",
-    "public/2797": "batch 97, first read: read as no stage; the label reads a training step (train.py train:196 "
-                   "formatting the loop's log line 'epoch_eta:..., time_all:..., lr:..., s:({model.module.h} …)",
     "public/2798": "batch 97, first read: read as start-up; the label reads no stage (none: 'Process Process-1:' "
                    "and frames only in modelscope's registry and face-detection model code …)",
     "public/2804": "batch 97, first read: read as no stage; the label reads start-up ('Building datasets...', "
@@ -1060,8 +1017,6 @@ PHASE_MISSES.update({
                    "train:585 'trainer.fit(model, dataloader)' -> Lightning _fit_impl -> _run:1012 'results = …)",
     "public/2809": "batch 97, first read: read as start-up; the label reads latent caching (train.py:193 "
                    "'launcher_map[args.task](...)' -> runner.py launch_data_process_task:62 'model, dataloader = …)",
-    "public/2811": "batch 97, first read: read as no stage; the label reads start-up (customize.py main:458 "
-                   "'data_cfg = json.load(data_config)[args.config_name]' -> KeyError: 'comprehensive': the …)",
     "public/2813": "batch 97, first read: read as no stage; the label reads start-up ('Error completing request' "
                    "with the training arguments, then custom_diffusion.py train_embedding -> …)",
     "public/2816": "batch 97, first read: read as no stage; the label reads start-up (main.py:11 'import "
@@ -1094,7 +1049,6 @@ KIND_MISSES.update({
     "public/2793": "batch 97, first read: read as an unfinished run, no error; the label reads other (nccl_error)",
 })
 STEP_MISSES.update({
-    "public/2763": "batch 96, first read: no step read; the label reads step 0 of 3000",
     "public/2767": "batch 96, first read: no step read; the label reads step 0 of 600",
     "public/2772": "batch 96, first read: no step read; the label reads step 0 of 100000",
     "public/2774": "batch 96, first read: no step read; the label reads step 0 of 7999",

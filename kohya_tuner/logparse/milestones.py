@@ -27,6 +27,9 @@ from kohya_tuner.logparse.events import (
 STEP_OF_RE = re.compile(
     r"(?P<starting>(?:starting|beginning|begin|start)\s+(?:(?:at|from)\s+)?(?:training\s+|train\s+)?)?"
     r"step\s*:?\s*\(?\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\b", re.I)
+# A training announcement naming how many steps its loop will run ("Training at rate of 0.005 until step
+# 3000", "Training for 500 steps").
+ANNOUNCED_STEPS_RE = re.compile(r"\buntil step (\d+)\b|\bfor (\d+) (?:training |optimi[sz]ation )?steps\b", re.I)
 # A per-step training record with no total: the step, then the training loss ("Epoch 1 | iter 940
 # step 235 | loss train: 0.35", "step: 120, loss: 0.31", "global_step 80 | train_loss 0.2",
 # DeepSpeed's "steps: 2 loss: nan iter time (s): 8.4"), or the step's optimizer record (DeepSpeed's
@@ -367,6 +370,11 @@ class Milestones:
         if any(needle in low for needle in PW.phrase_needles()):
             found = PW.phrase_phase(s[:120].lower())
             if found is not None:
+                if found[0] == "training":
+                    m = ANNOUNCED_STEPS_RE.search(s)
+                    if m:
+                        # The loop's own bar, often printed with no description, counts to this.
+                        self._train_bar_total = int(m.group(1) or m.group(2))
                 out.append(Milestone(phase=found[0], name=found[1], line=s, process=found[1] in PW.process_phrases()))
                 return True
         c = low[:1]
