@@ -295,18 +295,12 @@ KIND_MISSES.update({
 PHASE_MISSES.update({
     "public/857": "batch 32, first read: the web UI's launch lines are read as start-up; the label says no training "
                   "job has begun (unknown)",
-    "public/872": "batch 32, first read: a command line and the config dict the script prints, cut, give no phase; "
-                  "the label reads the config being read (start-up)",
 })
 STEP_MISSES.update({
     "public/850": "batch 32, first read: the total of 500 steps in the launch command is not read",
 })
 
 # Batch 33's misses on its first read (the record is first_runs.json), kept as they were read.
-PHASE_MISSES.update({
-    "public/875": "batch 33, first read: train() at 't_enc.text_model.embeddings.requires_grad_(True)' gives no "
-                  "phase; the label reads the text encoders being prepared (start-up)",
-})
 KIND_MISSES.update({
     "public/883": "batch 33, first read: bitsandbytes' library frames cut are read as a text that stops "
                   "(incomplete); the label calls it a cut traceback",
@@ -355,8 +349,6 @@ KIND_MISSES.update({
 })
 # Batch 36's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/977": "batch 36, first read: a bare ValueError on the dataloader config gives no phase; the label "
-                  "reads the config being read (start-up)",
     "public/978": "batch 36, first read: SimpleTuner's text-embed backend, then 'Configuring data backend' and "
                   "'Loading bu', cut, is read as text-encoder caching; the label reads the dataset being read",
 })
@@ -668,8 +660,6 @@ FAMILY_MISSES.update({
 PHASE_MISSES.update({
     "public/1583": "batch 56, first read: SimpleTuner's helpers/caching/vae.py frame gives no phase; the label reads "
                    "the VAE cache",
-    "public/1587": "batch 56, first read: train.py's import of helpers.arguments failing in its handler gives no "
-                   "phase; the label reads the script's imports (start-up)",
 })
 FAMILY_MISSES.update({
     "public/1589": "batch 56, first read: a diffusers script run from a kohya_ss folder is read as the kohya_ss GUI; "
@@ -859,8 +849,6 @@ FAMILY_MISSES.update({
 PHASE_MISSES.update({
     "public/2140": "batch 75, first read: read as no stage; the label reads start-up (the GUI's 'Save...' records "
                    "and its training-folder preparation ('Copy … to …/img/58_ToniRizzo woman...' …)",
-    "public/2149": "batch 75, first read: read as no stage; the label reads start-up (only 'mean ar error (without "
-                   "repeats): 0.00029235223036407505', the dataset's bucket record: the job reading …)",
     "public/2153": "batch 75, first read: read as no stage; the label reads a training step "
                    "(torch.utils.checkpoint's warning 'None of the inputs have requires_grad=True. Gradients will "
                    "be None' (a …)",
@@ -874,10 +862,6 @@ PHASE_MISSES.update({
                    "photos from 15/29 to 21/29, each followed by modelscope's 'model inference done' …)",
     "public/2219": "batch 77, first read: read as no stage; the label reads start-up (the extension's 'Error "
                    "executing the command: Command [...]' for its scripts/preprocess.py (images_save_path …)",
-    "public/2228": "batch 78, first read: read as no stage; the label reads start-up (datasets' 'Dataset "
-                   "imagefolder downloaded and prepared' and its bar, then train_text_to_image_lora.py …)",
-    "public/2229": "batch 78, first read: read as no stage; the label reads start-up (train_text_to_image_lora.py "
-                   "main:1015 'raise ValueError(' --caption_column' value 'text' needs to be one of …)",
     "public/2231": "batch 78, first read: read as sampling; the label reads start-up ('Generating class images 44% "
                    "4/9' and the traceback header right after it: the class-image pass before …)",
     "public/2234": "batch 78, first read: read as no stage; the label reads start-up (only the printed module tree "
@@ -886,10 +870,6 @@ PHASE_MISSES.update({
                    " main:919 'repo_id = create_repo(' -> huggingface_hub validators _inner_fn: the …)",
     "public/2239": "batch 78, first read: read as saving; the label reads sampling ('Generating samples: 0% 0/4' "
                    "then train_inpainting_dreambooth.py main:869 'save_weights(global_step)' -> …)",
-    "public/2253": "batch 79, first read: read as no stage; the label reads start-up (TrainUI "
-                   "__training_thread_function 'trainer.start()' -> CloudTrainer start 'self.cloud.setup()' -> …)",
-    "public/2254": "batch 79, first read: read as no stage; the label reads start-up (trainer_service "
-                   "_training_thread_fn 'trainer.start()' -> CloudTrainer start 'self.cloud.setup()' -> …)",
     "public/2259": "batch 79, first read: read as no stage; the label reads start-up ('enumerating sample paths:   "
                    "0%)",
     "public/2261": "batch 79, first read: read as the first step; the label reads a training step "

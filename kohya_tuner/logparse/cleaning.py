@@ -18,7 +18,7 @@ _BARE_SGR_RE = re.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m")
 _PREFIX_RE = re.compile(
     r"(?:"
     r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]"  # [2024-09-18 08:19:50]
-    r"|\[(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|FATAL|STDOUT|STDERR|stdout|stderr)\]"  # [INFO]
+    r"|\[(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|FATAL|STDOUT|STDERR|stdout|stderr) *\]"  # [INFO], "[stderr   ]"
     r"|\[(?:rank|default)\d+\]:"  # [rank1]: / torchrun's [default0]:
     r"|\[(?:RANK|Rank|rank) \d+\](?= )"  # a launcher's rank tag: "[RANK 0] "
     r"|\[[A-Za-z][\w.]*(?:-[\w.]+)+\](?= )"  # a wrapper's hyphenated tool name: "[sd-scripts] "

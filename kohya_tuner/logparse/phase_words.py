@@ -19,8 +19,9 @@ _TABLE = Path(__file__).with_name("phase_words.toml")
 # A script a command line runs: "python src/musubi_tuner/wan_cache_latents.py --…".
 SCRIPT_RE = re.compile(r"([\w\-]+)\.py\b")
 # Leading tags of a record (SimpleTuner's "(VAECache) (Rank: 0) message").
-# Leading bracketed tags of a record: "[logging.py:96:log_dist] [Rank 0] message".
-BRACKETS_RE = re.compile(r"(?:\[[^\]\n]{1,48}\]:?\s*)+")
+# Leading bracketed tags of a record: "[logging.py:96:log_dist] [Rank 0] message"; not bash's prompt
+# ("[user@host dir]$ …"), which is read with the command after it.
+BRACKETS_RE = re.compile(r"(?!\[[\w.\-]+@[^\]\n]*\][$#])(?:\[[^\]\n]{1,48}\]:?\s*)+")
 # A "(key=value)" tag (SimpleTuner's "(id=my-dataset)") names an object, not a phase.
 TAGS_RE = re.compile(r"(?:\((?P<tag>[\w.]+)\)\s*|\((?:rank|Rank):?\s*\d+\)\s*|\([\w.\-]{1,32}=[^()\s]{1,64}\)\s*)+")
 
