@@ -1052,10 +1052,6 @@ PHASE_MISSES.update({
                    "main:521 'train_dataset, batch_size=args.train_batch_size, shuffle=True …)",
     "public/3034": "batch 105, first read: read as text-encoder caching; the label reads no stage ([rank2] "
                    "train_text_to_image_lora_sd3_ori.py main:972 'prompt_embeds, pooled_prompt_embeds = …)",
-    "public/3035": "batch 105, first read: read as no stage; the label reads start-up (the launch script's shell "
-                   "trace ('+ export WANDB_MODE=online' … '+ DDP_4='--parallel_backend ptd …', cut): a …)",
-    "public/3037": "batch 105, first read: read as no stage; the label reads start-up (stageB_ldm_finetune.py "
-                   "main:163 generative_model.finetune -> ldm_for_fmri.py finetune:103 'trainers.fit(...)' …)",
     "public/3038": "batch 105, first read: read as no stage; the label reads sampling ('Sanity Checking: 0it "
                    "[00:00, ?it/s]' followed by Lightning's val_dataloader warnings and the tokenizers fork …)",
 })
