@@ -378,8 +378,6 @@ FAMILY_MISSES.update({
 })
 # Batch 38's misses on its first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1024": "batch 38, first read: 'Saving weights:   0%| 0/4' after the 96/96 bar is read as training; the "
-                   "label reads the save",
     "public/1025": "batch 38, first read: the extension's start_training entry outranks inner_loop's "
                    "'latents = batch[\"images\"]…' (start-up); the label reads a batch of the training loop",
     "public/1028": "batch 38, first read: inner_loop's dtype check on the unwrapped text encoder with the "
@@ -568,8 +566,6 @@ PHASE_MISSES.update({
 PHASE_MISSES.update({
     "public/1364": "batch 49, first read: a list of text-encoder key names alone gives no phase; the label reads "
                    "weights being loaded (start-up)",
-    "public/1373": "batch 49, first read: '[LoRA] Saved checkpoint: …' after 'Step 3/3' is read as training; the "
-                   "label reads the checkpoint being written",
     "public/1378": "batch 49, first read: a UserWarning at a batch's .to(self.device) and MPSGraph's error give no "
                    "phase; the label reads a training batch",
 })
@@ -749,8 +745,6 @@ FAMILY_MISSES.update({
 
 # Batches 66 to 69's misses on their first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/1870": "batch 66, first read: the kohya_ss GUI's own start-up records alone give no phase; the label "
-                   "reads the GUI starting (start-up)",
     "public/1872": "batch 66, first read: the kohya_ss GUI's own start-up records alone give no phase; the label "
                    "reads the GUI starting (start-up)",
     "public/1899": "batch 67, first read: a lone 'RuntimeError: Failed to import transformers.models.llama…' is "
@@ -822,8 +816,6 @@ PHASE_MISSES.update({
                    "the label reads no stage (library frames alone)",
     "public/2078": "batch 73, first read: train_dreambooth.py generating class images with its pipeline is read as "
                    "sampling; the label reads the class images made before training (start-up)",
-    "public/2081": "batch 73, first read: aspl.py's 'Step #N, loss …' lines and a cut traceback give no phase; the "
-                   "label reads a later step of its loop",
     "public/2083": "batch 73, first read: StyleGAN's 'tick 0 kimg 0.0' status line and the spawn frames give no "
                    "phase; the label reads a training step",
 })
@@ -847,8 +839,6 @@ FAMILY_MISSES.update({
 
 # Batches 74 to 81's misses on their first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/2140": "batch 75, first read: read as no stage; the label reads start-up (the GUI's 'Save...' records "
-                   "and its training-folder preparation ('Copy … to …/img/58_ToniRizzo woman...' …)",
     "public/2153": "batch 75, first read: read as no stage; the label reads a training step "
                    "(torch.utils.checkpoint's warning 'None of the inputs have requires_grad=True. Gradients will "
                    "be None' (a …)",
@@ -879,18 +869,12 @@ PHASE_MISSES.update({
                    "data backends: `file_name` or `*_file_name` must be present … in metadata …)",
     "public/2288": "batch 80, first read: read as start-up; the label reads no stage (a bare 'NotImplementedError: "
                    "Cannot copy out of meta tensor; no data! …' with nothing before it: no line or …)",
-    "public/2292": "batch 80, first read: read as no stage; the label reads start-up (only the web UI's launch "
-                   "lines ('Running on local URL', the share hint, 'Startup time: 31.0s (prepare …)",
-    "public/2293": "batch 80, first read: read as no stage; the label reads start-up (bitsandbytes' 'CUDA SETUP: "
-                   "Solution …' import diagnostics, then the web UI's launch ('Creating model from …)",
     "public/2294": "batch 80, first read: read as no stage; the label reads start-up (the extension's own message "
                    "'Exception importing 8bit adam: cannot import name 'CUDASetup' from partially …)",
     "public/2296": "batch 80, first read: read as start-up; the label reads no stage (frames only in library "
                    "imports: accelerate/utils/__init__.py <module> -> accelerate/utils/bnb.py 'import …)",
     "public/2299": "batch 80, first read: read as start-up; the label reads no stage (a bare 'NotImplementedError: "
                    "Cannot copy out of meta tensor; no data! …' with nothing before it: no line or …)",
-    "public/2303": "batch 80, first read: read as no stage; the label reads start-up (only '✔ Connected' and the "
-                   "web UI's 'Startup time: 11.7s (import torch …' line: the program that runs the …)",
     "public/2309": "batch 80, first read: read as start-up; the label reads no stage (frames ui.py f -> webui.py f "
                    "-> dreambooth.py start_training:275 'trained_steps = main(config)', cut inside …)",
     "public/2317": "batch 81, first read: read as start-up; the label reads no stage (only the launch command the "
@@ -965,8 +949,6 @@ PHASE_MISSES.update({
                    "...fluxgym-main>python app.py', then numpy's import frames -> …)",
     "public/2716": "batch 94, first read: read as start-up; the label reads saving (train_text_to_image_ort.py "
                    "main:955 'pipeline = StableDiffusionPipeline.from_pretrained(' -> pipeline_utils …)",
-    "public/2719": "batch 94, first read: read as no stage; the label reads text-encoder caching ('__main__ - "
-                   "Beginning compute_embeddings_for_prompts: [...]' for four captions and 'Returning computed …)",
     "public/2720": "batch 94, first read: read as no stage; the label reads a training step "
                    "(train_dreambooth_lora_sd3.py main:1631 'encoder_hidden_states=prompt_embeds,' raising "
                    "UnboundLocalError for …)",

@@ -111,8 +111,9 @@ class _Run:
             self.max_step = ev.step if self.max_step is None else max(self.max_step, ev.step)
             if ev.loss is not None:
                 self.last_loss = ev.loss
-            if not done:
-                # A refresh of the bar after a save or a sample means training went on.
+            if not done and not (self.steps_done and self.phase in ("saving", "sampling")):
+                # A refresh of the bar after a save or a sample means training went on; a bar at its
+                # total has no step left to go on to (the loop's last refresh, printed after the save).
                 self.phase = "training"
                 self.process_phase = None
         elif isinstance(ev, Milestone):

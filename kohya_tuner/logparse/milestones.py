@@ -31,15 +31,19 @@ STEP_OF_RE = re.compile(
 # 3000", "Training for 500 steps").
 ANNOUNCED_STEPS_RE = re.compile(r"\buntil step (\d+)\b|\bfor (\d+) (?:training |optimi[sz]ation )?steps\b", re.I)
 # A per-step training record with no total: the step, then the training loss ("Epoch 1 | iter 940
-# step 235 | loss train: 0.35", "step: 120, loss: 0.31", "global_step 80 | train_loss 0.2",
+# step 235 | loss train: 0.35", "step: 120, loss: 0.31", "Step #2, loss: 0.12", "global_step 80 | train_loss 0.2",
 # DeepSpeed's "steps: 2 loss: nan iter time (s): 8.4"), or the step's optimizer record (DeepSpeed's
 # "step=2, skipped=0, lr=[…]"). Anchored at the record's start so that prose naming a step is not
 # one; a validation loss is not a step's.
 STEP_RECORD_RE = re.compile(
-    r"(?:epoch[\s:=]*\d+\s*[|,]\s*)?(?:iter(?:ation)?[\s:=]*\d+\s*[|,]?\s*)?(?:global[_ ])?steps?[\s:=]*(?P<n>\d+)"
+    r"(?:epoch[\s:=]*\d+\s*[|,]\s*)?(?:iter(?:ation)?[\s:=]*\d+\s*[|,]?\s*)?(?:global[_ ])?steps?[\s:=]*#?(?P<n>\d+)"
     r"(?:\s*[|,]\s*|\s+)(?:(?:train(?:ing)?[_ ]?)?loss\b|skipped\s*[:=]\s*\d+\s*,\s*lr\s*[:=])", re.I)
 # A record's tag naming the file, line and function that logged it (DeepSpeed's "[comm.py:675:init_distributed]").
 _TAGGED_FUNC_RE = re.compile(r"\[[\w.\-]+\.py:\d+:(\w+)\]")
+# A record naming the function the job enters ("Beginning compute_embeddings_for_prompts: […]", "Calling
+# cache_latents()"): a snake_case name, so that ordinary words are not read as one.
+_ENTERED_FUNC_RE = re.compile(
+    r"(?:beginning|starting|entering|calling|running|executing) ([a-z_]\w*_\w+)(?:\(\))?(?=:|\s*$|\.\.\.|…)", re.I)
 # Python's warning format: "<file>:<line>: <Category>Warning: <message>".
 WARNING_AT_RE = re.compile(r"(.+?\.py):\d+: (?:[\w.]+\.)?\w*Warning: ")
 # ComfyUI's error report: "- **Node Type:** FluxTrainLoop".
@@ -377,6 +381,13 @@ class Milestones:
                         self._train_bar_total = int(m.group(1) or m.group(2))
                 out.append(Milestone(phase=found[0], name=found[1], line=s, process=found[1] in PW.process_phrases()))
                 return True
+        m = _ENTERED_FUNC_RE.match(s)
+        if m:
+            ev = F.frame_evidence([f"{m.group(1)}(", f'File "?", line 0, in {m.group(1)}'])
+            if ev is not None and ev.level <= 2:
+                # The function's name says the phase, as it would as a traceback's frame.
+                out.append(Milestone(phase=ev.diagnose_phase, name=f"entering {m.group(1)}", line=s))
+                return True
         c = low[:1]
         if "node type:" in low or low.startswith("error occurred when executing"):
             m = NODE_TYPE_RE.search(s)
@@ -409,7 +420,7 @@ class Milestones:
             out.append(Milestone(phase="model_load", name=f"accelerator device: {device}", line=s))
             return True
         if c == "s":
-            m = P.SAVING_CKPT_RE.match(s) if low.startswith("saving checkpoint") else None
+            m = P.SAVING_CKPT_RE.match(s) if low.startswith(("saving checkpoint", "saved checkpoint")) else None
             if m:
                 out.append(Saved(what="checkpoint", path=m.group(1), line=s))
                 return True

@@ -203,7 +203,8 @@ TOTAL_STEPS_RE = re.compile(
 # "epoch 1/10" (sd-scripts), "Epoch 0 / 500    Step 0 | ETA --" (a trainer's progress panel).
 EPOCH_RE = re.compile(r"epoch\s+(\d+)\s*/\s*(\d+)(?:\s|$)", re.I)
 GLOBAL_STEP_RE = re.compile(r"Epoch \d+, global step (\d+):", re.I)
-SAVING_CKPT_RE = re.compile(r"saving checkpoint:\s*(.+?)\s*$", re.I)
+# "saving checkpoint: <path>" (sd-scripts), "Saved checkpoint: <path>" (a trainer reporting the file written).
+SAVING_CKPT_RE = re.compile(r"sav(?:ing|ed) checkpoint:\s*(.+?)\s*$", re.I)
 SAVE_TRAINED_RE = re.compile(r"save trained model as .*? to\s+(.+?)\s*$")
 SAVING_STATE_RE = re.compile(r"Saving current state to\s+(.+?)\s*$")
 RESUME_RE = re.compile(r"resume training from (?:local|huggingface) state:\s*(.+?)\s*$")
