@@ -1,6 +1,7 @@
-"""Classes behind older held-out misses: a web front end up and serving, a record naming the function the job
-enters, a finished bar printed after the save, a trainer reporting the checkpoint it wrote, and a step record
-numbered with '#'. Several forms of each, and text that must not be read so."""
+"""Classes behind older held-out misses. Round 44: a web front end up and serving, a record naming the function
+the job enters, a finished bar printed after the save, a trainer reporting the checkpoint it wrote, a step record
+numbered with '#'. Round 45: a collate function handed to a loader being built, a training dataset object being
+built. Several forms of each, and text that must not be read so."""
 from __future__ import annotations
 
 import pytest
@@ -103,3 +104,51 @@ def test_a_step_record_numbered_with_a_hash_is_a_step(lines, step):
 @pytest.mark.parametrize("line", ["See issue #12, loss of data", "Step #3 of the guide: set the loss"])
 def test_a_hash_in_prose_is_no_step(line):
     assert diagnose(parse_text(line + "\n")).step is None
+
+
+# A data loader being built with a collate function handed to it, and a training dataset object being built:
+# start-up, not a batch being fetched.
+@pytest.mark.parametrize("source", [
+    "train_dataset, batch_size=args.train_batch_size, shuffle=True, collate_fn=collate_fn",
+    "train_dataloader = torch.utils.data.DataLoader(train_dataset, collate_fn = collate_fn)",
+])
+def test_a_collate_function_handed_to_a_loader_being_built_is_start_up(source):
+    text = (HEAD + frame("/w/train_dreambooth.py", 521, "main", source)
+            + frame("/env/lib/python3.10/site-packages/torch/utils/data/dataloader.py", 353, "__init__",
+                    "sampler = RandomSampler(dataset, generator=generator)")
+            + frame("/env/lib/python3.10/site-packages/torch/utils/data/sampler.py", 108, "__init__")
+            + "ValueError: num_samples should be a positive integer value, but got num_samples=0\n")
+    assert phase(text) == "model_load"
+
+
+@pytest.mark.parametrize("source", ["return self.collate_fn(data)", "batch = collate_fn(examples)"])
+def test_a_collate_function_running_is_the_step(source):
+    text = (HEAD + frame("/w/train.py", 900, "main", "for step, batch in enumerate(train_dataloader):")
+            + frame("/w/data.py", 40, "fetch", source) + "KeyError: 'pixel_values'\n")
+    assert phase(text) == "first_step"
+
+
+@pytest.mark.parametrize("source", [
+    "ds = modules.textual_inversion.dataset.PersonalizedBase(data_root=data_root, width=512)",
+    "train_dataset = DreamBoothDataset(",
+    "self.train_dataset = data.MyImageDatasetV2(cfg)",
+])
+def test_building_the_training_dataset_is_start_up(source):
+    text = ("Training at rate of 0.9 until step 1000\nPreparing dataset...\n 50% 10/20 [00:05<00:05,  1.89it/s]\n"
+            + HEAD + frame("/w/train.py", 413, "train_embedding", source)
+            + "FileNotFoundError: [Errno 2] No such file or directory: 'x.txt'\n")
+    assert phase(text) == "model_load"
+
+
+def test_a_dataset_that_caches_as_it_is_built_names_its_caching_call():
+    text = (HEAD + frame("/w/toolkit/data_loader.py", 709, "get_dataloader_from_datasets",
+                         "dataset = AiToolkitDataset(config, batch_size=1, sd=sd)")
+            + frame("/w/toolkit/dataloader_mixins.py", 2402, "cache_text_embeddings")
+            + "RuntimeError: boom\n")
+    assert phase(text) == "cache_text_encoder"
+
+
+@pytest.mark.parametrize("source", ["if isinstance(ds, DreamBoothDataset):", "dataset_cls = DreamBoothDataset"])
+def test_a_dataset_class_named_but_not_built_is_not_start_up(source):
+    text = HEAD + frame("/w/train.py", 10, "helper", source) + "RuntimeError: boom\n"
+    assert phase(text) != "model_load"

@@ -669,8 +669,6 @@ PHASE_MISSES.update({
                    "FP32 *') give no phase; the label reads start-up",
     "public/1609": "batch 57, first read: the web UI's launch records alone give no phase; the label reads the host "
                    "starting (start-up)",
-    "public/1611": "batch 57, first read: textual_inversion.py's 'ds = modules.te…' (the dataset) after the bar is "
-                   "read as the first step; the label reads the dataset being prepared (start-up)",
     "public/1612": "batch 57, first read: the web UI's 'Error completing request' with a training request's arguments "
                    "gives no phase; the label reads the request just entered (start-up)",
 })
@@ -1030,8 +1028,6 @@ FAMILY_MISSES.update({
 PHASE_MISSES.update({
     "public/2944": "batch 102, first read: read as no stage; the label reads a training step (first line "
                    "'down_block_res_samples, mid_block_res_sample = controlnet(' -> torch module _call_impl -> …)",
-    "public/2946": "batch 102, first read: read as the first step; the label reads start-up (train_dreambooth.py "
-                   "main:521 'train_dataset, batch_size=args.train_batch_size, shuffle=True …)",
     "public/3034": "batch 105, first read: read as text-encoder caching; the label reads no stage ([rank2] "
                    "train_text_to_image_lora_sd3_ori.py main:972 'prompt_embeds, pooled_prompt_embeds = …)",
     "public/3038": "batch 105, first read: read as no stage; the label reads sampling ('Sanity Checking: 0it "
