@@ -68,3 +68,20 @@ def test_diagnose_shows_nvmls_not_available_value_as_no_reading(tmp_path):
     assert res.exit_code == 0, res.output
     assert "no reading (NVML)" in res.stdout and "17179869184" not in res.stdout
     assert "162525" not in res.stdout
+
+
+@pytest.mark.parametrize("processes", [
+    # Eight ranks of one job on one card, each holding about what this process reserved plus a context.
+    [(280468, 5.57), (280474, 5.35), (280470, 5.53), (280467, 5.57), (280473, 5.75), (280472, 5.49),
+     (280469, 5.65), (280471, 5.57)],
+    [(11, 5.4), (12, 5.9)],
+])
+def test_several_entries_that_each_fit_the_trainer_name_none(processes):
+    f = oom_figures(_message(44.52, 0.002, processes, 4.92, 0.13))
+    assert f.trainer_pid is None and f.process_in_use_gib is None
+    assert [pid for pid, _ in f.other_processes] == [pid for pid, _ in processes]
+
+
+def test_one_fitting_entry_among_others_that_do_not_is_the_trainer():
+    f = oom_figures(_message(44.52, 0.002, [(1, 5.4), (2, 20.0), (3, 12.0)], 4.92, 0.13))
+    assert f.trainer_pid == 1 and [pid for pid, _ in f.other_processes] == [2, 3]

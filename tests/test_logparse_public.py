@@ -168,9 +168,6 @@ PHASE_MISSES.update({
     "public/624": "batch 24, first read: '(validation) Running validation... Generating 2 images.', then the "
                   "validation pipeline's 'Loading pipeline components...', is read as model loading; the label reads "
                   "the validation pass (sampling)",
-    "public/628": "batch 24, first read: 'Prompt tensors not found. Encoding prompts..', then the slider trainer's "
-                  "hook_before_train_loop -> concat_prompt_pairs, is read as start-up from the network's creation "
-                  "before it; the label reads the prompt-encoding pass (text-encoder caching)",
 })
 
 # Batch 25's misses on its first read (the record is first_runs.json), kept as they were read.
@@ -1051,22 +1048,16 @@ PHASE_MISSES.update({
                    "start of the node's printed script path after ComfyUI's own start-up and …)",
     "public/3160": "batch 109, first read: read as start-up; the label reads no stage (the web UI's 'Startup time' "
                    "line, then only the extension's project-listing records ('Train Tools …)",
-    "public/3191": "batch 110, first read: read as no stage; the label reads start-up (train_dreambooth.py main:640"
-                   " 'accelerator.init_trackers('dreambooth', config=vars(args))' -> accelerate …)",
     "public/3193": "batch 110, first read: read as no stage; the label reads start-up ('0/25 Uploaded' then the "
                    "notebook cell's frame '---> 43 file = …)",
     "public/3199": "batch 110, first read: read as no stage; the label reads start-up (wget of v1-inference.yaml, "
                    "'Downloading: 100% 1.71G/1.71G', the conversion's '^C', 'Conversion error, check …)",
     "public/3203": "batch 110, first read: read as no stage; the label reads start-up (bitsandbytes' import banner "
                    "('BUG REPORT', 'Welcome to bitsandbytes') and its cuda_setup path warnings, cut …)",
-    "public/3204": "batch 110, first read: read as no stage; the label reads start-up (the notebook's 'Training the"
-                   " UNet...' then argparse's 'usage: train_dreambooth.py [-h] …)",
     "public/3205": "batch 110, first read: read as no stage; the label reads start-up ('22/44 Uploaded' then shutil"
                    " move:791 'os.rename(src, real_dst)' -> OSError: [Errno 18] Invalid cross-device …)",
     "public/3206": "batch 110, first read: read as no stage; the label reads start-up ('0/26 Uploaded' then the "
                    "notebook cell's frame '---> 42 image=crop_image(file, Crop_size)' -> NameError: name …)",
-    "public/3208": "batch 110, first read: read as no stage; the label reads start-up (argparse's 'usage: autotrain"
-                   " <command> [<args>] dreambooth [-h] --model MODEL ...' text: the CLI parsing its …)",
     "public/3209": "batch 110, first read: read as saving; the label reads start-up ('Session found, loading the "
                    "trained model ...', 'Converting to Diffusers ...' then convertodiff.py …)",
     "public/3210": "batch 110, first read: read as saving; the label reads start-up ('Session found, loading the "
@@ -1075,28 +1066,13 @@ PHASE_MISSES.update({
                    "torchao's module imports (uintx/__init__.py -> float8_tensor.py -> …)",
     "public/3245": "batch 112, first read: read as no stage; the label reads start-up (jobs/process/__init__.py:1 "
                    "'from .BaseExtractProcess import BaseExtractProcess' -> BaseExtractProcess.py:4 …)",
-    "public/3246": "batch 112, first read: read as no stage; the label reads start-up ('Error running job: Windows "
-                   "not yet supported for torch.compile', then run.py -> TrainJob.run -> …)",
     "public/3248": "batch 112, first read: read as no stage; the label reads start-up (IPython traceback: "
                    "train.py:912 'main(args)' -> train.py main:526 'image_train_items = …)",
-    "public/3263": "batch 112, first read: read as start-up; the label reads a training step (ui.py f -> webui.py f"
-                   " -> hypernetworks/ui.py train_hypernetwork:33 -> hypernetwork.py train_hypernetwork:249 …)",
-    "public/3266": "batch 112, first read: read as start-up; the label reads a training step ('Preparing "
-                   "dataset...' with '0it', the training bar at 0/10000, 'Error completing request', then …)",
-    "public/3272": "batch 112, first read: read as start-up; the label reads text-encoder caching ('Prompt tensors "
-                   "not found. Encoding prompts..', 'Error running job: 'NoneType' object has no attribute …)",
     "public/3273": "batch 113, first read: read as start-up; the label reads a training step (the NCCL watchdog: a "
                    "_REDUCE_SCATTER_BASE collective, number 17013092, timed out on rank 7 after 1800000 ms …)",
     "public/3274": "batch 113, first read: read as start-up; the label reads a training step (the epoch bar '0%)",
-    "public/3276": "batch 113, first read: read as no stage; the label reads start-up (train_video.py <module>:225 "
-                   "training_main -> deepspeed_training.py training_main:116 …)",
-    "public/3282": "batch 113, first read: read as the first step; the label reads a training step ('Saved "
-                   "checkpoint to ./results/finetune/checkpoints/0001000/', then '(step=0001005) Train Loss: 0.3442"
-                   " …' …)",
     "public/3287": "batch 113, first read: read as the first step; the label reads no stage ([rank2] frames only: "
                    "torch module _call_impl -> cosmos_predict2/models/text2image_dit.py forward:178 'x = …)",
-    "public/3288": "batch 113, first read: read as no stage; the label reads start-up (checkpointer.py load "
-                   "records: 'Complete loading checkpoint' of model/iter_000000800.pt, then loading and …)",
     "public/3289": "batch 113, first read: read as no stage; the label reads a training step (two 'DeviceMonitor "
                    "Stats' tables from callbacks/device_monitor.py every_n_impl, 56 minutes apart (20:10:57 …)",
     "public/3290": "batch 113, first read: read as no stage; the label reads start-up (runpy -> "
@@ -1104,8 +1080,6 @@ PHASE_MISSES.update({
                    "Config' …)",
     "public/3291": "batch 113, first read: read as the first step; the label reads no stage ([rank2] frames only: "
                    "torch module calls -> fsdp/fully_sharded_data_parallel.py forward:864 -> …)",
-    "public/3295": "batch 113, first read: read as no stage; the label reads start-up (the parameter table, '***** "
-                   "Running the Loop *****' and '<Training in DDPSharded Mode>', then Lightning's …)",
     "public/3296": "batch 113, first read: read as no stage; the label reads start-up (main_ISP.py <module>:805 "
                    "'trainer.fit(model, data)' -> Lightning _call_and_handle_interrupt -> …)",
 })
@@ -1120,14 +1094,11 @@ KIND_MISSES.update({
 STEP_MISSES.update({
     "public/3266": "batch 112, first read: no step read; the label reads step 0 of 10000",
     "public/3274": "batch 113, first read: no step read; the label reads step 0",
-    "public/3282": "batch 113, first read: no step read; the label reads step 1005",
 })
 
 FAMILY_MISSES.update({
     "public/3065": "batch 106, first read: fine_tune.py (sd-scripts' SD 1.x/2.x fine-tuning script) is read as SD 1.5; "
                    "the label names SDXL from the post's command, which the file does not show",
-    "public/3124": "batch 108, first read: musubi-tuner before it became a package (loggers 'hv_train_network', "
-                   "'networks.lora_wan') is read as sd-scripts from the lines both print; the label names musubi-tuner",
 })
 
 def _known_miss(fx, misses: dict[str, str]) -> None:

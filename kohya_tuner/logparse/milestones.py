@@ -31,12 +31,12 @@ STEP_OF_RE = re.compile(
 # 3000", "Training for 500 steps").
 ANNOUNCED_STEPS_RE = re.compile(r"\buntil step (\d+)\b|\bfor (\d+) (?:training |optimi[sz]ation )?steps\b", re.I)
 # A per-step training record with no total: the step, then the training loss ("Epoch 1 | iter 940
-# step 235 | loss train: 0.35", "step: 120, loss: 0.31", "Step #2, loss: 0.12", "global_step 80 | train_loss 0.2",
-# DeepSpeed's "steps: 2 loss: nan iter time (s): 8.4"), or the step's optimizer record (DeepSpeed's
-# "step=2, skipped=0, lr=[…]"). Anchored at the record's start so that prose naming a step is not
-# one; a validation loss is not a step's.
+# step 235 | loss train: 0.35", "step: 120, loss: 0.31", "Step #2, loss: 0.12", "(step=0001005) Train Loss: 0.34",
+# "global_step 80 | train_loss 0.2", DeepSpeed's "steps: 2 loss: nan iter time (s): 8.4"), or the step's optimizer
+# record (DeepSpeed's "step=2, skipped=0, lr=[…]"). Anchored at the record's start so that prose naming a step
+# is not one; a validation loss is not a step's.
 STEP_RECORD_RE = re.compile(
-    r"(?:epoch[\s:=]*\d+\s*[|,]\s*)?(?:iter(?:ation)?[\s:=]*\d+\s*[|,]?\s*)?(?:global[_ ])?steps?[\s:=]*#?(?P<n>\d+)"
+    r"\(?(?:epoch[\s:=]*\d+\s*[|,]\s*)?(?:iter(?:ation)?[\s:=]*\d+\s*[|,]?\s*)?(?:global[_ ])?steps?[\s:=]*#?(?P<n>\d+)\)?"
     r"(?:\s*[|,]\s*|\s+)(?:(?:train(?:ing)?[_ ]?)?loss\b|skipped\s*[:=]\s*\d+\s*,\s*lr\s*[:=])", re.I)
 # A record's tag naming the file, line and function that logged it (DeepSpeed's "[comm.py:675:init_distributed]").
 _TAGGED_FUNC_RE = re.compile(r"\[[\w.\-]+\.py:\d+:(\w+)\]")

@@ -126,6 +126,10 @@ def oom_figures(text: str) -> OomFigures:
         # plus a CUDA context is the trainer, not another program.
         reserved = allocated + (reserved_unalloc or 0.0)
         fits = [(abs(g - reserved), pid, g) for pid, g in others if is_own_process(g, reserved)]
+        if len(fits) > 1:
+            # Several entries fit (the ranks of one job sharing a card each hold about as much): which
+            # one is this process the figures cannot say.
+            fits = []
         if not fits and capacity is not None and free is not None:
             # What PyTorch reserved is on the card too, so all other programs together hold at most
             # the card's used memory less that: an entry holding more than that includes the trainer.

@@ -242,12 +242,18 @@ PYLOG_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.\-]+):(.*)$")
 #   message", the kohya_ss GUI's log file);
 # - time and a level padded to eight inside brackets, then a dash ("[2023-07-19 14:47:55,500] [    INFO] -
 #   message", PaddleNLP's and ppdiffusers' logger).
+# - month, day and time, the level and the logging file, line and function inside one pair of brackets
+#   ("[06-24 17:12:25|INFO|cosmos_predict2/checkpointer.py:205:load] message", NVIDIA's imaginaire logger in
+#   the Cosmos trainers); the file is the record's logger.
 _TIME = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
 _LEVEL = r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)"
 BRACKET_RECORD_RE = re.compile(rf"(?:\[?{_TIME}\]? )?\[{_LEVEL}\] (?=\([\w.]+\) )")
 BRACKET_LOGGER_RE = re.compile(rf"\[{_TIME}\]\[{_LEVEL}\]\[([\w.\-]+)\] -? ?")
 PIPE_RECORD_RE = re.compile(rf"{_TIME} \| {_LEVEL} +\| ([^|]{{1,200}}?) +\| ")
 PADDED_LEVEL_RE = re.compile(rf"\[?{_TIME}\] \[ *{_LEVEL}\] - ?")
+PIPED_BRACKET_RE = re.compile(
+    r"\[\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\|(DEBUG|INFO|WARNING|ERROR|CRITICAL|SUCCESS|TRACE)\|"
+    r"([^|\]\s]{1,200}?)(?::\d+)?(?::\w+)?\] ?")
 
 
 def record_head(line: str) -> tuple[str, str | None, int] | None:
@@ -265,6 +271,10 @@ def record_head(line: str) -> tuple[str, str | None, int] | None:
         m = PADDED_LEVEL_RE.match(line)
         if m:
             return m.group(1), None, m.end()
+    if "|" in head and line[:1] == "[":
+        m = PIPED_BRACKET_RE.match(line)
+        if m:
+            return LOGURU_LEVELS.get(m.group(1), m.group(1)), m.group(2), m.end()
     if " | " in head:
         m = PIPE_RECORD_RE.match(line)
         if m and m.group(2) not in ("stdout", "stderr"):

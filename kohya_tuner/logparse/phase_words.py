@@ -22,8 +22,10 @@ SCRIPT_RE = re.compile(r"([\w\-]+)\.py\b")
 # Leading bracketed tags of a record: "[logging.py:96:log_dist] [Rank 0] message"; not bash's prompt
 # ("[user@host dir]$ …"), which is read with the command after it.
 BRACKETS_RE = re.compile(r"(?!\[[\w.\-]+@[^\]\n]*\][$#])(?:\[[^\]\n]{1,48}\]:?\s*)+")
-# A "(key=value)" tag (SimpleTuner's "(id=my-dataset)") names an object, not a phase.
-TAGS_RE = re.compile(r"(?:\((?P<tag>[\w.]+)\)\s*|\((?:rank|Rank):?\s*\d+\)\s*|\([\w.\-]{1,32}=[^()\s]{1,64}\)\s*)+")
+# A "(key=value)" tag (SimpleTuner's "(id=my-dataset)") names an object, not a phase; "(step=0001005)" is the
+# step a record reports, read with the record.
+TAGS_RE = re.compile(
+    r"(?:\((?P<tag>[\w.]+)\)\s*|\((?:rank|Rank):?\s*\d+\)\s*|\((?!(?:global_)?steps?=)[\w.\-]{1,32}=[^()\s]{1,64}\)\s*)+")
 
 
 @lru_cache(maxsize=1)

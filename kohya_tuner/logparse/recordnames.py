@@ -65,8 +65,9 @@ class RecordNames:
         if not new and not message:
             return
         self._last_logger = name
-        if new and "." in name:
-            # A logger named for its package ("musubi_tuner.hv_train_network") names the program that
+        if new and ("." in name or "_" in name.strip("_")):
+            # A logger named for its package ("musubi_tuner.hv_train_network") or its module
+            # ("hv_train_network", musubi-tuner before it became a package) names the program that
             # logs, as Rich's source column does.
             self._names(name, name.lower(), out, module=True)
         found = PW.source_phase(name)
