@@ -114,11 +114,14 @@ def test_where_the_paste_cut_a_frames_run_row_its_rows_are_kept():
     assert phase(text) == "model_load"
 
 
-@pytest.mark.parametrize("line", [" \t\t    INFO     Building VAE", "   INFO     Building VAE",
-                                  "\tWARNING  Building VAE", "    CRITICAL Building VAE"])
-def test_a_rich_record_with_its_source_column_cut_is_a_record(line):
+@pytest.mark.parametrize("line, outcome", [(" \t\t    INFO     Building VAE", "incomplete"),
+                                           ("   INFO     Building VAE", "incomplete"),
+                                           ("\tWARNING  Building VAE", "incomplete"),
+                                           # A CRITICAL record that ends the log is its failure.
+                                           ("    CRITICAL Building VAE", "error")])
+def test_a_rich_record_with_its_source_column_cut_is_a_record(line, outcome):
     d = diagnose(parse_text(CACHING + line + "\n"))
-    assert (d.outcome, d.phase) == ("incomplete", "model_load")
+    assert (d.outcome, d.phase) == (outcome, "model_load")
 
 
 @pytest.mark.parametrize("line", ["   INFO Building VAE", "   INFO      Building VAE", "   INFORMATION Building VAE"])

@@ -190,10 +190,6 @@ PHASE_MISSES.update({
     "public/692": "batch 26, first read: 'Training \"…\" based on 10 images.' and per-image bars, cut, give no "
                   "phase; the label reads the job preparing its images (start-up)",
 })
-KIND_MISSES.update({
-    "public/686": "batch 26, first read: 'ERROR  | Uncaught exception | <class 'ImportError'>; initialization "
-                  "failed' is not read as an error (incomplete); the label reads the UI failing as it starts (other)",
-})
 
 # Batch 27's misses on its first read (the record is first_runs.json), kept as they were read.
 KIND_MISSES.update({
@@ -265,8 +261,6 @@ PHASE_MISSES.update({
 KIND_MISSES.update({
     "public/794": "batch 30, first read: SimpleTuner's [ERROR] records of a VAE cache failure are not read as the "
                   "error (incomplete); the label reads the caching failure (other)",
-    "public/799": "batch 30, first read: the Windows launcher's 'Fatal error in launcher' is not read as an error "
-                  "(incomplete); the label reads it as the failure (other)",
     "public/810": "batch 30, first read: EveryDream2's 'Error on loading training config' before argparse's usage "
                   "is not read as an error (incomplete); the label reads it as the failure (other)",
 })
@@ -352,8 +346,6 @@ PHASE_MISSES.update({
 KIND_MISSES.update({
     "public/969": "batch 36, first read: the extension's 'OOM Detected, reducing batch/grad size' notice is not "
                   "read as an OOM (a cut traceback); the label reads the extension's own OOM notice (cuda_oom)",
-    "public/980": "batch 36, first read: SimpleTuner's '[ERROR] Error processing image' records are not read as the "
-                  "error (incomplete); the label reads the failure (other)",
 })
 
 # Batch 37's misses on its first read (the record is first_runs.json), kept as they were read.
@@ -412,10 +404,6 @@ PHASE_MISSES.update({
     "public/1109": "batch 40, first read: main.py <module> 'import pytorch_lightning as pl' -> ModuleNotFoundError "
                    "gives no phase; the label reads the training script's own import (start-up)",
 })
-KIND_MISSES.update({
-    "public/1101": "batch 40, first read: EveryDream2's '* Failed to load checkpoint *' notice is read as an "
-                   "unfinished run; the label reads the failure (other)",
-})
 STEP_MISSES.update({
     "public/1084": "batch 40, first read: the step in 'Beginning model unwind at epoch 250, step 500' is not read",
     "public/1094": "batch 40, first read: the header's 'Num Steps = 20000' is not read as the total",
@@ -458,8 +446,6 @@ PHASE_MISSES.update({
 KIND_MISSES.update({
     "public/1148": "batch 42, first read: the accelerate CLI's traceback, cut, is read as the trainer exiting with an "
                    "error status and no message (other); the label calls it a cut traceback",
-    "public/1158": "batch 42, first read: 'Error loading pipeline: …' is read as an unfinished run; the label reads "
-                   "the failure (other)",
 })
 STEP_MISSES.update({
     "public/1153": "batch 42, first read: the 'train_start' event's total_steps 3400 is not read as the total",
@@ -537,8 +523,6 @@ PHASE_MISSES.update({
 KIND_MISSES.update({
     "public/1307": "batch 47, first read: bitsandbytes' 'no kernel image is available' is read as cuda_unavailable; "
                    "the label reads a CUDA error",
-    "public/1313": "batch 47, first read: the ERROR record 'No prompt file' is not read as the failure; the label "
-                   "reads an error (other)",
     "public/1320": "batch 47, first read: the GUI's ERROR record 'No image folders found' is not read as the failure; "
                    "the label reads an error (other)",
 })
@@ -639,8 +623,6 @@ PHASE_MISSES.update({
                    "as start-up; the label reads no job",
 })
 KIND_MISSES.update({
-    "public/1549": "batch 55, first read: 'failed validation' is not read as the failure; the label reads an error "
-                   "(other)",
     "public/1552": "batch 55, first read: xformers' caught Triton check is read as the failure (xformers); the label "
                    "reads an unfinished text",
 })
@@ -778,8 +760,6 @@ KIND_MISSES.update({
                    "failure; the label reads an error (other)",
     "public/1903": "batch 67, first read: the GUI's 'Validating … existence... FAILED' record is read as the failure "
                    "(missing_file); the label reads an unfinished run",
-    "public/1904": "batch 67, first read: EasyPhoto's 'Error executing the command: Command […]' is not read as the "
-                   "failure; the label reads an error (other)",
     "public/1908": "batch 67, first read: EasyPhoto's 'Error executing the command: Command […]' is not read as the "
                    "failure; the label reads an error (other)",
     "public/1938": "batch 68, first read: 'terminate called after throwing an instance of 'c10::Error'' is not read "
@@ -898,11 +878,7 @@ KIND_MISSES.update({
                    "(python_exception)",
     "public/2266": "batch 79, first read: read as an unfinished run, no error; the label reads other "
                    "(python_exception)",
-    "public/2269": "batch 79, first read: read as an unfinished run, no error; the label reads other "
-                   "(python_exception)",
     "public/2286": "batch 80, first read: read as an error of kind other; the label reads truncated (cut_off)",
-    "public/2294": "batch 80, first read: read as an unfinished run, no error; the label reads other "
-                   "(python_exception)",
     "public/2334": "batch 81, first read: read as an unfinished run, no error; the label reads other "
                    "(python_exception)",
 })
@@ -994,8 +970,6 @@ KIND_MISSES.update({
     "public/2678": "batch 93, first read: read as an unfinished run, no error; the label reads truncated (cut_off)",
     "public/2679": "batch 93, first read: read as an error of kind xformers; the label reads incomplete (cut_off)",
     "public/2707": "batch 94, first read: read as an error of kind other; the label reads truncated (cut_off)",
-    "public/2735": "batch 95, first read: read as an unfinished run, no error; the label reads other "
-                   "(python_exception)",
     "public/2736": "batch 95, first read: read as an unfinished run, no error; the label reads other "
                    "(python_exception)",
     "public/2742": "batch 95, first read: read as an unfinished run, no error; the label reads other "

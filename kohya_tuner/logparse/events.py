@@ -209,6 +209,10 @@ class Failure(Event):
     # A traceback cut before its error line that was raised while handling the error logged before
     # it ("During handling of the above exception…"): the run ended in this one, not in that.
     chained: bool = False
+    # An error record whose words name no specific kind ("ERROR No image folders found", "Error loading pipeline:
+    # …"), no exception after it: a run survives many such records, so the parser gives it only where nothing
+    # after it shows the run going on (the log ends with it, or with the launcher's exit).
+    tentative: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -50,6 +50,8 @@ class Failures:
     _oom: _PendingOom | None
     _hints: deque[tuple[int, str]]
     _oom_words_at: int | None
+    _tentative: Failure | None
+    _tentative_fresh: bool
     _n: int
     _line_rank: int | None
     _loose_bar: tuple[int, Progress] | None
@@ -196,6 +198,17 @@ class Failures:
             out.append(_worded_failure(kind, s))
             return
         self._hint(s, low)
+
+    def _error_notice(self, s: str, low: str, level: str | None) -> None:
+        """An error record or a program's own error notice: the failure if the log ends with it (the parser
+        holds it until a line shows the run going on). The first of several is the cause."""
+        if level not in ("ERROR", "CRITICAL") and (level is not None or not P.ERROR_NOTICE_RE.match(low)):
+            return
+        self._tentative_fresh = True
+        if self._tentative is None:
+            f = _worded_failure(P.error_kind(s), s)
+            self._tentative = Failure(kind=f.kind, message=f.message, where=f.where, frame=f.frame,
+                                      frame_level=f.frame_level, line=s, tentative=True)
 
     def _hint(self, s: str, low: str | None = None) -> None:
         if low is None:

@@ -29,7 +29,8 @@ from kohya_tuner.logparse.unflatten import unflatten
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.recordnames import RecordNames
 from kohya_tuner.logparse.events import (
-    BAR_REDRAWN, JOB_RECORD, EpochStart, Event, Exited, Finished, Milestone, Processes, Progress, Resumed, Saved, TotalSteps,
+    BAR_REDRAWN, JOB_RECORD, EpochStart, Event, Exited, Failure, Finished, Milestone, Oom, Processes, Progress, Resumed,
+    Saved, TotalSteps,
 )
 
 from kohya_tuner.logparse.records import MAX_LINE, _PendingOom, _RichRecord, _Traceback
@@ -72,6 +73,10 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._suspended: _Traceback | None = None
         self._suspended_for = 0
         self._hints: deque[tuple[int, str]] = deque(maxlen=8)
+        # An error record with no exception after it (Failure.tentative), held until a line shows the run going
+        # on; at the log's end it is the failure. `_tentative_fresh`: the line being read set it.
+        self._tentative: Failure | None = None
+        self._tentative_fresh = False
         self._oom_words_at: int | None = None
         self._n = 0
         # (line number, text) of the last indented bare line: a caret row under it makes it a frame's source.
@@ -186,6 +191,9 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._end_suspended(out)
         if self._tb is not None:
             self._end_traceback(out)
+        if self._tentative is not None and not any(isinstance(e, (Failure, Oom)) for e in out):
+            out.append(self._tentative)
+        self._tentative = None
         return out
 
     def _append(self, text: str) -> None:
@@ -253,6 +261,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                 if self._cache_done is not None and not (m.desc == self._cache_done_desc and m.n == m.total):
                     self._end_caching(out)
                 self._bar(m, line, out)
+                # A bar drawn after an error record: the run went on.
+                self._tentative = None
                 rest = line[m.end:]
                 if rest.strip():
                     self._physical(rest, out)
@@ -381,6 +391,24 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
     # ---- logical lines to events ------------------------------------------------------------
 
     def _logical(self, text: str, level: str | None, out: list[Event]) -> None:
+        k = len(out)
+        self._tentative_fresh = False
+        self._logical_line(text, level, out)
+        if self._tentative is None:
+            return
+        if self._oom is not None or any(isinstance(e, (Failure, Oom)) for e in out[k:]):
+            # An exception or an OOM (maybe the record's own words, naming a kind) is the failure.
+            self._tentative = None
+            return
+        s = text.strip()
+        if self._tentative_fresh or not s or text[:1].isspace() or s[:1] in "-*•":
+            # Another error record, a blank line, or the error's own detail rows ("* VAELoader 75:", "  - Value
+            # not in list").
+            return
+        if not any(isinstance(e, Exited) for e in out[k:]):
+            self._tentative = None
+
+    def _logical_line(self, text: str, level: str | None, out: list[Event]) -> None:
         self._n += 1
         s = text.strip()
         if self._oom is not None:
@@ -465,6 +493,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             if m:
                 self._exception(m.group(1) or m.group(3), s, None, out)
                 return
+        if level is not None or low.lstrip(" *#!=>-[")[:1] in ("e", "f"):
+            self._error_notice(s, low, level)
         if ("fail" in low or "during" in low or "while" in low or " in " in low) and self._report(s, low, level, out):
             return
         # An indented line with no level of its own is a row of a record's body (sd-scripts'
