@@ -1058,8 +1058,6 @@ PHASE_MISSES.update({
                    "'trainer.fit(model, data)' -> Lightning _call_and_handle_interrupt -> …)",
 })
 KIND_MISSES.update({
-    "public/3093": "batch 107, first read: read as an unfinished run, no error; the label reads other "
-                   "(python_exception)",
     "public/3104": "batch 107, first read: read as an error of kind cuda_unavailable; the label reads cuda_error "
                    "(python_exception)",
     "public/3270": "batch 112, first read: read as an error of kind cuda_unavailable; the label reads cuda_error "
@@ -1081,8 +1079,6 @@ PHASE_MISSES.update({
                    "Mikazuki GUI...', 'Starting tageditor...', then …)",
     "public/3396": "batch 117, first read: read as start-up; the label reads no stage (the GUI's start-up records "
                    "(submodules cloned, 'Starting tageditor...', 'Starting tensorboard...', the tag …)",
-    "public/3397": "batch 117, first read: read as no stage; the label reads start-up (PowerShell's 'accelerate : "
-                   "The term 'accelerate' is not recognized as the name of a cmdlet, function, script …)",
     "public/3398": "batch 117, first read: read as no stage; the label reads start-up (notebook cell main() -> "
                    "install_dependencies():208 'from accelerate.utils import write_basic_config' -> …)",
     "public/3456": "batch 119, first read: read as no stage; the label reads start-up (bitsandbytes' import records"
@@ -1097,8 +1093,6 @@ PHASE_MISSES.update({
 })
 KIND_MISSES.update({
     "public/3363": "batch 116, first read: read as an error of kind other; the label reads truncated (cut_off)",
-    "public/3397": "batch 117, first read: read as an unfinished run, no error; the label reads other "
-                   "(python_exception)",
 })
 
 FAMILY_MISSES.update({

@@ -451,8 +451,11 @@ STATE_DICT_REPORT_RE = re.compile(
 # command"), lower-cased: the job never started.
 LAUNCHER_NOT_FOUND_RE = re.compile(
     r"(?:[\w/.\-]*(?:sh|bash|zsh)(?:\.exe)?: (?:line )?(?:\d+: )?|['\"]?)"
-    r"(?:accelerate|torchrun|deepspeed|python[\d.]*|py|pip[\d.]*)(?:\.exe)?['\"]?"
-    r"(?:: (?:command )?not found\s*$| is not recognized as an internal or external command)")
+    r"(?:accelerate|launch|torchrun|deepspeed|python[\d.]*|py|pip[\d.]*)(?:\.exe)?['\"]?"
+    r"(?:: (?:command )?not found\s*$| is not recognized as an internal or external command)"
+    # PowerShell's wording: "accelerate : The term 'accelerate' is not recognized as the name of a cmdlet, …".
+    r"|(?:\S+ : )?the term '(?:accelerate|torchrun|deepspeed|python[\d.]*|py|pip[\d.]*)(?:\.exe)?'"
+    r" is not recognized as the name of a cmdlet")
 # Lines that are a failure whatever their kind: Python's `-m` finding no module to run, behind the
 # interpreter's name or not ("…\\python.exe: Error while finding module specification for …").
 FATAL_OTHER_RE = re.compile(r"(?:^|python[\w.]*(?:\.exe)?: )error while finding module specification")
