@@ -464,7 +464,6 @@ FATAL_OTHER_RE = re.compile(r"(?:^|python[\w.]*(?:\.exe)?: )error while finding 
 JOB_FAILED_RE = re.compile(r"\s*!!!\s*exception during processing\s*!!!\s*\S"  # ComfyUI's report of a node's error
                            r"|\s*(?:error|exception) (?:while )?running (?:the )?(?:job|task)\b[^:]{0,60}: \S"
                            r"|\s*(?:the )?(?:job|task)\b[^:]{0,60} failed with (?:an? )?(?:error|exception)\b[^:]{0,20}: \S")
-# Lines worth classifying at all: the rest of a log never names a failure. Lower-cased text.
 # A program's own notice of an error, no level and no exception name before it ("Error loading pipeline: …",
 # "Exception initializing accelerator: …", "Fatal error in launcher: …", "Error executing the command: …",
 # "* Failed to load checkpoint *", "failed validation"): words and then a colon, so that prose mentioning an error
@@ -473,6 +472,7 @@ JOB_FAILED_RE = re.compile(r"\s*!!!\s*exception during processing\s*!!!\s*\S"  #
 ERROR_NOTICE_RE = re.compile(
     r"\W{0,3}(?:(?:error|exception|fatal error)\b[^:.!?]{0,60}:\s*\S|failed validation\b"
     r"|failed to load (?:the )?(?:checkpoint|model|pipeline)\b)")
+# Lines worth classifying at all: the rest of a log never names a failure. Lower-cased text.
 SUSPECT_RE = re.compile(
     r"error|fail|warn|cannot|can't|unable|not found|no module|killed|memory|nan\b|invalid|(?:un|not )recogni[sz]ed"
     r"|exception|abort|no such file|does not exist|not exist|no kernel|not compiled|no cuda|nccl|c10d|xformers"
