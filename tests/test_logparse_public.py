@@ -1102,10 +1102,6 @@ FAMILY_MISSES.update({
 
 # Batches 122 to 129's misses on their first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/3575": "batch 123, first read: read as no stage; the label reads start-up (the top of a Rich traceback "
-                   "box: transformers' modeling_utils.py:419 in load_state_dict (the fa …)",
-    "public/3576": "batch 123, first read: read as no stage; the label reads start-up (the GUI's 'Executing command:"
-                   " ...accelerate.EXE launch --dynamo_backend no ... --num_processes …)",
     "public/3579": "batch 123, first read: read as no stage; the label reads a later step (the tail of rank 2's C++ "
                    "stack ('[rank2]: frame #44' to '#49', then '[rank2]: . This may indica …)",
     "public/3664": "batch 126, first read: read as no stage; the label reads a later step (the error line alone, "
@@ -1115,18 +1111,12 @@ PHASE_MISSES.update({
     "public/3697": "batch 127, first read: read as no stage; the label reads start-up "
                    "(helpers/data_backend/factory.py configure_data_backends -> _configure_single_data_backend -> _h"
                    " …)",
-    "public/3698": "batch 127, first read: read as no stage; the label reads start-up (train.py <module>:73 "
-                   "'trainer.resume_and_prepare()' -> helpers/training/trainer.py (cut at 'lin …)",
     "public/3724": "batch 128, first read: read as no stage; the label reads the first step ('Preparing dataset...' "
                    "and its bar at 24/24, then the training loop's bar at '0/100000 [00:00<? …)",
-    "public/3725": "batch 128, first read: read as no stage; the label reads a training step ('** Error training "
-                   "embedding', then textual_inversion.py train_embedding:532 'loss = shared.sd_ …)",
     "public/3729": "batch 128, first read: read as start-up; the label reads saving (train_dreambooth.py "
                    "save_weights:973 's_pipeline = DiffusionPipeline.from_pretrained(' -> diffu …)",
     "public/3735": "batch 128, first read: read as a later step; the label reads sampling (sd-scripts' dtype "
                    "records, the bar 'Epoch 3/125 - steps: 2% 10/500 … avr_loss=0.0682', then Com …)",
-    "public/3737": "batch 128, first read: read as no stage; the label reads start-up ('Downloading sd_v1-5_vae.ckpt"
-                   " from panopstor/EveryDream', the hub download bar at 100 %, 'Downl …)",
     "public/3739": "batch 128, first read: read as start-up; the label reads no stage (only the web UI's start "
                    "('Dreambooth API layer loaded', the SD 1.5 checkpoint and VAE loaded, ' …)",
     "public/3753": "batch 129, first read: read as no stage; the label reads start-up (\"Loaded 231 videos of 3s\", "
@@ -1141,26 +1131,10 @@ PHASE_MISSES.update({
                    "<module>:393 -> click core.py frames -> sid_train.py main:388 'training_lo …)",
     "public/3763": "batch 129, first read: read as no stage; the label reads start-up (image_train.py main:23 "
                    "'logger.configure()' -> guided_diffusion/logger.py configure:454 'os.mak …)",
-    "public/3764": "batch 129, first read: read as no stage; the label reads start-up (image_train.py main:27 "
-                   "(create_model_and_diffusion(**args_to_dict(...))) -> script_util.py crea …)",
-    "public/3767": "batch 129, first read: read as no stage; the label reads sampling (run.py main_worker:69 "
-                   "'model.train()' -> base_model.py train:58 'val_log = self.val_step()' -> …)",
     "public/3768": "batch 129, first read: read as no stage; the label reads start-up (train.log records: the log "
                    "folder made, the datasets created (1483 train, 2 val samples), the n …)",
-    "public/3769": "batch 129, first read: read as no stage; the label reads start-up (run.py main_worker:44 'model "
-                   "= create_model(' -> models/__init__.py create_model -> core/praser …)",
     "public/3770": "batch 129, first read: read as no stage; the label reads start-up (log records: the log folder "
                    "made, the datasets created (48 train, 2 val samples), the network c …)",
-    "public/3771": "batch 129, first read: read as no stage; the label reads start-up (run.py <module>:92 "
-                   "'main_worker(0, 1, opt)' -> main_worker:37 'phase_loader, val_loader = defin …)",
-    "public/3772": "batch 129, first read: read as no stage; the label reads start-up (main.py <module>:250 'model ="
-                   " instantiate_from_config(config.model)' -> common_utils.py instant …)",
-    "public/3774": "batch 129, first read: read as no stage; the label reads start-up ('export "
-                   "CUDA_VISIBLE_DEVICES=0' (the script's own line), then sr.py <module>:23 'opt = Logger.p …)",
-    "public/3776": "batch 129, first read: read as no stage; the label reads start-up (the notebook cell building "
-                   "the trainer ('---> 45 ema_update_every = 10,' in its arguments) -> d …)",
-    "public/3781": "batch 129, first read: read as no stage; the label reads start-up (generation_train.py "
-                   "<module>:19 'from guided_diffusion.script_util import (model_and_diffusion_ …)",
 })
 KIND_MISSES.update({
     "public/3579": "batch 123, first read: a training bar fused with torch elastic's SIGTERM records after rank 2's "
@@ -1168,8 +1142,6 @@ KIND_MISSES.update({
                    "(truncated)",
     "public/3697": "batch 127, first read: pytest's 'E   ' prefix on every line of SimpleTuner's traceback and "
                    "ValueError is not read as an error (incomplete); the label reads the failure (other)",
-    "public/3699": "batch 127, first read: the shell's 'Segmentation fault (core dumped) \"$@\"' from a launch "
-                   "script's line is not read as an error (incomplete); the label reads the failure (other)",
     "public/3726": "batch 128, first read: the middle of a dispatcher error message, its literal '\\n' runs, is "
                    "read as an unfinished run; the label calls it a cut message (truncated)",
 })

@@ -269,6 +269,14 @@ def _bad_argument_advice(message: str, family: str | None) -> list[str]:
     return out
 
 
+# What a crash of native code (an access violation, a segmentation fault) most often comes from, and what to try.
+_NATIVE_CRASH_CAUSES = ("most often a broken native build (xformers, bitsandbytes, a CUDA or PyTorch wheel that does not "
+                        "match), the NVIDIA driver, or unstable RAM or overclocking.")
+_NATIVE_CRASH_FIX = ("Update the NVIDIA driver, reinstall PyTorch and the extensions for one CUDA version, try `sdpa = true` "
+                     "instead of `xformers` and a plain optimizer (`optimizer_type = \"AdamW\"`); the console above the "
+                     "crash may name the library that crashed.")
+
+
 def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
     kind = diagnosis.error.kind
     message = diagnosis.error.message
@@ -336,11 +344,9 @@ def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
     windows = P.windows_status(details.exit_status)
     if windows is not None and not details.error_line:
         return [f"Exit status {details.exit_status} is {windows}, not a lack of memory and not a kill for lack of "
-                "RAM: most often a broken native build (xformers, bitsandbytes, a CUDA or PyTorch wheel that does not "
-                "match), the NVIDIA driver, or unstable RAM or overclocking.",
-                "Update the NVIDIA driver, reinstall PyTorch and the extensions for one CUDA version, try `sdpa = true` "
-                "instead of `xformers` and a plain optimizer (`optimizer_type = \"AdamW\"`); the console above the "
-                "exit line may name the library that crashed."]
+                f"RAM: {_NATIVE_CRASH_CAUSES}", _NATIVE_CRASH_FIX]
+    if message.startswith(P.CRASH_PREFIX):
+        return [f"A crash in native code, not a Python error: {_NATIVE_CRASH_CAUSES}", _NATIVE_CRASH_FIX]
     if not details.error_line:
         return ["The log holds no error message, so the cause cannot be read from it: pass the whole log with both "
                 "streams (`… > train.log 2>&1`). A process that vanishes without a message was usually killed "

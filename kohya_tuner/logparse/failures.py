@@ -128,9 +128,14 @@ class Failures:
             # SIGTERM"): a worker failed, and the run with it.
             out.append(Exited(status=None, line=s))
             return
-        if s == "Killed" or s.endswith(" Killed"):
+        crash = P.crash_line(s)
+        if s == "Killed" or s.endswith(" Killed") or (crash is not None and crash["sig"] == "Killed"):
             out.append(Failure(kind="cpu_oom", message="the process was killed (Killed), most likely by the "
                                                         "system's out-of-memory killer", line=s))
+            return
+        if crash is not None:
+            sig = (crash["sig"] or crash["bare"] or crash["fatal"]).lower()
+            out.append(Failure(kind="other", message=f"{P.CRASH_PREFIX}{sig}) and printed no Python error", line=s))
             return
         if "can't open file" in low:
             ev = F.start_up_line_evidence(s)

@@ -177,10 +177,14 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
         if imports is not None and imports.search(line):
             break
         seen = _ARG_READ_RE.sub("args.option", line) if "args." in line else line
+        # A Rich box's frame row read in the plain form too, so a rule written for either form
+        # ("…, in load_state_dict", "…:419 in load_state_dict") reads both.
+        box = _RICH_FRAME_RE.match(seen.strip()) if " in " in seen and ".py:" in seen else None
+        plain = f'File "{box["path"]}", line {box["line"]}, in {box["func"]}' if box is not None else None
         for rule in rules:
             if best is not None and rule.level >= best.level:
                 continue
-            if rule.rx.search(seen):
+            if rule.rx.search(seen) or (plain is not None and rule.rx.search(plain)):
                 if rule.job:
                     if job is None:
                         job = has_job_frame(frames)

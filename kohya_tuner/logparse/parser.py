@@ -76,6 +76,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         # An error record with no exception after it (Failure.tentative), held until a line shows the run going
         # on; at the log's end it is the failure. `_tentative_fresh`: the line being read set it.
         self._tentative: Failure | None = None
+        # A bar was drawn in this run (a crash report's script name is then no launch).
+        self._bar_drawn = False
         self._tentative_fresh = False
         self._oom_words_at: int | None = None
         self._n = 0
@@ -261,6 +263,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                 if self._cache_done is not None and not (m.desc == self._cache_done_desc and m.n == m.total):
                     self._end_caching(out)
                 self._bar(m, line, out)
+                self._bar_drawn = True
                 # A bar drawn after an error record: the run went on.
                 self._tentative = None
                 rest = line[m.end:]
@@ -500,6 +503,14 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         # An indented line with no level of its own is a row of a record's body (sd-scripts'
         # dataset summary in the simple format), which the record's head already placed.
         self._body_row = level is None and text[:1] in (" ", "\t")
+        if level is None and P.crash_line(s) is not None:
+            # The shell's report names the script whose command crashed ("./train.sh: line 9: 713 Killed
+            # …"): before any bar that script was still starting the job (its milestone); the crash is
+            # the failure.
+            if not self._bar_drawn and self._milestone(s, out):
+                self._note_said(out)
+            self._failure_line(s, level, out, low)
+            return
         if self._milestone(s, out):
             self._note_said(out)
             return
@@ -525,6 +536,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._zero_reported = False
         self._before_training = False
         self._job_bar = None
+        self._bar_drawn = False
 
 
 def parse_text(text: str) -> list[Event]:
