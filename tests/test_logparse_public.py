@@ -932,8 +932,6 @@ PHASE_MISSES.update({
                    " at 1/1, the loop's bar at 0/100000, then the web UI's 'Error completing request' …)",
     "public/2776": "batch 96, first read: read as no stage; the label reads start-up (one DEBUG record "
                    "'train_embedding:' (its time cut at the front as pasted), then nothing: the embedding …)",
-    "public/2778": "batch 96, first read: read as no stage; the label reads start-up (gradio's run_predict and "
-                   "worker-thread frames -> textual_inversion/ui.py create_embedding:9 -> …)",
     "public/2780": "batch 96, first read: read as start-up; the label reads sampling ('Initializing dreambooth "
                    "training...', '0 cached latents', 'We need a total of 3100 class images.' over the …)",
     "public/2783": "batch 96, first read: read as no stage; the label reads start-up (the gated-repo error alone, "
@@ -1152,36 +1150,26 @@ STEP_MISSES.update({
 
 # Batches 130 to 137's misses on their first read (the record is first_runs.json), kept as they were read.
 PHASE_MISSES.update({
-    "public/3783": "batch 130, first read: read as no stage; the label reads start-up (lora_flux.py's 'create LoRA "
-                   "for Text Encoder 1: 72 modules.', 'create LoRA for FLUX all blocks: …)",
     "public/3816": "batch 131, first read: read as start-up; the label reads no stage (only the chained error "
                    "message, 'RuntimeError: Failed to import diffusers.pipelines.stable_diff …)",
     "public/3844": "batch 132, first read: read as start-up; the label reads no stage (the GUI's own start: '(env) "
                    "…fluxgym-main>python app.py', then app.py <module>:19 'from library …)",
     "public/3875": "batch 133, first read: read as no stage; the label reads start-up (notebook cell main() -> "
                    "install_dependencies():219 'from accelerate.utils import write_basic_co …)",
-    "public/3906": "batch 134, first read: read as no stage; the label reads start-up (the notebook's 'Training the "
-                   "UNet...' line and its ASCII 'TRAINING' banner, cut inside the bann …)",
     "public/3907": "batch 134, first read: read as no stage; the label reads start-up (the test's "
                    "SubprocessCallException line, then the script's own output: 'Distributed environment …)",
     "public/3933": "batch 135, first read: read as no stage; the label reads start-up ('Resolved FSDP transformer "
                    "classes to wrap: JointTransformerBlock' and 'Torch Dynamo enabled (b …)",
     "public/3936": "batch 135, first read: read as start-up; the label reads no stage ('Loaded scheduler as "
                    "EulerDiscreteScheduler from `scheduler` subfolder of stabilityai/stable-di …)",
-    "public/3938": "batch 135, first read: read as no stage; the label reads a training step (the error line alone: "
-                   "autograd's 'RuntimeError: Trying to backward through the graph a second t …)",
     "public/3965": "batch 136, first read: read as start-up; the label reads no stage (the web UI's own start-up "
                    "(LatentDiffusion config, 'Loading weights [81761151] … v1-5-pruned-em …)",
     "public/3966": "batch 136, first read: read as no stage; the label reads start-up (run.py <module>:3 'from "
                    "dotenv import load_dotenv' raising ModuleNotFoundError: No module named …)",
     "public/3968": "batch 136, first read: read as start-up; the label reads no stage (the web UI's launch alone: "
                    "the venv, Python and commit lines, 'Installing requirements for Web …)",
-    "public/3970": "batch 136, first read: read as no stage; the label reads a training step (ldm ddpm.py "
-                   "p_losses:885 'x_noisy = self.q_sample(x_start=x_start, t=t, noise=noise)' -> q_samp …)",
     "public/3971": "batch 136, first read: read as no stage; the label reads the first step ('Preparing dataset...' "
                    "at 100 %, 'use convnext discriminator', the loop's bar at 0/100000, then …)",
-    "public/3975": "batch 136, first read: read as no stage; the label reads start-up (gradio's run_predict and "
-                   "anyio worker frames -> textual_inversion/ui.py create_embedding:11 -> …)",
     "public/3993": "batch 137, first read: read as no stage; the label reads start-up (multiprocessing pool worker "
                    "-> pandarallel core __call__ -> pandarallel dataframe work 'data.ap …)",
     "public/3998": "batch 137, first read: read as start-up; the label reads no stage (only the error lines "

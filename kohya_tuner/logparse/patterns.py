@@ -166,6 +166,9 @@ MILESTONE_PREFIXES: tuple[tuple[str, str, str], ...] = (
     ("enable memory efficient attention", "model_load", "attention"),
     ("import network module", "model_load", "creating network"),
     ("create lora network", "model_load", "creating network"),
+    # The network's modules created and applied ("create LoRA for Text Encoder: 72 modules.", "enable LoRA for U-Net").
+    ("create lora for", "model_load", "creating network"),
+    ("enable lora for", "model_load", "creating network"),
     ("enable fp8 training", "model_load", "fp8"),
     ("enable block swap", "model_load", "block swap"),
     ("flux: block swap enabled", "model_load", "block swap"),
