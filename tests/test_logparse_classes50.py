@@ -98,3 +98,24 @@ def test_a_function_creating_something_else_in_the_ui_is_not_it():
             "    image = make_grid(images)\n"
             "RuntimeError: shape mismatch\n")
     assert diagnose(parse_text(text)).phase != "model_load"
+
+
+@pytest.mark.parametrize("frames", [
+    ('  File "<ipython-input-3-1b2c>", line 219, in install_dependencies\n'
+     "    from accelerate.utils import write_basic_config\n"),
+    ('  File "/content/notebook.py", line 300, in main\n'
+     "    install_requirements(args)\n"),
+    ("│ /content/setup_job.py:42 in check_dependencies                                      │\n"),
+])
+def test_a_notebook_installing_the_jobs_dependencies_is_start_up(frames):
+    text = "Traceback (most recent call last):\n" + frames + "ModuleNotFoundError: No module named 'accelerate'\n"
+    d = diagnose(parse_text(text))
+    assert d.outcome == "error" and d.phase == "model_load"
+
+
+def test_a_function_that_merely_names_dependencies_is_not_an_install():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/home/u/proj/train.py", line 50, in step\n'
+            "    graph = check_dependencies_graph(model)\n"
+            "KeyError: 'x'\n")
+    assert diagnose(parse_text(text)).phase != "model_load"

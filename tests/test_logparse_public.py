@@ -1077,8 +1077,6 @@ PHASE_MISSES.update({
                    "Mikazuki GUI...', 'Starting tageditor...', then …)",
     "public/3396": "batch 117, first read: read as start-up; the label reads no stage (the GUI's start-up records "
                    "(submodules cloned, 'Starting tageditor...', 'Starting tensorboard...', the tag …)",
-    "public/3398": "batch 117, first read: read as no stage; the label reads start-up (notebook cell main() -> "
-                   "install_dependencies():208 'from accelerate.utils import write_basic_config' -> …)",
     "public/3456": "batch 119, first read: read as no stage; the label reads start-up (bitsandbytes' import records"
                    " as the program starts (its CPU library picked, the 'compiled without GPU …)",
     "public/3457": "batch 119, first read: read as no stage; the label reads start-up ('activating venv', the "
@@ -1154,8 +1152,6 @@ PHASE_MISSES.update({
                    "message, 'RuntimeError: Failed to import diffusers.pipelines.stable_diff …)",
     "public/3844": "batch 132, first read: read as start-up; the label reads no stage (the GUI's own start: '(env) "
                    "…fluxgym-main>python app.py', then app.py <module>:19 'from library …)",
-    "public/3875": "batch 133, first read: read as no stage; the label reads start-up (notebook cell main() -> "
-                   "install_dependencies():219 'from accelerate.utils import write_basic_co …)",
     "public/3907": "batch 134, first read: read as no stage; the label reads start-up (the test's "
                    "SubprocessCallException line, then the script's own output: 'Distributed environment …)",
     "public/3933": "batch 135, first read: read as no stage; the label reads start-up ('Resolved FSDP transformer "
