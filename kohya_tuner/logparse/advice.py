@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from kohya_tuner.logparse import patterns as P
+from kohya_tuner.logparse.failures import CRASH_PREFIX
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails
 
 FRAG_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
@@ -345,7 +346,7 @@ def _error_advice(diagnosis: Diagnosis, details: DiagnosisDetails) -> list[str]:
     if windows is not None and not details.error_line:
         return [f"Exit status {details.exit_status} is {windows}, not a lack of memory and not a kill for lack of "
                 f"RAM: {_NATIVE_CRASH_CAUSES}", _NATIVE_CRASH_FIX]
-    if message.startswith(P.CRASH_PREFIX):
+    if message.startswith(CRASH_PREFIX):
         return [f"A crash in native code, not a Python error: {_NATIVE_CRASH_CAUSES}", _NATIVE_CRASH_FIX]
     if not details.error_line:
         return ["The log holds no error message, so the cause cannot be read from it: pass the whole log with both "

@@ -32,6 +32,30 @@ HINT_WINDOW = 60
 
 
 # The interpreter's "can't open file '…\\wan_cache_latents.py': [Errno 2]" (lower-cased): the script's name.
+# A shell's report of a child it ran that a signal ended ("/bin/bash: line 1:   713 Killed   python3 train.py",
+# "./lib.include.sh: line 130: 50376 Segmentation fault      (core dumped) "$@"", a bare "Segmentation fault
+# (core dumped)") and Python's own fatal-signal line ("Fatal Python error: Segmentation fault"): the job crashed
+# where it printed nothing more. Group `sig` is the signal's words.
+CRASH_RE = re.compile(
+    r"^\S+: line \d+: +\d+ +(?P<sig>Killed|Segmentation fault|Aborted|Bus error|Illegal instruction"
+    r"|Floating point exception)(?: +\(core dumped\))?(?: .*)?$"
+    r"|^(?P<bare>Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception)"
+    r"(?: \(core dumped\))?\s*$"
+    r"|^Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Illegal instruction"
+    r"|Floating point exception)\b")
+
+# How a crash's failure message starts (its advice is keyed on it).
+CRASH_PREFIX = "the process crashed ("
+
+
+def crash_line(s: str) -> re.Match | None:
+    """A shell's or Python's report of a crash (CRASH_RE), tested only where one can be: a line with
+    "line N:" in it or one that starts as a signal's words do."""
+    if ": line " in s[:260] or s[:1] in "SABIF":
+        return CRASH_RE.match(s)
+    return None
+
+
 _CANT_OPEN_RE = re.compile(r"can't open file ['\"](?:[^'\"]*[\\/])?([\w\-]+)\.py['\"]: \[errno 2\]")
 
 
@@ -128,14 +152,14 @@ class Failures:
             # SIGTERM"): a worker failed, and the run with it.
             out.append(Exited(status=None, line=s))
             return
-        crash = P.crash_line(s)
+        crash = crash_line(s)
         if s == "Killed" or s.endswith(" Killed") or (crash is not None and crash["sig"] == "Killed"):
             out.append(Failure(kind="cpu_oom", message="the process was killed (Killed), most likely by the "
                                                         "system's out-of-memory killer", line=s))
             return
         if crash is not None:
             sig = (crash["sig"] or crash["bare"] or crash["fatal"]).lower()
-            out.append(Failure(kind="other", message=f"{P.CRASH_PREFIX}{sig}) and printed no Python error", line=s))
+            out.append(Failure(kind="other", message=f"{CRASH_PREFIX}{sig}) and printed no Python error", line=s))
             return
         if "can't open file" in low:
             ev = F.start_up_line_evidence(s)

@@ -24,7 +24,7 @@ import re
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import progress as PR
 from kohya_tuner.logparse.barruns import BarRuns
-from kohya_tuner.logparse.failures import CHAIN_WORDS, Failures
+from kohya_tuner.logparse.failures import CHAIN_WORDS, Failures, crash_line
 from kohya_tuner.logparse.unflatten import unflatten
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.recordnames import RecordNames
@@ -503,7 +503,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         # An indented line with no level of its own is a row of a record's body (sd-scripts'
         # dataset summary in the simple format), which the record's head already placed.
         self._body_row = level is None and text[:1] in (" ", "\t")
-        if level is None and P.crash_line(s) is not None:
+        if level is None and crash_line(s) is not None:
             # The shell's report names the script whose command crashed ("./train.sh: line 9: 713 Killed
             # …"): before any bar that script was still starting the job (its milestone); the crash is
             # the failure.

@@ -383,30 +383,6 @@ def exit_status(text: str) -> int | None:
 
 # Host memory running out. Checked before the GPU patterns: newer PyTorch raises
 # OutOfMemoryError for the CPU allocator too, and "out of memory" alone says nothing.
-# A shell's report of a child it ran that a signal ended ("/bin/bash: line 1:   713 Killed   python3 train.py",
-# "./lib.include.sh: line 130: 50376 Segmentation fault      (core dumped) "$@"", a bare "Segmentation fault
-# (core dumped)") and Python's own fatal-signal line ("Fatal Python error: Segmentation fault"): the job crashed
-# where it printed nothing more. Group `sig` is the signal's words.
-CRASH_RE = re.compile(
-    r"^\S+: line \d+: +\d+ +(?P<sig>Killed|Segmentation fault|Aborted|Bus error|Illegal instruction"
-    r"|Floating point exception)(?: +\(core dumped\))?(?: .*)?$"
-    r"|^(?P<bare>Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception)"
-    r"(?: \(core dumped\))?\s*$"
-    r"|^Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Illegal instruction"
-    r"|Floating point exception)\b")
-
-# How a crash's failure message starts (its advice is keyed on it).
-CRASH_PREFIX = "the process crashed ("
-
-
-def crash_line(s: str) -> re.Match | None:
-    """A shell's or Python's report of a crash (CRASH_RE), tested only where one can be: "line N:"
-    or one of the signal words near the start."""
-    if ": line " in s[:260] or s[:1] in "SABIF":
-        return CRASH_RE.match(s)
-    return None
-
-
 CPU_OOM_RE = re.compile(
     r"defaultcpuallocator|can't allocate memory|not enough memory: you tried to allocate"
     r"|(?<!\w)memoryerror\b|unable to allocate [\d.]+ ?[kmgtp]?i?b"
