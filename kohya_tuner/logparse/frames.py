@@ -180,7 +180,7 @@ def frame_evidence(frames: list[str] | tuple[str, ...]) -> FrameEvidence | None:
         # A Rich box's frame row read in the plain form too, so a rule written for either form
         # ("…, in load_state_dict", "…:419 in load_state_dict") reads both.
         box = _RICH_FRAME_RE.match(seen.strip()) if " in " in seen and ".py:" in seen else None
-        plain = f'File "{box["path"]}", line {box["line"]}, in {box["func"]}' if box is not None else None
+        plain = _plain_frame(box) if box is not None else None
         for rule in rules:
             if best is not None and rule.level >= best.level:
                 continue
@@ -240,6 +240,11 @@ _RICH_FRAME_RE = re.compile(r"^(?P<path>[^\s│┃\"]+\.py):(?P<line>\d+) in (?P
 _RICH_AT_RE = re.compile(r"^❱\s*\d+\s*(?:│\s*)*(?P<code>.*)$")
 
 
+def _plain_frame(m: re.Match) -> str:
+    """A Rich box's frame row (a `_RICH_FRAME_RE` match) as a plain traceback's frame line."""
+    return f'File "{m["path"]}", line {m["line"]}, in {m["func"]}'
+
+
 def _plain_rows(rows: list[str]) -> list[str]:
     """A Rich box's rows as a plain traceback's: each frame row as `File "…", line N, in f`, followed by the
     row of source its `❱` marks (other rows of source dropped), so one reading serves both forms."""
@@ -250,7 +255,7 @@ def _plain_rows(rows: list[str]) -> list[str]:
         s = r.strip()
         m = _RICH_FRAME_RE.match(s)
         if m is not None:
-            out.append(f'File "{m.group("path")}", line {m.group("line")}, in {m.group("func")}')
+            out.append(_plain_frame(m))
             continue
         m = _RICH_AT_RE.match(s)
         if m is not None and out and out[-1].startswith('File "'):
