@@ -1198,12 +1198,8 @@ PHASE_MISSES.update({
                    "_apply frames inside a Rich box, no line or frame of the job)",
     "public/4017": "batch 138, first read: read as no stage; the label reads start-up (sdxl_train_network.py "
                    "'trainer.train(args)' -> train_network.py:571 in train 'model_version,', cut there)",
-    "public/4101": "batch 141, first read: read as the first step; the label reads sampling ('Generating baseline "
-                   "samples before training', the samples bar at 0/7, then 'noise_pred = run_transformer(' cut)",
     "public/4106": "batch 141, first read: read as no stage; the label reads the first step ('This is global step "
                    "0.', then Lightning's trainer.fit -> _run_train, cut)",
-    "public/4108": "batch 141, first read: read as no stage; the label reads a training step (DeepSpeed's "
-                   "allreduce_gradients -> ZeRO's reduce_ipg_grads frames alone, IndexError)",
 })
 STEP_MISSES.update({
     "public/4106": "batch 141, first read: no step read; the label reads step 0 ('This is global step 0.')",
