@@ -4,7 +4,8 @@ It needs the harness that ../shared/realtrainer/build.sh makes, named by the var
 that script prints; without them every test here is skipped with the reason. At the end
 the suite prints one line per scenario: optimizer steps planned, trained (counted by the
 fault-injection ledger, not from logs) and redone, attempts, wall seconds, and the peak RSS of
-the CLI with every trainer process under it, summed.
+the CLI with every trainer process under it, summed; and every launch the pool ran, slowest first, with
+the worker seconds they took together (the suite's time is what keeps CI inside its limit).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 
 import pytest
 from harness import SCENARIOS
-from realtrainer_launch import Prelaunched, Queue, session_modules
+from realtrainer_launch import LAUNCH_TIMES, Prelaunched, Queue, session_modules
 
 VARS = ("KOHYA_TUNER_REAL_SDSCRIPTS", "KOHYA_TUNER_REAL_PYTHON", "KOHYA_TUNER_REAL_MODEL",
         "KOHYA_TUNER_REAL_TOKCACHE", "KOHYA_TUNER_REAL_DATA")
@@ -52,6 +53,12 @@ def prelaunched(request, tmp_path_factory):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if LAUNCH_TIMES:
+        terminalreporter.section("real trainer: launches, slowest first")
+        total = sum(s for _, s, _ in LAUNCH_TIMES)
+        terminalreporter.write_line(f"{len(LAUNCH_TIMES)} launches, {total:.0f} s of worker time")
+        for name, seconds, threads in sorted(LAUNCH_TIMES, key=lambda r: -r[1]):
+            terminalreporter.write_line(f"{seconds:7.1f}s  threads {threads}  {name}")
     if not SCENARIOS:
         return
     terminalreporter.section("real trainer: optimizer steps per scenario")

@@ -16,6 +16,7 @@ import os
 import shutil
 import struct
 import subprocess
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,8 +147,8 @@ def launch(cfg: Path, timeout: int = 420, script: str = "train_network.py",
 
 # Peak RSS of one launch with the CLI around it, GiB, as measured on the harness at 64 px: SD 1.5 6.3
 # (test_accepted_real), the random SDXL 11.3 (test_real_sdxl), the random FLUX.1 with its fp8 T5-XXL
-# 11.1 (test_real_flux), SD 1.5 on two CPU ranks 10.8 (test_real_ranks); the FLUX stand-in stops before
-# any weight is read.
+# 11.1 (test_real_flux), SD 1.5 on two CPU ranks 10.8 (test_real_ranks); "standin" is any launch that stops
+# before any weight is read (the FLUX stand-in, a start-up refusal).
 PEAK_GIB = {"sd15": 6.5, "sdxl": 11.5, "flux": 11.5, "sd15_two_ranks": 11.0, "standin": 2.0}
 
 
@@ -161,6 +162,21 @@ def workers() -> int:
     if given.isdigit() and int(given) > 0:
         return int(given)
     return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+# (job key, wall seconds, torch threads) of every launch the session's pool ran, in the order they ended.
+LAUNCH_TIMES: list[tuple[str, float, int]] = []
+
+
+def job_name(future: Future, jobs: dict) -> str:
+    """A job's key as one short line: its module's own name, its test, its config."""
+    def parts(key):
+        for part in key if isinstance(key, tuple) else (key,):
+            if isinstance(part, tuple):
+                yield from parts(part)
+            else:
+                yield str(part).removeprefix("tests.integration.")
+    return "/".join(parts(next((k for k, f in jobs.items() if f is future), "?")))
 
 
 class Prelaunched:
@@ -212,10 +228,13 @@ class Prelaunched:
             env = {**(kwargs.pop("extra_env", None) or {}), "OMP_NUM_THREADS": str(threads)}
             try:
                 if future.set_running_or_notify_cancel():
+                    started = time.monotonic()
                     try:
                         future.set_result(fn(*args, extra_env=env, **kwargs))
                     except BaseException as exc:  # the test that reads it raises it
                         future.set_exception(exc)
+                    # What each launch cost, for conftest's summary: the suite's time is CI's to watch.
+                    LAUNCH_TIMES.append((job_name(future, self._jobs), time.monotonic() - started, threads))
             finally:
                 with self._room:
                     self._held -= gib
