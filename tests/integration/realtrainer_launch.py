@@ -168,7 +168,7 @@ def workers() -> int:
 LAUNCH_TIMES: list[tuple[str, float, int]] = []
 
 
-def job_name(future: Future, jobs: dict) -> str:
+def job_name(key) -> str:
     """A job's key as one short line: its module's own name, its test, its config."""
     def parts(key):
         for part in key if isinstance(key, tuple) else (key,):
@@ -176,7 +176,7 @@ def job_name(future: Future, jobs: dict) -> str:
                 yield from parts(part)
             else:
                 yield str(part).removeprefix("tests.integration.")
-    return "/".join(parts(next((k for k, f in jobs.items() if f is future), "?")))
+    return "/".join(parts(key))
 
 
 class Prelaunched:
@@ -197,7 +197,7 @@ class Prelaunched:
 
         self.n = workers()
         self._jobs: dict[object, Future] = {}
-        self._waiting: list[tuple[Future, float, object, tuple, dict]] = []
+        self._waiting: list[tuple[Future, float, object, tuple, dict, str]] = []
         self._room = threading.Condition()
         self._held = 0.0
         self._running = 0
@@ -219,7 +219,7 @@ class Prelaunched:
                 if job is None:  # closed, and nothing left that may start
                     return
                 self._waiting.remove(job)
-                future, gib, fn, args, kwargs = job
+                future, gib, fn, args, kwargs, name = job
                 self._held += gib
                 self._running += 1
                 # torch's threads: the cores shared among the launches running now (a launch that runs
@@ -234,7 +234,7 @@ class Prelaunched:
                     except BaseException as exc:  # the test that reads it raises it
                         future.set_exception(exc)
                     # What each launch cost, for conftest's summary: the suite's time is CI's to watch.
-                    LAUNCH_TIMES.append((job_name(future, self._jobs), time.monotonic() - started, threads))
+                    LAUNCH_TIMES.append((name, time.monotonic() - started, threads))
             finally:
                 with self._room:
                     self._held -= gib
@@ -245,7 +245,7 @@ class Prelaunched:
         if key not in self._jobs:
             self._jobs[key] = future = Future()
             with self._room:
-                self._waiting.append((future, gib, fn, args, kwargs))
+                self._waiting.append((future, gib, fn, args, kwargs, job_name(key)))
                 self._room.notify_all()
 
     def result(self, key) -> subprocess.CompletedProcess:
