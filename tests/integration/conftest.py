@@ -15,7 +15,10 @@ import os
 
 import pytest
 from harness import SCENARIOS
-from realtrainer_launch import LAUNCH_TIMES, Prelaunched, Queue, session_modules
+from realtrainer_launch import Prelaunched, Queue, session_modules
+
+# The session's pool (conftest's `prelaunched`), for the summary of its launches.
+SESSION_POOLS: list[Prelaunched] = []
 
 VARS = ("KOHYA_TUNER_REAL_SDSCRIPTS", "KOHYA_TUNER_REAL_PYTHON", "KOHYA_TUNER_REAL_MODEL",
         "KOHYA_TUNER_REAL_TOKCACHE", "KOHYA_TUNER_REAL_DATA")
@@ -41,6 +44,7 @@ def prelaunched(request, tmp_path_factory):
     first, so the session does not end on one of them running alone while the other worker idles;
     the tests still run, and report, in their own order."""
     pool, made = Prelaunched(), {}
+    SESSION_POOLS.append(pool)
     modules = session_modules(request.session)
     try:
         for module in sorted(modules, key=lambda m: not getattr(m, "LONG_JOBS", False)):
@@ -53,11 +57,12 @@ def prelaunched(request, tmp_path_factory):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if LAUNCH_TIMES:
+    times = [row for pool in SESSION_POOLS for row in pool.times]
+    if times:
         terminalreporter.section("real trainer: launches, slowest first")
-        total = sum(s for _, s, _ in LAUNCH_TIMES)
-        terminalreporter.write_line(f"{len(LAUNCH_TIMES)} launches, {total:.0f} s of worker time")
-        for name, seconds, threads in sorted(LAUNCH_TIMES, key=lambda r: -r[1]):
+        total = sum(s for _, s, _ in times)
+        terminalreporter.write_line(f"{len(times)} launches, {total:.0f} s of worker time")
+        for name, seconds, threads in sorted(times, key=lambda r: -r[1]):
             terminalreporter.write_line(f"{seconds:7.1f}s  threads {threads}  {name}")
     if not SCENARIOS:
         return

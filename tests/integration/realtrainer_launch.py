@@ -164,10 +164,6 @@ def workers() -> int:
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
-# (job key, wall seconds, torch threads) of every launch the session's pool ran, in the order they ended.
-LAUNCH_TIMES: list[tuple[str, float, int]] = []
-
-
 def job_name(key) -> str:
     """A job's key as one short line: its module's own name, its test, its config."""
     def parts(key):
@@ -203,6 +199,9 @@ class Prelaunched:
         self._running = 0
         self._closed = False
         self._budget = psutil.virtual_memory().available / 2**30 - 2.0
+        # (job name, wall seconds, torch threads) of every launch run, in the order they ended: what each
+        # launch cost, for conftest's summary (the suite's time is CI's to watch).
+        self.times: list[tuple[str, float, int]] = []
         self._workers = [threading.Thread(target=self._work, name=f"realtrainer-{i}", daemon=True)
                          for i in range(self.n)]
         for t in self._workers:
@@ -233,8 +232,7 @@ class Prelaunched:
                         future.set_result(fn(*args, extra_env=env, **kwargs))
                     except BaseException as exc:  # the test that reads it raises it
                         future.set_exception(exc)
-                    # What each launch cost, for conftest's summary: the suite's time is CI's to watch.
-                    LAUNCH_TIMES.append((name, time.monotonic() - started, threads))
+                    self.times.append((name, time.monotonic() - started, threads))
             finally:
                 with self._room:
                     self._held -= gib

@@ -67,11 +67,12 @@ def prelaunch(pool, cases, tmp_path_factory) -> dict[tuple[str, str], Path]:
         script, gib, standin = "train_network.py", PEAK_GIB["sd15"], False
         if test == "test_the_real_family_script_refuses_what_check_refuses":
             name = family_of(path)
-            standin = name == "flux" and not _late(path)
+            late = _late(path)
+            standin = name == "flux" and not late
             if not standin and family_missing(name):
                 continue  # the test skips itself
             # A refusal before the weights are read holds little memory: it need not run alone as a load would.
-            script, gib = FAMILIES[name].script, PEAK_GIB[name if _late(path) else "standin"]
+            script, gib = FAMILIES[name].script, PEAK_GIB[name if late else "standin"]
         elif test == "test_the_flux_standin_passes_the_start_up_rules_and_fails_only_at_the_weights":
             path, script, gib, standin = DATA / "accepted_configs" / "flux" / "harness.toml", \
                 "flux_train_network.py", PEAK_GIB["standin"], True
