@@ -26,6 +26,11 @@ SMALL_OOM_12GB = ("CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a 
                   "20.00 MiB is free. Including non-PyTorch memory, this process has 11.71 GiB memory in use. Of the "
                   "allocated memory 11.20 GiB is allocated by PyTorch, and 310.00 MiB is reserved by PyTorch but "
                   "unallocated.")
+# The same shortfall on a 16 GB card (a 4060 Ti 16 GB reports 15.59 GiB).
+SMALL_OOM_16GB = ("CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of 15.59 GiB of which "
+                  "20.00 MiB is free. Including non-PyTorch memory, this process has 15.55 GiB memory in use. Of the "
+                  "allocated memory 15.04 GiB is allocated by PyTorch, and 310.00 MiB is reserved by PyTorch but "
+                  "unallocated.")
 
 
 @dataclass
