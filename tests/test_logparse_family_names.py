@@ -1,0 +1,105 @@
+"""The model family named by file and script names that carry it as one of their parts
+(frames.toml `[[family]]`): other trainers' entry scripts, model modules, checkpoint, cache and
+config file names. Each class of name is tried in several spellings (POSIX and Windows paths,
+`_`/`-`/`.` separators, upper case), and each class of look-alike that names no family the tool
+knows (an identifier, an option's key in an argument dump, FLUX.2, SimpleTuner's launcher names)
+is tried the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from kohya_tuner.logparse.frames import names_in
+from kohya_tuner.logparse.parser import parse_text
+from kohya_tuner.logparse.events import ModelFamily
+
+
+def family(line: str) -> str | None:
+    named = names_in(line)[1]
+    return named[0] if named else None
+
+
+ENTRY_SCRIPTS = {
+    "flux": ['  File "/opt/diffusers/examples/dreambooth/train_dreambooth_lora_flux.py", line 12, in <module>',
+             r'  File "D:\work\train_flux_lora_masked.py", line 9, in main',
+             "accelerate launch train_text_to_image_flux.py --pretrained_model_name_or_path x"],
+    "sdxl": ['  File "/home/u/train_controlnet_sdxl.py", line 77, in <module>',
+             r'  File "C:\x\train_dreambooth_lora_sdxl_advanced.py", line 3, in main',
+             "python sdxl_train_textual_inversion.py --config_file a.toml",
+             "python sdxl_train_control_net_lllite.py --config_file a.toml"],
+    "sd3": ['  File "/r/train_dreambooth_lora_sd3.py", line 1, in <module>',
+            "torchrun train_text_to_image_lora_sd3_v2.py"],
+    "wan": ["python wan_cache_latents.py --dataset_config d.toml",
+            r'  File "E:\mt\wan_cache_text_encoder_outputs.py", line 5, in <module>',
+            '  File "/w/train_wan_i2v.py", line 40, in <module>',
+            '  File "/home/u/diffusion-pipe/models/wan.py", line 598, in enable_block_swap',
+            "INFO:musubi_tuner.wan.modules.model:Detected DiT dtype: torch.bfloat16"],
+}
+
+FILE_NAMES = {
+    "flux": ["--pretrained_model_name_or_path /models/flux_dev_fp8/fill",
+             r"Saving checkpoint: D:\loras\flux-portrait-v2\x.safetensors",
+             "loading cache /data/cache/text/0a1b2c-flux.pt",
+             "python run.py config/flux-schnell-person.yaml",
+             "model_type FLUX"],
+    "sdxl": ["load StableDiffusion checkpoint: /content/sdxl_base.safetensors",
+             r"validating C:\models\ponyRealismSDXL_v2.safetensors existence...",
+             "Saving model as StableDiffusion checkpoint to ./output/sdxl_v1.safetensors"],
+    "sd3": ["cache directory d:/datasets/sd35/workspace-cache", "loading /m/SD3.5_large.safetensors"],
+    "sd15": ["saving current state to output/icons_sd15/checkpoint-50", "downloading sd_v1-5_vae.ckpt"],
+    "wan": [r"'dit': 'C:\\models\\wan2.1_t2v_1.3B_bf16.safetensors'", "train.py --deepspeed --config examples/wan2_1.toml",
+            "--config ./wanconfig.toml", "# running job: person_lora_wan2.2"],
+    "hunyuan_video": ["--vae ckpts/hunyuan-video-t2v-720p/vae/pytorch_model.pt"],
+}
+
+
+@pytest.mark.parametrize("want,line", [(f, line) for f, lines in ENTRY_SCRIPTS.items() for line in lines])
+def test_an_entry_script_or_model_module_names_its_family(want, line):
+    assert family(line) == want
+
+
+@pytest.mark.parametrize("want,line", [(f, line) for f, lines in FILE_NAMES.items() for line in lines])
+def test_a_file_name_with_the_family_as_a_part_names_it(want, line):
+    assert family(line) == want
+
+
+NO_FAMILY = [
+    # an option's key in an argument dump names an option, not the run's model
+    "    flux_kontext_no_resize_control: False",
+    "  flux_guidance_scale = 3.5",
+    # an identifier in code or a message about it
+    "UnboundLocalError: local variable 'update_flux_schedule_to_fast' referenced before assignment",
+    "    compute_flux_shift(",
+    # FLUX.2 is not the FLUX.1 the tool plans for
+    r'  File "T:\mt\src\musubi_tuner\flux_2_train_network.py", line 359, in main',
+    '  File "/s/helpers/models/flux2/model.py", line 364, in load_text_encoder',
+    "Access to model black-forest-labs/FLUX.2-klein-base-9B is restricted",
+    # SimpleTuner's launcher and example environment carry "sdxl" whatever the model
+    "(env) root@host:/SimpleTuner# bash train_sdxl.sh",
+    "sdxl-env.sh.example: line 2: $'\\r': command not found",
+    # words that contain the letters
+    "wanted to train on a wand", "fluxion of the series", "influx of images",
+]
+
+
+@pytest.mark.parametrize("line", NO_FAMILY)
+def test_look_alikes_name_no_family(line):
+    assert family(line) is None
+
+
+def test_a_flux_run_is_not_sdxl_for_sdxl_train_utils_argument_warning():
+    # flux_train_network.py runs sdxl_train_util's argument checks: their warnings name that module.
+    text = ("2025-01-01 10:00:00 WARNING  clip_skip will be unexpected           sdxl_train_util.py:352\n"
+            "2025-01-01 10:00:01 INFO     Building Flux model dev from BFL checkpoint   flux_utils.py:54\n")
+    assert [e.family for e in parse_text(text) if isinstance(e, ModelFamily)][-1:] == ["flux"]
+    assert family("2025-01-01 10:00:00 WARNING  clip_skip will be unexpected  sdxl_train_util.py:352") is None
+
+
+def test_the_script_outranks_a_file_name_of_another_family():
+    # a Wan run whose caching script imports HunyuanVideo's VAE module and reads a model named for SDXL
+    text = ("Traceback (most recent call last):\n"
+            '  File "/mt/wan_cache_latents.py", line 21, in <module>\n'
+            "    from hunyuan_model.autoencoder_kl_causal_3d import AutoencoderKLCausal3D\n"
+            '  File "/mt/hunyuan_model/autoencoder_kl_causal_3d.py", line 43, in <module>\n'
+            "ImportError: x\n")
+    assert [e.family for e in parse_text(text) if isinstance(e, ModelFamily)][-1] == "wan"
