@@ -1,9 +1,10 @@
-"""The model family named by file and script names that carry it as one of their parts
-(frames.toml `[[family]]`): other trainers' entry scripts, model modules, checkpoint, cache and
-config file names. Each class of name is tried in several spellings (POSIX and Windows paths,
-`_`/`-`/`.` separators, upper case), and each class of look-alike that names no family the tool
-knows (an identifier, an option's key in an argument dump, FLUX.2, SimpleTuner's launcher names)
-is tried the same way."""
+"""Names a log shows: the kohya_ss GUI by the plan lines it logs before it launches the trainer
+(frames.toml `[[wrapper]]`), and the model family by file and script names that carry it as one
+of their parts (`[[family]]`): other trainers' entry scripts, model modules, checkpoint, cache and
+config file names. Each class is tried in several spellings (POSIX and Windows paths, `_`/`-`/`.`
+separators, upper case, with and without the GUI's timestamp), and each class of look-alike is
+tried the same way: an identifier, an option's key in an argument dump, FLUX.2, SimpleTuner's
+launcher names, sd-scripts' own dataset lines, other programs' "Validating"/"Loading config"."""
 
 from __future__ import annotations
 
@@ -103,3 +104,44 @@ def test_the_script_outranks_a_file_name_of_another_family():
             '  File "/mt/hunyuan_model/autoencoder_kl_causal_3d.py", line 43, in <module>\n'
             "ImportError: x\n")
     assert [e.family for e in parse_text(text) if isinstance(e, ModelFamily)][-1] == "wan"
+
+
+def wrapper(line: str) -> str | None:
+    return names_in(line)[0]
+
+
+GUI_PLAN_LINES = [
+    "14:01:57-327737 INFO     Start training LoRA Standard ...",
+    "Start training Dreambooth...",
+    "00:31:52-083848 INFO     Valid image folder names found in: F:/kohya tutorial files\\img",
+    "22:10:03-000001 INFO     Folder 20_ohwx man: 13 images found",
+    "Folder 10_my token: 170 steps",
+    "12:00:00-123456 INFO     Regulatization factor: 1",
+    "10:00:00-000000 INFO     max_train_steps (260 / 1 / 1.0 * 10 * 2) = 5200",
+    "stop_text_encoder_training = 0",
+    "09:09:09-090909 INFO     Checking for duplicate image filenames in training data directory...",
+    "09:09:09-090909 INFO     Validating model file or folder path /m/x.safetensors existence...",
+    "09:09:09-090909 INFO     Saving training config to /out/last_20240101-000000.json...",
+]
+
+
+@pytest.mark.parametrize("line", GUI_PLAN_LINES)
+def test_the_kohya_ss_guis_plan_lines_name_the_gui(line):
+    assert wrapper(line) == "kohya_ss"
+
+
+NOT_THE_GUI = [
+    # sd-scripts' own lines, which every wrapper passes through
+    "  num train images * repeats / 学習画像の数×繰り返し回数: 870",
+    "found directory /data/img/10_token contains 17 image files",
+    # other programs' look-alikes
+    "Loading config file config.yaml",
+    "Validating dataset ...",
+    "folder images: 3 images found",
+    "Start training the model",
+]
+
+
+@pytest.mark.parametrize("line", NOT_THE_GUI)
+def test_look_alikes_of_the_guis_lines_name_no_gui(line):
+    assert wrapper(line) != "kohya_ss"
