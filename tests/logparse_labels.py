@@ -22,11 +22,12 @@ PUBLIC = ROOT / "tests" / "data" / "public_logs"
 SHARED = ROOT.parent / "shared" / "real-world" / "logs"
 
 # The wrapper names the parser reports, most specific first (frames.toml's order), and how a
-# label's free text spells them.
+# label's free text spells them. The web UI's Dreambooth trainer is the extension's code before it
+# left the web UI's pull requests for its own repository: both are "a1111-dreambooth".
 WRAPPER_WORDS = (("kohya_ss", ("kohya_ss",)), ("fluxgym", ("fluxgym",)), ("ai-toolkit", ("ai-toolkit",)),
                  ("onetrainer", ("onetrainer",)), ("simpletuner", ("simpletuner",)),
                  ("musubi-tuner", ("musubi",)), ("comfyui", ("comfyui",)),
-                 ("a1111-dreambooth", ("sd_dreambooth_extension",)), ("diffusers", ("diffusers",)),
+                 ("a1111-dreambooth", ("sd_dreambooth_extension", "web ui dreambooth")), ("diffusers", ("diffusers",)),
                  ("lora-scripts", ("lora-scripts",)), ("sd-scripts", ("sd-scripts", "sd_scripts")))
 # Families the parser can name.
 FAMILIES = ("sd15", "sdxl", "flux", "sd3", "hunyuan_video", "wan", "lumina", "hunyuan_image")

@@ -145,3 +145,32 @@ NOT_THE_GUI = [
 @pytest.mark.parametrize("line", NOT_THE_GUI)
 def test_look_alikes_of_the_guis_lines_name_no_gui(line):
     assert wrapper(line) != "kohya_ss"
+
+
+OTHER_WRAPPER_LINES = {
+    "a1111-dreambooth": ["Starting Dreambooth training...", "Initializing dreambooth training...",
+                         " Training settings: CPU: False Adam: True, Prec: fp16, Grad: True, TextTr: False EM: False",
+                         "Injecting trainable lora...", "Restored system models.", " VRAM cleared.",
+                         r"Model dir set to: C:\sd\models\dreambooth\person"],
+    "simpletuner": ["2025-01-01 10:00:00,000 [INFO] (helpers.training.text_encoding) Loading CLIP-L text encoder",
+                    "2024-08-23 17:51:47,784 [INFO] (DataBackendFactory) (id=camera) Collecting captions."],
+    "ai-toolkit": ["# Running job: person_v1", "Running  1 process",
+                   "person_v1:   1%|          | 19/3000 [05:35<14:36:19, 17.64s/it, lr: 1.0e-04 loss: 1.038e+00]"],
+    "musubi-tuner": ["INFO:cache_latents:Encoding dataset [0]",
+                     "INFO:musubi_tuner.wan.modules.model:Detected DiT dtype: torch.bfloat16"],
+    "diffusers": ["root@box:/workspace/diffusers/examples/controlnet# accelerate launch train_controlnet_flux.py \\",
+                  '  File "/home/u/train_controlnet_sdxl.py", line 1245, in <module>'],
+}
+
+
+@pytest.mark.parametrize("want,line", [(w, line) for w, lines in OTHER_WRAPPER_LINES.items() for line in lines])
+def test_other_trainers_own_lines_name_them(want, line):
+    assert wrapper(line) == want
+
+
+@pytest.mark.parametrize("line", ["Starting training", "Settings: CPU: 4 cores", "model dir: /m",
+                                  "INFO:root:loading model", "(helpers) done", "Running 3 tests",
+                                  "epoch 1: lr: 0.0001 loss: 0.12",
+                                  '  File "/r/training/train_controlnet.py", line 3, in main'])
+def test_look_alikes_of_other_trainers_lines_name_none(line):
+    assert wrapper(line) is None
