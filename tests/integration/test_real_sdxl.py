@@ -11,9 +11,9 @@ harness's (harness.CPU_SETS: 64 px, no buckets, SDPA, float32, no workers, no sa
 accumulation 1) and batch 1 (4 images, 3 steps: one epoch). Float32 because a CPU without bf16
 instructions (AVX2 only, as on some machines this project's CI has run on) multiplies bf16
 matrices about 50 times slower than float32 (with AVX-512 BF16 the two are close): a step took
-193 s at 64 px in bf16 with `full_bf16`, and the scenario 9 minutes. The fit keeps float32 for 16 GB at 64 px (for 12 GB it moves to bf16), and the float32 SDXL with
-its text encoders fits the host: about 15 GB at its peak, measured (the checkpoint is mapped,
-not read whole).
+193 s at 64 px in bf16 with `full_bf16`, and the scenario 9 minutes. The fit keeps float32
+for 16 GB at 64 px (for 12 GB it moves to bf16), and the float32 SDXL with its text encoders
+fits the host: about 15 GB at its peak, measured (the checkpoint is mapped, not read whole).
 """
 
 from __future__ import annotations
