@@ -42,14 +42,18 @@ FILE_NAMES = {
              r"Saving checkpoint: D:\loras\flux-portrait-v2\x.safetensors",
              "loading cache /data/cache/text/0a1b2c-flux.pt",
              "python run.py config/flux-schnell-person.yaml",
-             "model_type FLUX"],
+             "model_type FLUX",
+             "python run.py config/train_lora_flux_24gb.yaml",
+             "FLUX: Gradient checkpointing enabled. CPU offload: False",
+             "RuntimeError: Error(s) in loading state_dict for Flux:"],
     "sdxl": ["load StableDiffusion checkpoint: /content/sdxl_base.safetensors",
              r"validating C:\models\ponyRealismSDXL_v2.safetensors existence...",
              "Saving model as StableDiffusion checkpoint to ./output/sdxl_v1.safetensors"],
     "sd3": ["cache directory d:/datasets/sd35/workspace-cache", "loading /m/SD3.5_large.safetensors"],
     "sd15": ["saving current state to output/icons_sd15/checkpoint-50", "downloading sd_v1-5_vae.ckpt"],
     "wan": [r"'dit': 'C:\\models\\wan2.1_t2v_1.3B_bf16.safetensors'", "train.py --deepspeed --config examples/wan2_1.toml",
-            "--config ./wanconfig.toml", "# running job: person_lora_wan2.2"],
+            "--config ./wanconfig.toml", "# running job: person_lora_wan2.2",
+            '  File "/d/DiffSynth-Studio/examples/wanvideo/model_training/train.py", line 129, in <module>'],
     "hunyuan_video": ["--vae ckpts/hunyuan-video-t2v-720p/vae/pytorch_model.pt"],
 }
 
@@ -75,6 +79,7 @@ NO_FAMILY = [
     r'  File "T:\mt\src\musubi_tuner\flux_2_train_network.py", line 359, in main',
     '  File "/s/helpers/models/flux2/model.py", line 364, in load_text_encoder',
     "Access to model black-forest-labs/FLUX.2-klein-base-9B is restricted",
+    "RuntimeError: Error(s) in loading state_dict for Flux2:", "python run.py config/train_lora_flux_2_klein.yaml",
     # SimpleTuner's launcher and example environment carry "sdxl" whatever the model
     "(env) root@host:/SimpleTuner# bash train_sdxl.sh",
     "sdxl-env.sh.example: line 2: $'\\r': command not found",
@@ -174,3 +179,10 @@ def test_other_trainers_own_lines_name_them(want, line):
                                   '  File "/r/training/train_controlnet.py", line 3, in main'])
 def test_look_alikes_of_other_trainers_lines_name_none(line):
     assert wrapper(line) is None
+
+
+def test_a_rich_record_behind_another_loggers_head_names_the_file_that_logged():
+    # a front end that prefixes each line of sd-scripts' Rich output with its own time and level
+    text = ("[2025-04-24 15:42:01] [INFO] INFO     set U-Net weight dtype to     train_network.py:826\n"
+            "[2025-04-24 15:42:01] [INFO] INFO     prepare CLIP-L for fp8:  flux_train_network.py:482\n")
+    assert [e.family for e in parse_text(text) if isinstance(e, ModelFamily)] == ["flux"]

@@ -343,6 +343,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                     return
                 pm = P.RICH_PATH_RE.search(body)
                 if pm:
+                    # A Rich record behind another logger's head still names the file that logged.
+                    self._source_file(pm.group(1), out)
                     body = body[: pm.start()]
                 body = self._record_names(body, out)
                 if body[:1] == "|":
