@@ -12,7 +12,7 @@ import pytest
 
 from kohya_tuner.logparse.frames import names_in
 from kohya_tuner.logparse.parser import parse_text
-from kohya_tuner.logparse.events import ModelFamily
+from kohya_tuner.logparse.events import ModelFamily, Wrapper
 
 
 def family(line: str) -> str | None:
@@ -163,6 +163,9 @@ OTHER_WRAPPER_LINES = {
                    "person_v1:   1%|          | 19/3000 [05:35<14:36:19, 17.64s/it, lr: 1.0e-04 loss: 1.038e+00]"],
     "musubi-tuner": ["INFO:cache_latents:Encoding dataset [0]",
                      "INFO:musubi_tuner.wan.modules.model:Detected DiT dtype: torch.bfloat16"],
+    "sd-scripts": ["load StableDiffusion checkpoint: C:/m/sd_xl_base_1.0.safetensors", "loading U-Net from checkpoint",
+                   "2024-09-15 17:26:03 INFO     load StableDiffusion checkpoint: /m/x.ckpt",
+                   "                        [--save_state_to_huggingface] [--resume_from_huggingface]"],
     "diffusers": ["root@box:/workspace/diffusers/examples/controlnet# accelerate launch train_controlnet_flux.py \\",
                   '  File "/home/u/train_controlnet_sdxl.py", line 1245, in <module>'],
 }
@@ -186,3 +189,10 @@ def test_a_rich_record_behind_another_loggers_head_names_the_file_that_logged():
     text = ("[2025-04-24 15:42:01] [INFO] INFO     set U-Net weight dtype to     train_network.py:826\n"
             "[2025-04-24 15:42:01] [INFO] INFO     prepare CLIP-L for fp8:  flux_train_network.py:482\n")
     assert [e.family for e in parse_text(text) if isinstance(e, ModelFamily)] == ["flux"]
+
+
+def test_a_rich_record_from_sd_scripts_train_util_names_sd_scripts():
+    text = "2025-06-29 12:14:41 INFO     epoch is incremented. current_epoch: 22, epoch: 23       train_util.py:779\n"
+    assert [e.wrapper for e in parse_text(text) if isinstance(e, Wrapper)] == ["sd-scripts"]
+    # a module of another program that merely ends the same way is not sd-scripts' file
+    assert wrapper("my_train_util.py") is None
