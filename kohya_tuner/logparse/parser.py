@@ -341,12 +341,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                     # the record's head as a line of its own, indentation kept.
                     self._physical(body[g.end():], out, cleaned=True)
                     return
-                pm = P.RICH_PATH_RE.search(body)
-                if pm:
-                    # A Rich record behind another logger's head still names the file that logged.
-                    self._source_file(pm.group(1), out)
-                    body = body[: pm.start()]
-                body = self._record_names(body, out)
+                # A Rich record behind another logger's head still names the file that logged.
+                body = self._record_names(self._cut_source(body, out), out)
                 if body[:1] == "|":
                     lm = P.LOGURU_AFTER_LEVEL_RE.match(body)
                     if lm:
@@ -368,12 +364,16 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                 return
         self._logical(line, None, out)
 
-    def _loose_rich(self, level: str, body: str, out: list[Event]) -> None:
+    def _cut_source(self, body: str, out: list[Event]) -> str:
+        """The record without Rich's source column (`train_util.py:779`), whose file is named."""
         pm = P.RICH_PATH_RE.search(body)
-        if pm:
-            self._source_file(pm.group(1), out)
-            body = body[: pm.start()]
-        self._logical(body.rstrip(), level, out)
+        if not pm:
+            return body
+        self._source_file(pm.group(1), out)
+        return body[: pm.start()]
+
+    def _loose_rich(self, level: str, body: str, out: list[Event]) -> None:
+        self._logical(self._cut_source(body, out).rstrip(), level, out)
 
     def _start_rich(self, level: str, line: str, out: list[Event]) -> None:
         body = line[P.RICH_MESSAGE_COLUMN:]
