@@ -50,7 +50,7 @@ def test_the_range_table_names_only_real_arguments():
     assert set(engine.ranges()) <= known | {"resolution"}
     for key, bounds in engine.ranges().items():
         assert bounds.get("where"), key
-        assert set(bounds) <= {"min", "max", "gt", "where", "dataset"}, key
+        assert set(bounds) <= {"min", "max", "gt", "where", "dataset", "below", "above"}, key
 
 
 def _spec_of(key):

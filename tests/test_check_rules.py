@@ -93,7 +93,6 @@ EXAMPLES = {
     "fixed_resolution_multiple_of_32": (XL, {"resolution": "1000"}, {"resolution": "1024"}, None),
     "fixed_resolution_multiple_of_16": (FX, {"resolution": "520"}, {"resolution": "528"}, None),
     "dreambooth_and_finetuning_subsets_mixed": (SD, {}, {}, None),
-    "validation_split_float_literal": (SD, {"validation_split": 0}, {"validation_split": 0.0}, None),
     "dataset_config_format": (SD, {"dataset_config": "dataset.yaml"}, {"dataset_config": "dataset.toml"}, None),
     "cache_latents_with_augmentation": (SD, {"cache_latents": True}, {"cache_latents": True}, None),
     "dataset_config_overrides_folders": (SD, {"dataset_config": "d.toml", "train_data_dir": "img"}, {"dataset_config": "d.toml"}, None),
@@ -146,6 +145,9 @@ EXAMPLES = {
     "sd3_blocks_to_swap_max": (S3, {"blocks_to_swap": 37}, {"blocks_to_swap": 36}, None),
     "sd3_te_cache_with_t5_training": (S3, {"cache_text_encoder_outputs": True, "network_args": ["train_t5xxl=True"]}, {"network_args": ["train_t5xxl=True"]}, None),
     # Outside argparse's choices in a --config_file, refused by the code that reads them.
+    "nothing_with_a_learning_rate": (SD, {"learning_rate": 0.0}, {"learning_rate": 0.0, "unet_lr": 0.0001}, None),
+    # With max_train_epochs the step count comes from the dataset: a fraction may or may not reach a step.
+    "scheduler_warmup_fraction_of_epochs": (SD, {"lr_scheduler": "constant", "lr_warmup_steps": 0.1, "max_train_epochs": 1, "max_train_steps": 100}, {"lr_scheduler": "constant_with_warmup", "lr_warmup_steps": 0.1, "max_train_epochs": 1}, None),
     "mixed_precision_unknown": (SD, {"mixed_precision": "fp32"}, {"mixed_precision": "fp8"}, None),
     "console_log_level_unknown": (SD, {"console_log_level": "info"}, {"console_log_level": "WARN"}, None),
     "log_with_unknown": (SD, {"log_with": "neptune", "logging_dir": "logs"}, {"log_with": "mlflow"}, None),
@@ -153,6 +155,8 @@ EXAMPLES = {
     "huber_schedule_unknown": (SD, {"loss_type": "huber", "huber_schedule": "linear"}, {"loss_type": "l2", "huber_schedule": "linear"}, None),
     "dynamo_backend_unknown": (SD, {"torch_compile": True, "dynamo_backend": "fast"}, {"torch_compile": True, "dynamo_backend": "no"}, None),
     "resize_interpolation_unknown": (SD, {"resize_interpolation": "sinc"}, {"resize_interpolation": "box"}, None),
+    # load_flow_model compares model_type exactly: "Chroma" is refused, not trained as FLUX.1.
+    "model_type_unknown": (FX, {"model_type": "Chroma", "apply_t5_attn_mask": True}, {"model_type": "chroma", "apply_t5_attn_mask": True}, None),
     # lumina_train_network.py, hunyuan_image_train_network.py, anima_train_network.py
     "lumina_te_cache_to_disk_turns_on_cache": (LU, {"cache_text_encoder_outputs_to_disk": True}, {"cache_text_encoder_outputs_to_disk": True, "cache_text_encoder_outputs": True}, None),
     "lumina_blocks_to_swap_max": (LU, {"blocks_to_swap": 25}, {"blocks_to_swap": 24}, None),

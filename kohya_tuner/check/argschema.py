@@ -104,7 +104,8 @@ def check_value(spec: ArgSpec, value: Any) -> str | None:
 def classify_value(spec: ArgSpec, value: Any) -> tuple[str, str] | None:
     """(kind, why) when `value` is not what argparse would have produced, else None.
 
-    kind: "type" (the code computes with a value of the wrong kind: it breaks), "truthy" (a
+    kind: "type" (the code computes with a value of the wrong kind: it breaks), "bool_int" (true or
+    false for an integer: Python computes with 1 or 0), "truthy" (a
     store_true flag holding a non-boolean: Python's truthiness decides), "fraction" (a float
     of 1 or more where sd-scripts reads a float as a fraction of all steps), "choices" (outside
     argparse's choices, which only a command-line value is checked against)."""
@@ -115,7 +116,10 @@ def classify_value(spec: ArgSpec, value: Any) -> tuple[str, str] | None:
             return "truthy", (f"must be true or false, not {short_repr(value)}; sd-scripts tests it for truth, so this turns "
                               f"{spec.name} {on}")
     elif t == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool):
+            # A bool is an int to Python and to sd-scripts' schema: the code computes with 1 or 0.
+            return "bool_int", f"must be an integer, not {short_repr(value)}; Python counts it as {int(value)}"
+        if not isinstance(value, int):
             return "type", f"must be an integer, not {short_repr(value)}"
     elif t == "float":
         if not is_number(value):
@@ -156,3 +160,49 @@ def classify_value(spec: ArgSpec, value: Any) -> tuple[str, str] | None:
         allowed = ", ".join(repr(c) for c in spec.choices if c is not None)
         return "choices", f"{short_repr(value)} is not one of {allowed}"
     return None
+
+
+# sd-scripts checks the whole argparse namespace, --config_file values and unknown keys included,
+# against its dataset schema before it builds the datasets (config_util.py:410 ->
+# sanitize_argparse_namespace, 382): the [general]-level dataset keys, three of argparse's own, and
+# two argparse names mapped onto dataset keys. resolution and face_crop_aug_range are absent here:
+# prepare_dataset_args has converted them by then, and their own rules judge the written form.
+_NAMESPACE_EXTRA = {"debug_dataset": ["bool"], "max_token_length": ["int"], "prior_loss_weight": ["float", "int"],
+                    "train_batch_size": ["int"], "dataset_repeats": ["int"]}
+_CONVERTED_FIRST = ("resolution", "face_crop_aug_range")
+# Keys only the DreamBooth-capable sanitizers put in the general schema (config_util.py:350);
+# fine_tune.py builds its sanitizer without DreamBooth support.
+_DREAMBOOTH_ONLY = ("caption_extension", "class_tokens", "cache_info")
+
+
+@lru_cache(maxsize=None)
+def namespace_schema(script: str) -> dict[str, tuple[str, ...]]:
+    """Key -> the types sd-scripts' namespace validator accepts for it, for `script`."""
+    keys = raw_schema()["dataset_config"]["keys"]
+    out = {k: tuple(v["accepts"]) for k, v in keys.items()
+           if "general" in v["levels"] and k not in _CONVERTED_FIRST
+           and not (script == "fine_tune.py" and k in _DREAMBOOTH_ONLY)}
+    out.update({k: tuple(v) for k, v in _NAMESPACE_EXTRA.items()})
+    return out
+
+
+_VOLUPTUOUS = {
+    # voluptuous checks a type with isinstance: a bool is an int, an int is no float.
+    "bool": lambda v: isinstance(v, bool),
+    "int": lambda v: isinstance(v, int),
+    "float": lambda v: isinstance(v, float),
+    "str": lambda v: isinstance(v, str),
+    "table": lambda v: isinstance(v, dict),
+}
+_TYPE_WORDS = {"bool": "true or false", "int": "an integer", "float": "a number with a decimal point",
+               "str": "a string", "table": "a table"}
+
+
+def namespace_type_why(accepts: tuple[str, ...], value: Any) -> str | None:
+    """Why voluptuous refuses `value` for a key accepting `accepts` (None: it passes; so does
+    None, which voluptuous' Object validator skips)."""
+    if value is None or any(_VOLUPTUOUS.get(a, lambda v: True)(value) for a in accepts):
+        return None
+    want = " or ".join(_TYPE_WORDS.get(a, a) for a in accepts)
+    hint = " (write 1.0, not 1)" if accepts == ("float",) and is_number(value) else ""
+    return f"must be {want}{hint}, not {short_repr(value)}"

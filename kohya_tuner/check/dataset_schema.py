@@ -29,7 +29,8 @@ def _dataset_models():
     accept_types: dict[str, Any] = {
         "str": StrictStr,
         "bool": StrictBool,
-        "int": StrictInt,
+        # voluptuous tests `int` with isinstance, and a bool is an int: `num_repeats = true` is 1.
+        "int": Union[StrictInt, StrictBool],
         "float": toml_float,
         "table": dict[str, Any],
         "array[int,int]": Annotated[list[StrictInt], Field(min_length=2, max_length=2)],

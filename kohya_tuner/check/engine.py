@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kohya_tuner.check import argschema, conditions
+from kohya_tuner.check.argschema import not_finite
 from kohya_tuner.check.facts import Context, parse_resolution
 from kohya_tuner.check.result import CheckResult, Problem
 from kohya_tuner.printable import short_repr
@@ -143,6 +144,21 @@ def _render(message: str, get) -> str:
 
 # ---- ranges -----------------------------------------------------------------------------
 
+def _range_finding(value: Any, bounds: dict[str, Any]) -> tuple[str, str] | None:
+    """(severity, why) for a value outside its range: a refusal, or a warning where the table
+    says what sd-scripts does instead on that side (`below` / `above`)."""
+    why = _range_why(value, bounds)
+    if why is None:
+        return None
+    if argschema.is_number(value) and not not_finite(value):
+        lo, hi = bounds.get("min"), bounds.get("max")
+        side = "below" if lo is not None and value < lo else "above" if hi is not None and value > hi else None
+        if side and bounds.get(side):
+            limit = lo if side == "below" else hi
+            return "warning", f"{value:g} is {side} {limit:g}: {bounds[side]}"
+    return "error", why
+
+
 def _range_why(value: Any, bounds: dict[str, Any]) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number, not {value}"
@@ -183,10 +199,10 @@ def range_problems(config: dict[str, Any], script: str, dataset: dict[str, Any] 
             continue
         bounds = table.get(key, {})
         for v in _values_of(key, value):
-            why = _range_why(v, bounds)
-            if why:
+            found = _range_finding(v, bounds)
+            if found:
                 where = bounds.get("where", f"{spec.source or script} (type {spec.type})")
-                out.append(Problem(key, why, "error", (key,), where, f"range.{key}"))
+                out.append(Problem(key, found[1], found[0], (key,), where, f"range.{key}"))
                 break
     if isinstance(dataset, dict):
         for path, block in _dataset_blocks(dataset):
@@ -195,10 +211,10 @@ def range_problems(config: dict[str, Any], script: str, dataset: dict[str, Any] 
                 if not bounds or not bounds.get("dataset"):
                     continue
                 for v in _values_of(key, value) if key != "resolution" else _ds_resolution(value):
-                    why = _range_why(v, bounds)
-                    if why:
+                    found = _range_finding(v, bounds)
+                    if found:
                         full = f"{path}.{key}" if path else key
-                        out.append(Problem(full, why, "error", (full,), bounds["where"], f"range.{key}"))
+                        out.append(Problem(full, found[1], found[0], (full,), bounds["where"], f"range.{key}"))
                         break
     return out
 
@@ -261,6 +277,12 @@ def key_problems(config: dict[str, Any], script: str, *, unknown_severity: str =
     for key, value in config.items():
         spec = specs.get(key)
         if spec is None:
+            if key in argschema.namespace_schema(script) and key not in _RENAMED_ARGS \
+                    and config.get("dataset_class") is None and origin == "config_file":
+                problems.append(Problem(key, f"is not an argument of {script}, but sd-scripts hands it to its datasets: "
+                                             f"it is the {key} of every dataset and subset that sets none",
+                                        "warning", where=_NAMESPACE_WHERE, rule="dataset_default"))
+                continue
             if isinstance(value, dict):
                 problems.append(Problem(key, "is a nested table; sd-scripts flattens only one level, keep the file "
                                              "one level deep", unknown_severity, where="library/train_util.py:"
@@ -285,13 +307,38 @@ def key_problems(config: dict[str, Any], script: str, *, unknown_severity: str =
             problems.append(Problem(key, why, "error", where=f"{spec.source or script} (argparse type)", rule="type"))
         elif kind == "choices":
             problems.append(_outside_choices_warning(key, value, why))
-        elif kind in ("truthy", "fraction"):
+        elif kind in ("truthy", "fraction", "bool_int"):
             problems.append(Problem(key, why, "warning", where=_CONFIG_PATH, rule=f"config_{kind}"))
         else:
             problems.append(Problem(key, f"{why}: argparse never converts a --config_file value, so the code that "
                                          f"uses {key} gets {short_repr(value)} as written", "error",
                                     where=f"{spec.source or script} ({_CONFIG_PATH})", rule="type"))
     return problems
+
+
+# Dataset keys that an argparse argument of another name also sets (config_util.py:259:
+# train_batch_size -> batch_size, dataset_repeats -> num_repeats): which one wins depends on the order
+# of the namespace, so the key alone is no dependable default.
+_RENAMED_ARGS = ("batch_size", "num_repeats")
+_NAMESPACE_WHERE = "library/config_util.py:BlueprintGenerator.generate (line 410: sanitize_argparse_namespace)"
+
+
+def namespace_problems(config: dict[str, Any], script: str) -> list[Problem]:
+    """The --config_file values sd-scripts' dataset schema refuses when it checks the namespace
+    (voluptuous, as strict as for the dataset file), unknown keys included. A store_true flag
+    holding 1 or "true" stops the run here, before Python's truthiness could decide."""
+    if config.get("dataset_class") is not None:
+        return []  # an arbitrary dataset class skips the blueprint and its schema
+    schema = argschema.namespace_schema(script)
+    out = []
+    for key, value in config.items():
+        accepts = schema.get(key)
+        why = argschema.namespace_type_why(accepts, value) if accepts else None
+        if why:
+            out.append(Problem(key, f"{why}: sd-scripts checks this setting against its dataset schema before "
+                                    f"it builds the datasets and stops (\"expected {accepts[0]}\")", "error",
+                               (key,), _NAMESPACE_WHERE, "dataset_namespace"))
+    return out
 
 
 def rule_findings(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None = None,
@@ -331,7 +378,13 @@ def check(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None
                                        f"{script} (not a LoRA script)", "not_lora"))
         return result
     found = list(parsed)
-    found += key_problems(config, script, unknown_severity=SEVERITY.get(unknown_keys, unknown_keys), origin=origin)
+    keyed = key_problems(config, script, unknown_severity=SEVERITY.get(unknown_keys, unknown_keys), origin=origin)
+    if origin == "config_file":
+        # The schema stops the run first: its finding replaces what the code would have done later.
+        namespace = namespace_problems(config, script)
+        stopped = {p.key for p in namespace}
+        keyed = [p for p in keyed if p.key not in stopped] + namespace
+    found += keyed
     found += range_problems(config, script, dataset)
     if isinstance(dataset, dict):
         from kohya_tuner.check.dataset_schema import validate_dataset

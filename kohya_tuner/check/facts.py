@@ -102,6 +102,17 @@ class Dataset:
     subsets: list[Subset] = field(default_factory=list)
 
 
+# Settings sd-scripts hands to diffusers' from_pretrained when they are not a local file, so a
+# Hugging Face id is no missing file: the base everywhere (_load_target_model), and the VAE where
+# SD 1.x/2.x and SDXL load it through model_util.load_vae (library/model_util.py:1271); the other
+# families load their VAE from a file with their own loaders.
+_SKIPS_ZERO_LR = ("networks.lora", "networks.lora_flux", "networks.lora_sd3", "networks.lora_lumina",
+                  "networks.lora_anima", "networks.dylora")
+_SD_VAE = ("pretrained_model_name_or_path", "vae")
+_HUB_LOADED = {s: _SD_VAE for s in ("train_network.py", "sdxl_train_network.py", "train_db.py", "fine_tune.py",
+                                    "sdxl_train.py")}
+
+
 class Context:
     """Everything a rule may read, for one config (and its dataset file) and one script."""
 
@@ -329,6 +340,10 @@ class Context:
         sched = c.get("lr_scheduler")
         d["@scheduler"] = "adafactor" if d["@adafactor_relative_step"] else sched
         d["@warmup_steps"] = self._steps_of(c.get("lr_warmup_steps"))
+        warm = c.get("lr_warmup_steps")
+        d["@warmup_fraction_of_epochs"] = (isinstance(warm, float) and 0 < warm < 1
+                                           and c.get("max_train_epochs") is not None)
+        d["@no_lr_anywhere"] = self._no_lr_anywhere(net)
         d["@cache_latents"] = bool(c.get("cache_latents") or c.get("cache_latents_to_disk"))
         d["@te_cache"] = bool(c.get("cache_text_encoder_outputs") or c.get("cache_text_encoder_outputs_to_disk"))
         d["@fp8"] = bool(c.get("fp8_base") or c.get("fp8_base_unet"))
@@ -354,14 +369,42 @@ class Context:
         for key in ("resume", "network_weights", "pretrained_model_name_or_path", "train_data_dir", "vae"):
             v = c.get(key)
             exists = not self.filesystem or not isinstance(v, str) or self._path(v).exists()
-            if key == "pretrained_model_name_or_path" and isinstance(v, str) and looks_like_hub_id(v):
+            if key in _HUB_LOADED.get(self.script, ("pretrained_model_name_or_path",)) and isinstance(v, str) \
+                    and looks_like_hub_id(v):
                 exists = True
             d[f"@missing:{key}"] = not exists
         d["@no_training_data"] = self._no_training_data()
         return d
 
+    def _no_lr_anywhere(self, net: dict[str, str]) -> bool:
+        """Every parameter group the LoRA trains has learning rate 0: the network drops each one
+        ("NO LR skipping!", networks/lora.py:1187 and its FLUX, SD3, Lumina, Anima and DyLoRA
+        twins) and the optimizer gets an empty list. A ratio (LoRA+, block weights) times 0 stays 0;
+        FLUX's per-module network_reg_lrs may give some modules a rate of their own."""
+        c = self.cfg
+        mod = c.get("network_module")
+        if mod not in _SKIPS_ZERO_LR or "network_reg_lrs" in net:
+            return False
+        if c.get("network_train_unet_only") and c.get("network_train_text_encoder_only"):
+            return False  # nothing is trained at all: nothing_to_train says so
+        base = c.get("learning_rate")
+
+        def zero(v: Any) -> bool:
+            return argschema.is_number(v) and v == 0
+
+        unet = c.get("unet_lr")
+        te = c.get("text_encoder_lr")
+        te_values = te if isinstance(te, list) and te else [te]
+        no_unet = bool(c.get("network_train_text_encoder_only")) or zero(unet if unet is not None else base)
+        no_te = bool(c.get("network_train_unet_only")) or all(zero(v if v is not None else base) for v in te_values)
+        return no_unet and no_te
+
     def _steps_of(self, v: Any) -> Any:
         steps = self.cfg.get("max_train_steps")
+        if isinstance(v, float) and self.cfg.get("max_train_epochs") is not None:
+            # max_train_epochs replaces max_train_steps with a count of the dataset's batches
+            # (train_network.py:799) before the fraction is taken: not known here.
+            return None
         if isinstance(v, float) and math.isfinite(v) and isinstance(steps, int):
             # A ratio of the run's steps; a product too large for a float (1e305 × 1000) is no step
             # count, and the range rules judge the value as written.
@@ -391,6 +434,11 @@ class Context:
                     continue
                 p = self._path(d)
                 reps = self.lookup("num_repeats", ds, sub)
+                # The training split keeps ceil(n * (1 - split)) images (train_util.py:173): none at
+                # exactly 1, none from 2 up (a negative slice end as long as the list).
+                split = self.lookup("validation_split", ds, sub)
+                if argschema.is_number(split) and (split == 1 or split >= 2):
+                    continue
                 if p.is_dir() and (not isinstance(reps, int) or reps >= 1) and not sub.values.get("is_reg") and any(
                         f.suffix.lower() in IMAGE_SUFFIXES for f in p.iterdir()):
                     return False
