@@ -127,6 +127,9 @@ def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
                         "Give a kohya_ss GUI config (.json saved by the GUI), an sd-scripts TOML, or a file holding "
                         "the training command line.")
     tab, script, toml_data, launch, tail = gui_launch(data)
+    from kohya_tuner.config_gui_form import unreadable_numbers
+
+    notes.extend(unreadable_numbers(data))
     specs = schema.script_args(script)
     config = {k: v for k, v in toml_data.items() if k in specs}
     ignored = {k: v for k, v in toml_data.items() if k not in specs}

@@ -66,24 +66,42 @@ def _as_float(value: Any, fallback: float) -> float:
         return fallback
 
 
+# The numbers the GUI converts as it loads a file (common_gui.update_my_data), and what it puts in
+# place of one it cannot read.
+_GUI_INTS = {**{k: 0 for k in ("clip_skip", "epoch", "gradient_accumulation_steps", "keep_tokens", "lr_warmup",
+                                "max_data_loader_n_workers", "max_train_epochs", "save_every_n_epochs", "seed",
+                                "max_train_steps", "caption_dropout_every_n_epochs")},
+             "lr_scheduler_num_cycles": 1, "max_token_length": 75}
+_GUI_FLOATS = {**{k: 0.0 for k in ("adaptive_noise_scale", "noise_offset", "learning_rate", "text_encoder_lr",
+                                    "unet_lr")}, "lr_scheduler_power": 1.0}
+
+
+def unreadable_numbers(data: dict[str, Any]) -> list[str]:
+    """One line per number the GUI cannot read and silently replaces as it loads the file."""
+    out = []
+    for table, conv in ((_GUI_INTS, int), (_GUI_FLOATS, float)):
+        for key, fallback in table.items():
+            value = data.get(key)
+            if value is None or isinstance(value, bool):
+                continue
+            try:
+                conv(value)
+            except (TypeError, ValueError, OverflowError):
+                what = "a whole number" if conv is int else "a number"
+                out.append(f"{key} = {value!r}: the GUI cannot read it as {what} and loads it as {fallback}")
+    return out
+
+
 def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """The GUI's update of older files as it loads them (common_gui.update_my_data)."""
     d = dict(data)
     d.setdefault("optimizer", "AdamW8bit" if d.get("use_8bit_adam") else "AdamW")
-    for key in ("clip_skip", "epoch", "gradient_accumulation_steps", "keep_tokens", "lr_warmup",
-                "max_data_loader_n_workers", "max_train_epochs", "save_every_n_epochs", "seed",
-                "max_train_steps", "caption_dropout_every_n_epochs"):
+    for key, fallback in _GUI_INTS.items():
         if d.get(key) is not None:
-            d[key] = _as_int(d[key], 0)
-    if d.get("lr_scheduler_num_cycles") is not None:
-        d["lr_scheduler_num_cycles"] = _as_int(d["lr_scheduler_num_cycles"], 1)
-    if d.get("max_token_length") is not None:
-        d["max_token_length"] = _as_int(d["max_token_length"], 75)
-    for key in ("adaptive_noise_scale", "noise_offset", "learning_rate", "text_encoder_lr", "unet_lr"):
+            d[key] = _as_int(d[key], fallback)
+    for key, fallback in _GUI_FLOATS.items():
         if d.get(key) is not None:
-            d[key] = _as_float(d[key], 0.0)
-    if d.get("lr_scheduler_power") is not None:
-        d["lr_scheduler_power"] = _as_float(d["lr_scheduler_power"], 1.0)
+            d[key] = _as_float(d[key], fallback)
     if d.get("LoRA_type", "Standard") == "LoCon":
         d["LoRA_type"] = "LyCORIS/LoCon"
     if "save_model_as" in d and d.get("LoRA_type") and d["save_model_as"] not in ("safetensors", "ckpt"):

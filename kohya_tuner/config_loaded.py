@@ -37,6 +37,12 @@ class LoadedConfig:
     launch: list[str] = field(default_factory=list)
     ignored: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # A dataset_config that is no string (5, a list) is no path to open: the checker names its
+        # type; nothing downstream may try to read it.
+        if not isinstance(self.dataset_path, str):
+            self.dataset_path = None
+
     @property
     def origin(self) -> str:
         """The path the values take into sd-scripts (docs/check.md, Two paths): a command line

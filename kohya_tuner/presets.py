@@ -202,8 +202,17 @@ def parse_set(item: str) -> tuple[str, Any]:
     return key, value
 
 
+_FLAG_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
 def _conform(spec: schema.ArgSpec, value: Any) -> Any:
     """Make a user value the TOML type sd-scripts needs where the intent is unambiguous."""
+    if spec.is_flag and not isinstance(value, bool):
+        # Written as given, "False" would be a non-empty string that sd-scripts tests for truth: on.
+        word = str(value).strip().lower() if isinstance(value, (str, int)) else None
+        if word not in _FLAG_WORDS:
+            raise UserError(f"{spec.name} = {value!r}: {spec.name} is a switch; give true or false.")
+        return _FLAG_WORDS[word]
     if spec.type == "str" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     if spec.type == "str" and spec.name == "resolution" and isinstance(value, list):

@@ -164,6 +164,12 @@ def read_text(path: str | os.PathLike, what: str = "file", limit: int = MAX_BYTE
     reader refuses it as sd-scripts' parser would fail on it."""
     data = read_bytes(path, what, limit)
     if b"\x00" in data[:4096]:
+        head = data[:4096]
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff") or head[1::2].count(0) > len(head) // 4 \
+                or head[0::2].count(0) > len(head) // 4:
+            raise UserError(f"{what} {os.fsdecode(path)} is saved as UTF-16 (what Windows PowerShell's > and some "
+                            "editors write); sd-scripts and the kohya_ss GUI read UTF-8 only.",
+                            "Save it as UTF-8 without a byte-order mark (an editor's encoding menu offers it).")
         raise UserError(f"{what} {os.fsdecode(path)} is a binary file, not text.")
     return data.decode("utf-8", errors="replace")
 

@@ -30,11 +30,13 @@ def _script_for(script: str, family: Family | None) -> str:
 
 
 def validate_config(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None = None,
-                    family: Family | None = None, complete: bool = False) -> list[Problem]:
+                    family: Family | None = None, complete: bool = False, unknown_keys: str = "error"
+                    ) -> list[Problem]:
     """Every problem with a flat `--config_file` dict for `script` (errors and warnings).
-    `complete=False` (a fragment being composed) skips the rules that need a whole config."""
+    `complete=False` (a fragment being composed) skips the rules that need a whole config;
+    `unknown_keys="warning"` judges a user's own file as `check` does (sd-scripts ignores such a key)."""
     script = _script_for(script, family)
-    problems = key_problems(config, script)
+    problems = key_problems(config, script, unknown_severity=unknown_keys)
     problems += range_problems(config, script, dataset)
     problems += rule_findings(config, script, dataset=dataset, complete=complete)
     return problems

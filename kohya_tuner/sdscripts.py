@@ -86,7 +86,10 @@ def _scripts_in(path: Path) -> dict[str, Path]:
 
 def inspect(path: str | Path) -> Checkout:
     """Describe a directory as a checkout without judging it (no error if it holds nothing)."""
-    p = Path(path).expanduser().resolve()
+    try:
+        p = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):  # a symbolic link loop: Python before 3.13 raises RuntimeError
+        p = Path(path).expanduser().absolute()
     is_git = (p / ".git").exists()
     return Checkout(path=p, commit=head_commit(p) if is_git else None, is_git=is_git, scripts=_scripts_in(p))
 

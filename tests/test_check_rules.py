@@ -148,6 +148,7 @@ EXAMPLES = {
     "nothing_with_a_learning_rate": (SD, {"learning_rate": 0.0}, {"learning_rate": 0.0, "unet_lr": 0.0001}, None),
     # With max_train_epochs the step count comes from the dataset: a fraction may or may not reach a step.
     "scheduler_warmup_fraction_of_epochs": (SD, {"lr_scheduler": "constant", "lr_warmup_steps": 0.1, "max_train_epochs": 1, "max_train_steps": 100}, {"lr_scheduler": "constant_with_warmup", "lr_warmup_steps": 0.1, "max_train_epochs": 1}, None),
+    "network_module_unimportable": (SD, {"network_module": "networks.lora_xl"}, {"network_module": "lycoris.kohya"}, None),
     "mixed_precision_unknown": (SD, {"mixed_precision": "fp32"}, {"mixed_precision": "fp8"}, None),
     "console_log_level_unknown": (SD, {"console_log_level": "info"}, {"console_log_level": "WARN"}, None),
     "log_with_unknown": (SD, {"log_with": "neptune", "logging_dir": "logs"}, {"log_with": "mlflow"}, None),
@@ -355,17 +356,6 @@ def test_bucket_checks_use_the_rounded_limits_like_sd_scripts():
     res = engine.check({**BASE[SD], "enable_bucket": True, "min_bucket_reso": 520}, SD)
     assert res.ok and [w.rule for w in res.warnings] == ["min_bucket_reso_rounded_down"]
     assert "512" in res.warnings[0].message
-
-
-def test_the_parsed_rules_cache_is_keyed_by_content_and_survives_garbage(tmp_path, monkeypatch):
-    import tomllib
-
-    monkeypatch.setenv("KOHYA_TUNER_HOME", str(tmp_path))
-    fresh = engine._load("rules.toml")
-    (cached,) = (tmp_path / "cache").glob("rules.toml.*.json")
-    assert engine._load("rules.toml") == fresh
-    cached.write_text("{not json")
-    assert engine._load("rules.toml") == fresh == tomllib.loads((engine._HERE / "rules.toml").read_text())
 
 
 def test_docs_list_every_rule():

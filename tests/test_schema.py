@@ -33,7 +33,7 @@ def test_dashed_cli_spelling_is_suggested_as_the_dest():
 
 
 @pytest.mark.parametrize("key,value", [
-    ("network_dim", 16.5), ("network_dim", True),
+    ("network_dim", 16.5),
     ("learning_rate", "1e-4"), ("resolution", 1024), ("resolution", [1024, 768]), ("resolution", "big"),
     ("network_args", "conv_dim=4"), ("network_args", ["a=1", 2]),
     # Outside argparse's choices, and refused by the code that reads it (accelerate's precisions).
@@ -49,6 +49,8 @@ def test_values_the_code_cannot_use_are_errors(key, value):
     ("gradient_checkpointing", "yes"), ("lr_warmup_steps", 100.0), ("max_token_length", 75),
     ("save_precision", "fp8"), ("dynamo_backend", "no"), ("mixed_precision", "fp8"), ("log_with", "mlflow"),
     ("sample_sampler", "unipc"), ("resize_interpolation", "box"),
+    # true for an integer: Python computes with 1 (a rank-1 LoRA), as a schema typed `int` accepts it.
+    ("network_dim", True),
 ])
 def test_config_file_values_argparse_would_refuse_are_warnings(key, value):
     extra = {"lr_scheduler": "constant_with_warmup"} if key == "lr_warmup_steps" else {}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,39 +36,34 @@ class Rule:
 
 
 def _load(name: str) -> dict[str, Any]:
-    """A rules file, parsed. tomllib takes tens of milliseconds for rules.toml and json well
-    under one, so the parsed form is cached as JSON under the user data folder, keyed by the
-    file's content hash (a stale cache can never be read; an unwritable folder just means
-    no cache)."""
+    """A rules file, parsed. tomllib takes tens of milliseconds for rules.toml and json well under
+    one, so the package ships each file's parsed form beside it (`<name>.json`, written by
+    tools/compile_check_data.py), stamped with the TOML's content hash: a copy that does not match
+    the TOML as it is now (someone edited the rules) or does not have the expected shape is not
+    used, and the TOML is parsed instead. Nothing is written at run time."""
     import hashlib
     import json
 
     raw = (_HERE / name).read_bytes()
-    cache = None
     try:
-        from kohya_tuner.resources import user_data_dir
-
-        cache = user_data_dir() / "cache" / f"{name}.{hashlib.sha256(raw).hexdigest()[:16]}.json"
         from kohya_tuner import safeio
 
-        return json.loads(safeio.read_regular(cache, 64 << 20).decode("utf-8"))
-    except (OSError, ValueError, ImportError):
+        compiled = json.loads(safeio.read_regular(_HERE / f"{name}.json", 16 << 20).decode("utf-8"))
+        if (isinstance(compiled, dict) and compiled.get("sha256") == hashlib.sha256(raw).hexdigest()
+                and isinstance(compiled.get("data"), dict)):
+            return compiled["data"]
+    except (OSError, ValueError):
         pass
+    return parse_toml(raw)
+
+
+def parse_toml(raw: bytes) -> dict[str, Any]:
     try:
         import tomllib
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
         import tomli as tomllib
 
-    doc = tomllib.loads(raw.decode("utf-8"))
-    if cache is not None:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(doc), encoding="utf-8")
-            os.replace(tmp, cache)
-        except OSError:
-            pass
-    return doc
+    return tomllib.loads(raw.decode("utf-8"))
 
 
 @lru_cache(maxsize=None)

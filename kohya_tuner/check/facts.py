@@ -106,6 +106,8 @@ class Dataset:
 # Hugging Face id is no missing file: the base everywhere (_load_target_model), and the VAE where
 # SD 1.x/2.x and SDXL load it through model_util.load_vae (library/model_util.py:1271); the other
 # families load their VAE from a file with their own loaders.
+_SD_SCRIPTS_NETWORKS = ("lora", "dylora", "lora_fa", "lora_flux", "lora_sd3", "lora_lumina", "lora_anima",
+                        "lora_hunyuan_image", "oft", "oft_flux")
 _SKIPS_ZERO_LR = ("networks.lora", "networks.lora_flux", "networks.lora_sd3", "networks.lora_lumina",
                   "networks.lora_anima", "networks.dylora")
 _SD_VAE = ("pretrained_model_name_or_path", "vae")
@@ -316,6 +318,11 @@ class Context:
         # A standard-library module is never a network module (no create_network).
         mod = c.get("network_module")
         d["@network_module_stdlib"] = (isinstance(mod, str) and mod.split(".")[0] in sys.stdlib_module_names)
+        # importlib.import_module needs a dotted name, and sd-scripts' own `networks` package holds
+        # only these modules with a create_network at the pin; any other package may be installed.
+        d["@network_module_unimportable"] = isinstance(mod, str) and (
+            not all(part.isidentifier() for part in mod.split("."))
+            or mod.startswith("networks.") and mod[len("networks."):] not in _SD_SCRIPTS_NETWORKS)
         opt_kw, d["@bad_optimizer_arg"] = split_kv(c.get("optimizer_args"), at_first=False)
         d["@optimizer_arg_not_literal"] = next((f"{k}={v}" for k, v in opt_kw.items() if not _literal_ok(v)), None)
         sch_kw, d["@bad_lr_scheduler_arg"] = split_kv(c.get("lr_scheduler_args"), at_first=False)

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if script is None:
         raise UserError(f"Cannot tell which model {args.config} trains (no script name, network module or model "
                         f"path gives it away).", "Say it with --model (sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21 or anima).")
-    dataset = None if not_lora(script) else _dataset(args, loaded.config.get("dataset_config"))
+    dataset = None if not_lora(script) else _dataset(args, loaded.dataset_path)
     result = check(loaded.config, script, dataset=dataset, complete=True, filesystem=True, **loaded.check_args())
     if args.json:
         import sys

@@ -21,6 +21,20 @@ _MARK = {"pass": "[green]pass[/green]", "warn": "[yellow]warn[/yellow]", "fail":
 _pixels = int_range(64, 16384)
 
 
+def _caption_ext(value: str) -> str:
+    """A caption suffix (".txt", "caption"): never a picture's, whose bytes would be read as text."""
+    from kohya_tuner.dataset.images import CONVERTIBLE_EXTENSIONS, TRAINER_EXTENSIONS
+
+    ext = value.strip()
+    ext = ext if ext.startswith(".") else "." + ext
+    if not ext.strip(".") or any(c in ext for c in "/\\*?"):
+        raise argparse.ArgumentTypeError(f"{value!r} is no file extension; give one like .txt or .caption")
+    if ext.lower() in TRAINER_EXTENSIONS + CONVERTIBLE_EXTENSIONS:
+        raise argparse.ArgumentTypeError(f"{value!r} is a picture's extension; captions are text files "
+                                         "beside the images, like .txt or .caption")
+    return ext
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from kohya_tuner.cli.app import formatter
 
@@ -35,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--resolution", type=_pixels, metavar="PX", help="Training resolution (default: the model preset's).")
     c.add_argument("--max-bucket", type=_pixels, metavar="PX", help="max_bucket_reso (default: the model preset's).")
     c.add_argument("--min-bucket", type=_pixels, metavar="PX", help="min_bucket_reso (default: the model preset's).")
-    c.add_argument("--caption-ext", metavar="EXT",
+    c.add_argument("--caption-ext", type=_caption_ext, metavar="EXT",
                    help="Caption extension (default: .txt, or .caption when the folder uses it).")
     c.add_argument("--workers", type=positive_int, metavar="N", help="Processes reading images (default: all cores).")
     c.add_argument("--all", dest="all_files", action="store_true", help="List every file of each finding.")
@@ -50,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Longest side of the prepared images (default: the largest bucket the model's presets use).")
     r.add_argument("--trigger", type=utf8_text, metavar="WORD",
                    help="Add this trigger word to every caption (and caption uncaptioned images with it).")
-    r.add_argument("--caption-ext", metavar="EXT",
+    r.add_argument("--caption-ext", type=_caption_ext, metavar="EXT",
                    help="Caption extension of the originals (default: .txt, or .caption when the folder uses it).")
     r.add_argument("--workers", type=positive_int, metavar="N", help="Processes (default: all cores).")
     r.add_argument("--json", action="store_true", help="Print one JSON object.")
@@ -85,6 +99,7 @@ def check_command(path: Path, model: str, job: Optional[str], trigger: Optional[
     family = get_family(model)
     if job is not None:
         dataset.get_job(job)
+    _bucket_flags_agree(family, resolution, min_bucket, max_bucket)
     try:
         report = _run_check(path, job, family, trigger, resolution, min_bucket, max_bucket, _ext(caption_ext), workers,
                             json_out)
@@ -98,6 +113,23 @@ def check_command(path: Path, model: str, job: Optional[str], trigger: Optional[
     if not report.trainable:
         return 2
     return 0
+
+
+def _bucket_flags_agree(family, resolution: Optional[int], min_bucket: Optional[int],
+                        max_bucket: Optional[int]) -> None:
+    """Bucket bounds given here that do not hold the training resolution are what sd-scripts
+    refuses at start-up (min_bucket_reso_above_resolution, max_bucket_reso_below_resolution):
+    judging the images against a range nobody will train at would only mislead."""
+    from kohya_tuner.dataset.guidance import planned_buckets
+    from kohya_tuner.errors import UserError
+
+    res = planned_buckets(family, resolution).resolution
+    if min_bucket is not None and max_bucket is not None and min_bucket > max_bucket:
+        raise UserError(f"--min-bucket {min_bucket} is above --max-bucket {max_bucket}.", "Swap them.")
+    for flag, value, side in (("--min-bucket", min_bucket, "above"), ("--max-bucket", max_bucket, "below")):
+        if value is not None and (value > res if side == "above" else value < res):
+            raise UserError(f"{flag} {value} is {side} the training resolution {res}; sd-scripts refuses a bucket "
+                            f"range that does not hold the resolution.", "Give a range around it, or set --resolution.")
 
 
 def _run_check(path: Path, job: Optional[str], family, trigger: Optional[str], resolution: Optional[int],

@@ -18,7 +18,7 @@ POLICIES = ("default", "roadmap")
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.resolve() == b.resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # Python before 3.13 raises RuntimeError on a symbolic link loop
         return False
 
 

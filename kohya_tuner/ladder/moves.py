@@ -320,7 +320,10 @@ def _variants(move: Move, family: Family, config: dict[str, Any], dataset: dict[
 
 def _valid(cfg: dict[str, Any], ds: dict[str, Any] | None, family: Family) -> bool:
     cfg = {k: v for k, v in cfg.items() if k != SAMPLE_SIZE_KEY}  # the plan's, not sd-scripts'
-    return not schema.errors_only(schema.validate_config(cfg, family.script, dataset=ds, family=family))
+    # The user's file passed `check` before the fit began: a key sd-scripts ignores is no reason
+    # to reject every variant of it.
+    return not schema.errors_only(schema.validate_config(cfg, family.script, dataset=ds, family=family,
+                                                         unknown_keys="warning"))
 
 
 def _move_cost(move: Move, changes: list) -> float:

@@ -293,9 +293,13 @@ def test_what_the_hunting_pass_found(files, tmp_path):
     """A 400-digit exit status was accepted; a trigger holding non-UTF-8 bytes crashed prep;
     a caption extension of `[/red]` crashed dataset check's listing (its class, markup and
     escapes in every option: test_fault_text_options.py)."""
+    proc = kt("dataset", "check", str(files / "imgs"), "-m", "sd15", "--caption-ext", "[red]")
+    _no_traceback(proc)
+    assert proc.returncode in (0, 1) and b"[red]" in proc.stdout, proc.stdout + proc.stderr
+    # A slash is in no file's suffix: refused, and the markup printed as written.
     proc = kt("dataset", "check", str(files / "imgs"), "-m", "sd15", "--caption-ext", "[/red]")
     _no_traceback(proc)
-    assert proc.returncode in (0, 1) and b"[/red]" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 2 and b"'[/red]'" in proc.stderr, proc.stdout + proc.stderr
     proc = kt("diagnose", str(files / "log.txt"), "--exit-code=-" + "9" * 400)
     _no_traceback(proc)
     assert proc.returncode == 2 and b"--exit-code" in proc.stderr
