@@ -155,3 +155,35 @@ def test_a_utf16_file_is_named_as_such(tmp_path, encoding, bom, command):
     extra = ["-g", "12", "--out", tmp_path / "f.toml"] if command == "fit" else (["-g", "12"] if command == "estimate"
                                                                                  else [])
     _clean_refusal(invoke(command, src, "-m", "sdxl", *extra), "UTF-16", "UTF-8")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge", "folder"])
+def test_a_caption_that_cannot_be_read_is_named_by_prep(imgs, tmp_path, kind):
+    import os
+
+    cap = imgs / "i1.txt"
+    cap.unlink()
+    if kind == "fifo":
+        os.mkfifo(cap)
+    elif kind == "huge":
+        cap.write_bytes(b"x" * (5 << 20))
+    else:
+        cap.mkdir()
+    res = invoke("dataset", "prep", imgs, "-m", "sd15", "--out", tmp_path / "p", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert [line.split(":")[0] for line in data["captions_unreadable"]] == ["i1.txt"], data
+    assert not (tmp_path / "p" / "i1.txt").exists() and (tmp_path / "p" / "i0.txt").exists()
+
+
+def test_a_folder_named_like_a_picture_is_called_a_folder(imgs, tmp_path):
+    (imgs / "dir.png").mkdir()
+    res = invoke("dataset", "prep", imgs, "-m", "sd15", "--out", tmp_path / "p", "--json")
+    [item] = [i for i in json.loads(res.stdout)["items"] if i["source"].endswith("dir.png")]
+    assert item["reason"] == "a folder, not a file", item
+
+
+@pytest.mark.parametrize("path", ["/dev/null", "/dev/zero"])
+def test_doctor_calls_a_device_no_python_rather_than_missing(path):
+    res = invoke("doctor", "--python", path)
+    assert res.exit_code == 2 and "not a regular file" in res.output and "does not exist" not in res.output, res.output

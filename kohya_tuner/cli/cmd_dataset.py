@@ -252,6 +252,9 @@ def _render_prep(result) -> None:
     for item in result.items:
         if item.outcome == "failed":
             out(f"  [red]left out[/red] {escape(item.source)}: {escape(item.reason or '')}")
+    for line in result.captions_unreadable:
+        out(f"  [yellow]caption not read[/yellow] {escape(line)}; its image was copied "
+            + ("with the trigger word only" if result.trigger else "without a caption"))
     for name in result.captions_kept:
         out(f"  [yellow]kept[/yellow] your edit of {escape(name)} in the copy (its source caption was not copied over it)")
     for name in result.removed:

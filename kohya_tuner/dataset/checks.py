@@ -34,7 +34,9 @@ PROBLEMS: dict[str, tuple[str, str, str]] = {
                   "Copy them again or remove them: sd-scripts stops at the first one. `dataset prep` leaves them out."),
     "too_many_pixels": ("fail", "have more pixels than Pillow opens by default (about 179 megapixels), so "
                         "sd-scripts refuses them", "Downscale them: `kohya-tuner dataset prep` does."),
-    "caption_unreadable": ("fail", "have a caption file that cannot be read", "Fix the caption files' permissions."),
+    "caption_unreadable": ("fail", "have a caption file that cannot be read (no permission, a pipe or "
+                           "device, or a file too large for a caption)",
+                           "Make each one a readable text file of a few lines (`--all` lists them with why)."),
     "caption_encoding": ("fail", "have a caption file that is not UTF-8, which stops sd-scripts",
                          "Save the captions as UTF-8; `dataset prep` converts them."),
     "caption_no_lines": ("fail", "have a zero-byte caption file, which stops sd-scripts (\"caption file is empty\")",

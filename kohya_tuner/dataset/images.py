@@ -50,7 +50,7 @@ def sha256_file(path: str) -> str:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise OSError(errno.EINVAL, f"{special_kind(mode)}, not a file (reading it would wait or never end)", path)
+        raise OSError(errno.EINVAL, not_a_file(mode), path)
     with os.fdopen(fd, "rb") as fh:
         while True:
             chunk = fh.read(_HASH_CHUNK)
@@ -101,7 +101,7 @@ def inspect_image(path: str, want_hash: bool = True) -> dict[str, Any]:
     if not stat.S_ISREG(st.st_mode):
         # A FIFO or a device named like a picture: opening it would block or never end.
         info["problems"].append("unreadable")
-        info["error"] = special_kind(st.st_mode) + ", not a file (reading it would wait or never end)"
+        info["error"] = not_a_file(st.st_mode)
         return info
     info["size_bytes"] = st.st_size
     if want_hash:
@@ -197,6 +197,13 @@ def _header_only(path: str, info: dict[str, Any]) -> None:
         pass
     finally:
         Image.MAX_IMAGE_PIXELS = saved
+
+
+def not_a_file(mode: int) -> str:
+    """Why a picture's name that is no regular file is left out, in words."""
+    if stat.S_ISDIR(mode):
+        return "a folder, not a file"
+    return f"{special_kind(mode)}, not a file (reading it would wait or never end)"
 
 
 def special_kind(mode: int) -> str:

@@ -148,6 +148,9 @@ class PrepResult(BaseModel):
     items: list[PrepItem] = Field(default_factory=list)
     captions_written: int = 0
     captions_kept: list[str] = Field(default_factory=list)  # edited by hand in the copy; left alone
+    # Source captions that exist but could not be read (a pipe, a device, a file too large for a
+    # caption, no permission): "name: why". Their images are copied uncaptioned (or with the trigger).
+    captions_unreadable: list[str] = Field(default_factory=list)
     trigger_added: int = 0
     removed: list[str] = Field(default_factory=list)  # outputs whose source is gone
     elapsed_s: float = 0.0

@@ -282,13 +282,12 @@ def _save_quietly(run: _Run) -> None:
 
 
 def _caption_text(path: Path) -> str | None:
+    """The caption's text; OSError (with why) when a caption is there but cannot be read."""
     from kohya_tuner import safeio
     from kohya_tuner.dataset.captions import _CAPTION_LIMIT
 
-    try:  # a pipe or device named like a caption would block the read or never end
-        raw = safeio.read_regular(path, _CAPTION_LIMIT)
-    except OSError:
-        return None
+    # A pipe or device named like a caption would block the read or never end: read_regular refuses it.
+    raw = safeio.read_regular(path, _CAPTION_LIMIT)
     text = decode_caption_bytes(raw)
     # sd-scripts trains on the first line only; keep everything the user wrote.
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
@@ -307,9 +306,18 @@ def _copy_captions(run: _Run, current: set[str], cap_ext: str, trigger: str | No
             cst = src_cap.stat()
             entry["caption_source_size"], entry["caption_source_mtime_ns"] = cst.st_size, cst.st_mtime_ns
             text = _caption_text(src_cap)
-        except OSError:
+        except OSError as exc:
             entry.pop("caption_source_size", None)
             entry.pop("caption_source_mtime_ns", None)
+            if os.path.lexists(src_cap):  # there, but not readable: say so instead of dropping it quietly
+                from kohya_tuner import safeio
+
+                why = exc.strerror or str(exc)
+                why = f"too large for a caption ({why})" if isinstance(exc, safeio.TooLarge) else why
+                result.captions_unreadable.append(f"{display(os.path.splitext(rel)[0] + cap_ext)}: {why}")
+                entry["caption_unreadable"] = why
+            else:
+                entry.pop("caption_unreadable", None)
         if trigger:
             new = add_trigger(text, trigger)
             if new != (text or None):

@@ -125,4 +125,6 @@ def refuse_unusable_python(python: str) -> None:
         return
     if os.sep not in python and (os.altsep is None or os.altsep not in python) and shutil.which(python):
         return  # a command name found on PATH, like `python3`
+    if p.exists():  # a device, a pipe, a socket: there is something, but no program
+        raise UserError(f"--python {python} is not a regular file, so no Python executable.", hint)
     raise UserError(f"--python {python} does not exist.", hint)
