@@ -372,6 +372,10 @@ class Context:
         ds_path = c.get("dataset_config")
         d["@dataset_config_missing"] = bool(self.filesystem and isinstance(ds_path, str)
                                             and not self._path(ds_path).is_file())
+        if d["@dataset_config_missing"]:
+            from kohya_tuner import safeio
+
+            d["@dataset_config_is"] = safeio.describe(self._path(ds_path))
         d["@dataset_config_suffix"] = (Path(ds_path).suffix.lower() if isinstance(ds_path, str) else None)
         for key in ("resume", "network_weights", "pretrained_model_name_or_path", "train_data_dir", "vae"):
             v = c.get(key)

@@ -57,6 +57,11 @@ def load_inputs(config_path: Path, model: str | None, dataset_path: Path | None
                 notes.append(f"read the dataset file {candidate}")
             except UserError as exc:
                 notes.append(f"could not read the dataset file {candidate}: {exc.message}")
+        else:
+            from kohya_tuner import safeio
+
+            notes.append(f"the dataset file {candidate} is {safeio.describe(candidate)}, not a file: estimated "
+                         "without it (batch size and resolution from the config)")
     # The one gate: what sd-scripts would refuse at start-up is refused here too (exit 2).
     from kohya_tuner.check import gate
 
