@@ -187,3 +187,20 @@ def test_a_folder_named_like_a_picture_is_called_a_folder(imgs, tmp_path):
 def test_doctor_calls_a_device_no_python_rather_than_missing(path):
     res = invoke("doctor", "--python", path)
     assert res.exit_code == 2 and "not a regular file" in res.output and "does not exist" not in res.output, res.output
+
+
+def test_prep_says_why_it_leaves_out_a_picture_too_large_to_open(tmp_path):
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    src = tmp_path / "src"
+    src.mkdir()
+    # A PNG header claiming 60000 x 60000 pixels (3.6 gigapixels) over an empty image stream.
+    (src / "b.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0))
+                                + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+    res = invoke("dataset", "prep", src, "-m", "sd15", "--out", tmp_path / "p", "--json")
+    [item] = json.loads(res.stdout)["items"]
+    assert item["outcome"] == "failed" and "too many pixels" in item["reason"] and "DOS" not in item["reason"], item

@@ -214,6 +214,9 @@ def prepare_one(task: dict[str, Any]) -> dict[str, Any]:
         if isinstance(exc, KeyboardInterrupt):
             raise
         reason = str(exc) or type(exc).__name__
+        if isinstance(exc, Image.DecompressionBombError):
+            reason = (f"too many pixels to open safely (prep opens up to {PREP_MAX_PIXELS // 1_000_000:,} megapixels): "
+                      "downscale it in an image editor first")
         if writing and isinstance(exc, OSError):
             reason = f"cannot write the output: {exc.strerror or exc}"
             if exc.errno in OUTPUT_ERRNOS:
