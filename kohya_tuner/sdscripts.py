@@ -28,6 +28,7 @@ import toml
 
 from kohya_tuner import schema
 from kohya_tuner.errors import UserError
+from kohya_tuner.printable import printable
 from kohya_tuner.resources import user_data_dir, vendor_file
 
 ENV_VAR = "KOHYA_SD_SCRIPTS"
@@ -97,10 +98,10 @@ def inspect(path: str | Path) -> Checkout:
 def _checkout_at(path: str | Path, origin: str) -> Checkout:
     p = Path(path).expanduser()
     if not p.exists():
-        raise UserError(f"The sd-scripts folder {str(p)!r} ({origin}) does not exist.",
+        raise UserError(f"The sd-scripts folder \"{printable(str(p))}\" ({origin}) does not exist.",
                         "Run `kohya-tuner setup` to clone the pinned release, or point at an existing checkout.")
     if not p.is_dir():
-        raise UserError(f"{str(p)!r} ({origin}) is a file, not an sd-scripts folder.",
+        raise UserError(f"\"{printable(str(p))}\" ({origin}) is a file, not an sd-scripts folder.",
                         "Give the folder that holds train_network.py.")
     found = inspect(p)
     if not found.scripts and (p / GUI_SUBDIR).is_dir():
@@ -110,7 +111,7 @@ def _checkout_at(path: str | Path, origin: str) -> Checkout:
             return inner
     if not found.scripts:
         raise UserError(
-            f"{str(p)!r} ({origin}) holds none of the sd-scripts entry scripts ({', '.join(entry_scripts())}).",
+            f"\"{printable(str(p))}\" ({origin}) holds none of the sd-scripts entry scripts ({', '.join(entry_scripts())}).",
             "Give the sd-scripts checkout itself (or a kohya_ss install, whose sd-scripts/ folder is used).",
         )
     return found
@@ -537,7 +538,7 @@ def _fail(what: str, proc: subprocess.CompletedProcess, hint: str | None = None)
 def _update_existing(dest: Path, url: str, commit: str, progress: bool) -> SetupResult:
     if not (dest / ".git").exists():
         raise UserError(
-            f"{str(dest)!r} is not empty and is not a git checkout, so setup will not clone into it.",
+            f"\"{printable(str(dest))}\" is not empty and is not a git checkout, so setup will not clone into it.",
             "Choose an empty or new folder with --dir, or verify an existing sd-scripts folder with --sd-scripts.",
         )
     head = head_commit(dest)
@@ -547,22 +548,22 @@ def _update_existing(dest: Path, url: str, commit: str, progress: bool) -> Setup
     is_ours = (origin.returncode == 0 and _same_repo(origin.stdout.strip(), url)) or _has_commit(dest, commit)
     if not is_ours:
         raise UserError(
-            f"{str(dest)!r} is a git checkout of another repository, so setup leaves it alone.",
+            f"\"{printable(str(dest))}\" is a git checkout of another repository, so setup leaves it alone.",
             "Choose an empty or new folder with --dir.",
         )
     changes = _local_changes(dest)
     if changes:
         raise UserError(
-            f"{str(dest)!r} has local changes ({', '.join(changes[:5])}); setup will not move it to the pinned commit.",
+            f"\"{printable(str(dest))}\" has local changes ({', '.join(changes[:5])}); setup will not move it to the pinned commit.",
             "Commit or stash them yourself, or use the checkout as it is with --sd-scripts.",
         )
     if not _has_commit(dest, commit):
         fetched = _git(["fetch", "--quiet", url], cwd=dest, capture=not progress)
         if fetched.returncode != 0 or not _has_commit(dest, commit):
-            raise _fail(f"Could not fetch commit {commit[:12]} into {str(dest)!r} from {url}", fetched)
+            raise _fail(f"Could not fetch commit {commit[:12]} into \"{printable(str(dest))}\" from {url}", fetched)
     moved = _git(["checkout", "--quiet", "--detach", commit], cwd=dest)
     if moved.returncode != 0:
-        raise _fail(f"git refused to check out {commit[:12]} in {str(dest)!r}", moved)
+        raise _fail(f"git refused to check out {commit[:12]} in \"{printable(str(dest))}\"", moved)
     return SetupResult(inspect(dest), "moved to the pin")
 
 
@@ -576,7 +577,7 @@ def setup_checkout(dest: Path | str | None = None, *, repo_url: str | None = Non
     commit = pinned_commit()
     _git_exe()
     if target.exists() and not target.is_dir():
-        raise UserError(f"{str(target)!r} is a file; setup needs a folder to clone sd-scripts into.")
+        raise UserError(f"\"{printable(str(target))}\" is a file; setup needs a folder to clone sd-scripts into.")
     if target.is_dir() and any(target.iterdir()):
         return _update_existing(target, url, commit, progress)
 
@@ -627,7 +628,7 @@ def install_requirements(checkout: Checkout, python: str | None = None) -> int:
     pip's own output goes to stderr so a --json caller's stdout stays one object."""
     req = checkout.path / pin()["environment"]["requirements_file"]
     if not req.is_file():
-        raise UserError(f"{str(checkout.path)!r} has no {req.name}; cannot install sd-scripts' requirements.")
+        raise UserError(f"\"{printable(str(checkout.path))}\" has no {req.name}; cannot install sd-scripts' requirements.")
     exe = python or sys.executable
     if not (shutil.which(exe) or Path(exe).is_file()):
         raise UserError(f"Python interpreter {exe!r} not found.", "Pass the trainer environment's python with --python.")
