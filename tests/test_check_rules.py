@@ -149,6 +149,9 @@ EXAMPLES = {
     # With max_train_epochs the step count comes from the dataset: a fraction may or may not reach a step.
     "scheduler_warmup_fraction_of_epochs": (SD, {"lr_scheduler": "constant", "lr_warmup_steps": 0.1, "max_train_epochs": 1, "max_train_steps": 100}, {"lr_scheduler": "constant_with_warmup", "lr_warmup_steps": 0.1, "max_train_epochs": 1}, None),
     "network_module_unimportable": (SD, {"network_module": "networks.lora_xl"}, {"network_module": "lycoris.kohya"}, None),
+    # initial_epoch N starts at (N - 1) epochs of at least one step each.
+    "initial_epoch_reaches_max_train_steps": (SD, {"initial_epoch": 4, "max_train_steps": 3}, {"initial_epoch": 4, "max_train_steps": 4}, None),
+    "initial_epoch_reaches_max_train_epochs": (SD, {"initial_epoch": 2, "max_train_epochs": 1}, {"initial_epoch": 2, "max_train_epochs": 2}, None),
     "mixed_precision_unknown": (SD, {"mixed_precision": "fp32"}, {"mixed_precision": "fp8"}, None),
     "console_log_level_unknown": (SD, {"console_log_level": "info"}, {"console_log_level": "WARN"}, None),
     "log_with_unknown": (SD, {"log_with": "neptune", "logging_dir": "logs"}, {"log_with": "mlflow"}, None),

@@ -351,6 +351,9 @@ class Context:
         d["@warmup_fraction_of_epochs"] = (isinstance(warm, float) and 0 < warm < 1
                                            and c.get("max_train_epochs") is not None)
         d["@no_lr_anywhere"] = self._no_lr_anywhere(net)
+        # initial_epoch N starts at (N - 1) x the steps per epoch (train_network.py:1243), at least 1 each.
+        ie = c.get("initial_epoch")
+        d["@epochs_skipped"] = ie - 1 if isinstance(ie, int) and not isinstance(ie, bool) and ie > 1 else None
         d["@cache_latents"] = bool(c.get("cache_latents") or c.get("cache_latents_to_disk"))
         d["@te_cache"] = bool(c.get("cache_text_encoder_outputs") or c.get("cache_text_encoder_outputs_to_disk"))
         d["@fp8"] = bool(c.get("fp8_base") or c.get("fp8_base_unet"))
