@@ -227,7 +227,9 @@ class BarRuns:
     def _one_by_one(self, run: list[str], out: list[Event]) -> None:
         self._emit_run(out)
         for line in run:
-            self._physical(line, out, cleaned=True)
+            # Updates taken into the run as they were written may hold colour codes (Rich's highlighter
+            # colours the counts).
+            self._physical(P.strip_ansi(line), out, cleaned=True)
 
     def _fold(self, text: str, out: list[Event]) -> None:
         """Plain updates (each line starts with the bar's description and ends with "]")

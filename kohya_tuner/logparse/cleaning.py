@@ -86,12 +86,18 @@ def may_have_prefix(line: str) -> bool:
             or (c in _GLOG_LEVELS and line[1:2].isdigit()))
 
 
-def clean(line: str) -> str:
-    """One physical line without colour codes and without other tools' prefixes."""
+def strip_ansi(line: str) -> str:
+    """The line without colour codes, also those that lost their ESC byte in a paste."""
     if "\x1b" in line:
         line = _ANSI_RE.sub("", line)
     if "[0m" in line:
         line = _BARE_SGR_RE.sub("", line)
+    return line
+
+
+def clean(line: str) -> str:
+    """One physical line without colour codes and without other tools' prefixes."""
+    line = strip_ansi(line)
     if line[:1] in _GLOG_LEVELS and line[1:2].isdigit():
         m = _GLOG_RE.match(line)
         if m:
@@ -108,6 +114,33 @@ def clean(line: str) -> str:
             break
         line = line[m.end():]
     return line
+
+
+# Rich's traceback box drawn in ASCII, as Rich draws it on a console that cannot encode its box
+# glyphs (a legacy Windows code page): "+--- Traceback (most recent call last) ---+", "| … |" rows,
+# "> 176 |" for "❱ 176 │", then "+-----+".
+_ASCII_BOX_TOP_RE = re.compile(r"\s*\+-{3,} Traceback \(")
+_ASCII_MARK_RE = re.compile(r"(│\s*)> (?=\s*\d+ │)")
+# A row of such a box whose top scrolled away: a source row ("|   126 |   code   |", "| > 129 |") or a
+# frame's head ("| D:\\kohya_ss\\train_network.py:250 in train   |"), padded to the box's width.
+_ASCII_ROW_RE = re.compile(r"\|(?: > |   )\s*\d+ \||\| \S.*\.py:\d+ in \S+ +\|\s*$")
+
+
+def ascii_box_row(line: str, inside: bool) -> tuple[str, bool]:
+    """A line of Rich's ASCII traceback box in Rich's own glyphs, which the parser reads, and whether
+    the box goes on after it (`inside`: it went on before)."""
+    s = line.lstrip()
+    c = s[:1]
+    if c == "+" and (inside or _ASCII_BOX_TOP_RE.match(line)):
+        top = not inside or not s.rstrip().strip("+-") == ""
+        line = line.replace("-", "─")
+        i, j = line.find("+"), line.rfind("+")
+        if top:
+            return line[:i] + "╭" + line[i + 1:j] + "╮" + line[j + 1:] if j > i else line[:i] + "╭" + line[i + 1:], True
+        return line[:i] + "╰" + line[i + 1:j] + "╯" + line[j + 1:] if j > i else line, False
+    if c == "|" and (inside or (len(s) >= 40 and s.rstrip()[-1:] == "|" and _ASCII_ROW_RE.match(s))):
+        return _ASCII_MARK_RE.sub(r"\1❱ ", line.replace("|", "│"), 1), True
+    return line, False
 
 
 # What a wrapper puts before the output it relays from the trainer's process: its name in

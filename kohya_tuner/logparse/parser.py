@@ -24,6 +24,7 @@ import re
 from kohya_tuner.logparse import patterns as P
 from kohya_tuner.logparse import progress as PR
 from kohya_tuner.logparse.barruns import BarRuns
+from kohya_tuner.logparse.inputform import FENCE_RE, FormFilter, sniff_form
 from kohya_tuner.logparse.failures import CHAIN_WORDS, Failures, crash_line
 from kohya_tuner.logparse.unflatten import unflatten
 from kohya_tuner.logparse.milestones import Milestones
@@ -38,6 +39,9 @@ from kohya_tuner.logparse.records import headless_opening
 
 _RICH_INDENT = " " * P.RICH_MESSAGE_COLUMN
 _LEVEL_INITIALS = frozenset("DIWEC")
+_FENCES = ("```", "~~~")
+# First characters of a fence and of Rich's traceback box drawn in ASCII.
+_RARE_STARTS = frozenset("`~+|")
 # Logical lines at the start of each run searched for the wrapper and the model family (the
 # command line, the model loading); after that only tracebacks and warnings are. A log names
 # its tool and model early, and searching every line of a 200 MB log would cost a third of
@@ -100,6 +104,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._name_lines = _NAME_LINES
         self._last_source: str | None = None
         self._last_logger: str | None = None
+        # Inside Rich's traceback box drawn in ASCII (cleaning.ascii_box_row).
+        self._ascii_box = False
         # Inside a titled box that is not a traceback (a progress panel).
         self._panel = False
         self._body_row = False
@@ -229,13 +235,18 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                 self._note_rank(line, out)
         if not cleaned and line and P.may_have_prefix(line):
             line, record = P.clean_record(line)
+        if self._ascii_box or line[:1] in _RARE_STARTS:
+            if line[:3] in _FENCES and FENCE_RE.fullmatch(line):
+                # The fence of a markdown code block around a pasted log: no output of the run.
+                return
+            line, self._ascii_box = P.ascii_box_row(line, self._ascii_box)
         if self._relay is not None or line.find("Traceback (most", 0, 130) >= 0:
             line, self._relay = P.strip_relay(line, self._relay)
         if "%|" in line or "% " in line or "it [" in line or "━" in line or (  # what every bar form holds
                 line[:1] in PR.HEADLESS_START and "|" in line) or (
                 line[:1].isdigit() and "<" in line and "/" in line[:24]):
             m = PR.match_bar(line)
-            if m is None and line.endswith("0%|"):
+            if m is None and line.rstrip().endswith("0%|"):
                 m = P.BAR_START_RE.match(line)
                 if m and P.is_main_bar(m.group("desc")):
                     self._flush_rich(out)
@@ -542,7 +553,11 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
 
 
 def parse_text(text: str) -> list[Event]:
-    """Every event in a whole log text."""
+    """Every event in a whole log text, read as the reader reads a file (inputform: a capture tool's
+    prefix or a paste's indent on every line taken off first)."""
+    form = sniff_form(text[:1 << 16], len(text) <= 1 << 16)
+    if form is not None:
+        text = FormFilter(form).feed(text, final=True)
     parser = LogParser()
     events = parser.feed(text)
     events.extend(parser.finish())

@@ -13,7 +13,8 @@ from functools import lru_cache
 
 from kohya_tuner.logparse import phase_words
 # Cleaning a line lives in cleaning.py; the parser reaches it through this module.
-from kohya_tuner.logparse.cleaning import cell_len, clean, host_prefix_end, may_have_prefix, strip_relay  # noqa: F401
+from kohya_tuner.logparse.cleaning import (  # noqa: F401
+    ascii_box_row, cell_len, clean, host_prefix_end, may_have_prefix, strip_ansi, strip_relay)
 
 # ---- Rich log records ---------------------------------------------------------------------
 
@@ -288,6 +289,7 @@ def record_head(line: str) -> tuple[str, str | None, int] | None:
 
 def clean_record(line: str) -> tuple[str, tuple[str, str | None] | None]:
     """The line cleaned, and (level, logger) where it is a record in one of the forms above (its head cut)."""
+    line = strip_ansi(line)  # a coloured level ("[\x1b[33mWARNING\x1b[0m]") hides the head from its pattern
     head = record_head(line)
     if head is None:
         return clean(line), None

@@ -16,6 +16,7 @@ from typing import BinaryIO, Iterator
 
 from kohya_tuner.errors import UserError
 from kohya_tuner.logparse.events import Event
+from kohya_tuner.logparse.inputform import FormFilter, InputForm, sniff_form
 from kohya_tuner.logparse.parser import LogParser
 from kohya_tuner.safeio import DEAD_LINK
 
@@ -30,6 +31,8 @@ class LogSource:
     path: Path
     size: int
     encoding: str
+    # What a capture tool or a paste put on every line, taken off before parsing.
+    form: InputForm | None = None
 
 
 # File signatures of what users pass by mistake: a model (safetensors' 8-byte header length
@@ -58,21 +61,98 @@ def _sniff_encoding(head: bytes) -> str | None:
     nul = head.count(0)
     if nul:
         # PowerShell's `>` writes UTF-16 without a BOM now and then: every other byte is NUL.
+        half = len(head) // 2
         even = head[0::2].count(0)
         odd = head[1::2].count(0)
-        if odd > 0.4 * (len(head) // 2) and even < 0.05 * (len(head) // 2):
+        if odd > 0.4 * half and even < 0.05 * half:
             return "utf-16-le"
-        if even > 0.4 * (len(head) // 2) and odd < 0.05 * (len(head) // 2):
+        if even > 0.4 * half and odd < 0.05 * half:
             return "utf-16-be"
+        # Characters beyond Latin-1 put NULs on the other side too (U+2500, Rich's box line, is
+        # 00 25): whether the text decodes into readable characters decides.
+        for encoding, zeros in (("utf-16-le", odd), ("utf-16-be", even)):
+            if zeros > 0.05 * half and _readable(head[: half * 2].decode(encoding, errors="replace")):
+                return encoding
         if nul > 0.01 * len(head):
             return None
     controls = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROLS)
     if controls > 0.05 * len(head):
         return None
     text = head.decode("utf-8", errors="replace")
-    if text.count("\ufffd") > 0.2 * max(1, len(text)):
+    bad = text.count("\ufffd")
+    if bad <= 1 and _strict(head, "utf-8") is not None:
+        return "utf-8"
+    if bad < sum(1 for ch in text if ch > "\x7f") - bad:
+        # Mostly UTF-8 with a few stray bytes (a console's message in another code page): the
+        # UTF-8 (boxes, bars) is what the parser needs.
+        return "utf-8"
+    legacy = _legacy_cjk(head)
+    if legacy:
+        return legacy
+    if bad > 0.2 * max(1, len(text)):
         return None
-    return "utf-8"
+    # Python's output on a Western Windows console when it is not UTF-8.
+    return "cp1252"
+
+
+def _readable(text: str) -> bool:
+    bad = sum(1 for ch in text if ch == "\ufffd" or "\ue000" <= ch <= "\uf8ff"
+              or (ch < " " and ch not in "\t\n\r\x1b\x08\x0c\x07"))
+    return bad <= 0.01 * len(text)
+
+
+def _strict(head: bytes, encoding: str) -> str | None:
+    """`head` decoded without a single error, but for a character cut by the head's end; else None."""
+    try:
+        return head.decode(encoding)
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:
+            return None
+        try:
+            return head[: exc.start].decode(encoding)
+        except UnicodeDecodeError:
+            return None
+
+
+_CJK_ENCODINGS = ("cp932", "gbk")
+
+
+def _odd_chars(text: str) -> int:
+    """Characters a Japanese or Chinese log rarely holds (half-width katakana, private use, control
+    characters), and one or two wide characters inside an ASCII word ("Mü" + "ller": a Western
+    accent read with the letter after it as one character): what a wrong code page makes of the bytes."""
+    n = 0
+    run = 0  # wide characters in a row so far
+    for i, ch in enumerate(text):
+        if ch < "\x80":
+            if ch < " " and ch not in "\t\n\r\x1b\x08\x0c\x07":
+                n += 1
+            elif 0 < run <= 2 and ch.isalnum() and i > run and text[i - run - 1].isascii() \
+                    and text[i - run - 1].isalnum():
+                n += run
+            run = 0
+            continue
+        run += 1
+        o = ord(ch)
+        if not (0x3000 <= o <= 0x30FF or 0x4E00 <= o <= 0x9FFF or 0xFF01 <= o <= 0xFF5E or 0x2010 <= o <= 0x259F
+                or o in (0xA7, 0xB0, 0xB7, 0xD7)):
+            n += 1
+    return n
+
+
+def _legacy_cjk(head: bytes) -> str | None:
+    """cp932 or GBK (Python's locale encoding on a Japanese or a Chinese Windows) when one decodes
+    the head cleanly into few odd characters; the one with fewer wins, cp932 on a tie."""
+    best = None
+    for encoding in _CJK_ENCODINGS:
+        text = _strict(head, encoding)
+        if text is None:
+            continue
+        wide = sum(1 for ch in text if ch > "\x7f")
+        odd = _odd_chars(text)
+        if wide and odd <= 0.1 * wide and (best is None or odd < best[0]):
+            best = (odd, encoding)
+    return best[1] if best else None
 
 
 def open_log(path: str | os.PathLike) -> LogSource:
@@ -111,7 +191,9 @@ def open_log(path: str | os.PathLike) -> LogSource:
         raise UserError(f"{p} is not a text log: it holds binary data.",
                         "Pass the console output of the training (for example `accelerate launch … > train.log "
                         "2>&1`), not a model, cache or image file.")
-    return LogSource(path=p, size=size, encoding=encoding)
+    complete = size <= len(head)
+    form = sniff_form(head.decode(encoding, errors="replace").replace("\x00", ""), complete)
+    return LogSource(path=p, size=size, encoding=encoding, form=form)
 
 
 def iter_events(source: LogSource, parser: LogParser | None = None, chunk_size: int = CHUNK, *,
@@ -122,17 +204,19 @@ def iter_events(source: LogSource, parser: LogParser | None = None, chunk_size: 
     parser = parser or LogParser(coalesce_progress=coalesce_progress)
     try:
         with open(source.path, "rb") as fh:
-            yield from events_from_stream(fh, source.encoding, parser, chunk_size)
+            yield from events_from_stream(fh, source.encoding, parser, chunk_size, source.form)
     except OSError as exc:
         raise UserError(f"{source.path} cannot be read: {exc.strerror or exc}.") from None
 
 
 def events_from_stream(fh: BinaryIO, encoding: str = "utf-8", parser: LogParser | None = None,
-                       chunk_size: int = CHUNK) -> Iterator[Event]:
+                       chunk_size: int = CHUNK, form: InputForm | None = None) -> Iterator[Event]:
     """Events from a binary stream, decoded incrementally (a character split between two
-    reads is kept whole); undecodable bytes become U+FFFD instead of an error."""
+    reads is kept whole); undecodable bytes become U+FFFD instead of an error. `form`: what
+    to take off every line first (open_log finds it)."""
     parser = parser or LogParser()
     decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+    lines = FormFilter(form) if form else None
     while True:
         block = fh.read(chunk_size)
         if not block:
@@ -140,6 +224,9 @@ def events_from_stream(fh: BinaryIO, encoding: str = "utf-8", parser: LogParser 
         text = decoder.decode(block)
         if "\x00" in text:
             text = text.replace("\x00", "")
+        if lines:
+            text = lines.feed(text)
         yield from parser.feed(text)
-    yield from parser.feed(decoder.decode(b"", final=True))
+    text = decoder.decode(b"", final=True)
+    yield from parser.feed(lines.feed(text, final=True) if lines else text)
     yield from parser.finish()
