@@ -75,6 +75,12 @@ def pinned_commit() -> str:
 
 
 def closest_key(key: str, candidates) -> str | None:
+    return _closest(key, tuple(candidates))
+
+
+@lru_cache(maxsize=1 << 17)  # a 1 MB config holds fewer keys than this
+def _closest(key: str, candidates: tuple[str, ...]) -> str | None:
+    # Cached: the fit validates every candidate config, each holding the same unknown keys.
     found = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
     if not found:
         # Users often write dashes or CLI flags; sd-scripts keys are argparse dests.
