@@ -172,3 +172,23 @@ def test_a_vae_hub_id_is_downloaded_for_sd_and_sdxl_but_a_file_elsewhere(tmp_pat
     res = engine.check({**base, "network_module": "networks.lora_sd3", "vae": hub}, S3, complete=True,
                        filesystem=True)
     assert "vae_missing" in [p.rule for p in res.problems]
+
+
+# ---- values a rule used to refuse though sd-scripts never reads them --------------------------
+
+def test_conv_alpha_without_conv_dim_is_never_read():
+    for args, refused in ((["conv_alpha=x"], False), (["conv_dim=4", "conv_alpha=x"], True)):
+        res = engine.check({**BASE, "network_args": args}, SD, complete=True)
+        assert ("lora_network_args_numbers" in [p.rule for p in res.problems]) == refused, args
+
+
+def test_augmentation_on_a_subset_sd_scripts_skips_does_not_stop_latent_caching(tmp_path):
+    base = {**_tree(tmp_path), "cache_latents": True}
+    base.pop("train_data_dir")
+    img = str(tmp_path / "img" / "2_ohwx")
+    for extra, refused in (({"image_dir": str(tmp_path / "gone"), "random_crop": True}, False),
+                           ({"image_dir": img, "num_repeats": 0, "color_aug": True}, False),
+                           ({"image_dir": img, "random_crop": True}, True)):
+        dataset = {"datasets": [{"resolution": 512, "subsets": [{"image_dir": img}, extra]}]}
+        res = engine.check(base, SD, dataset=dataset, complete=True, filesystem=True)
+        assert ("cache_latents_with_augmentation" in [p.rule for p in res.problems]) == refused, extra
