@@ -312,8 +312,6 @@ class Context:
         c = self.cfg
         d: dict[str, Any] = {}
         d["@script"] = self.script
-        for k, v in self.user.items():
-            d[f"@int_literal:{k}"] = isinstance(v, int) and not isinstance(v, bool)
         d["@optimizer"] = _optimizer(c)
         # A standard-library module is never a network module (no create_network).
         mod = c.get("network_module")

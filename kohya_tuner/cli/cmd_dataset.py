@@ -101,7 +101,7 @@ def check_command(path: Path, model: str, job: Optional[str], trigger: Optional[
         dataset.get_job(job)
     _bucket_flags_agree(family, resolution, min_bucket, max_bucket)
     try:
-        report = _run_check(path, job, family, trigger, resolution, min_bucket, max_bucket, _ext(caption_ext), workers,
+        report = _run_check(path, job, family, trigger, resolution, min_bucket, max_bucket, caption_ext, workers,
                             json_out)
     except KeyboardInterrupt:
         err_console.print("[yellow]Interrupted.[/yellow] Nothing was changed.", soft_wrap=True)
@@ -145,13 +145,6 @@ def _run_check(path: Path, job: Optional[str], family, trigger: Optional[str], r
         task = bar.add_task("reading images", total=None)
         return dataset.check(path, job, family, trigger, resolution, **kwargs,
                              progress=lambda done, total, _name: bar.update(task, completed=done, total=total, refresh=True))
-
-
-def _ext(value: Optional[str]) -> Optional[str]:
-    if value is None:
-        return None
-    value = value.strip()
-    return value if value.startswith(".") else "." + value
 
 
 def _render_check(report, all_files: bool) -> None:
@@ -207,13 +200,13 @@ def prep_command(path: Path, out_dir: Optional[Path], model: Optional[str], max_
     out = out_dir if out_dir is not None else path.expanduser().absolute().with_name(path.expanduser().absolute().name + ".prepared")
     try:
         if json_out:
-            result = dataset.prepare(path, out, family, max_side, trigger, workers, caption_extension=_ext(caption_ext))
+            result = dataset.prepare(path, out, family, max_side, trigger, workers, caption_extension=caption_ext)
         else:
             with _progress(transient=False) as bar:
                 task = bar.add_task("preparing", total=None)
                 result = dataset.prepare(path, out, family, max_side, trigger, workers,
                                          progress=lambda done, total, _n: bar.update(task, completed=done, total=total, refresh=True),
-                                         caption_extension=_ext(caption_ext))
+                                         caption_extension=caption_ext)
     except KeyboardInterrupt:
         err_console.print("[yellow]Interrupted.[/yellow] Every image written so far is complete and recorded; run "
                           "the same command again to continue where it stopped.", soft_wrap=True)
