@@ -143,6 +143,24 @@ def test_adjustments_are_warnings_with_exit_0(tmp_path, realish):
     assert data["ok"] and {w["keys"][0] for w in data["warnings"]} == {"sample_every_n_steps", "foo_bar"}
 
 
+@pytest.mark.parametrize("n", [1, 5, 6, 7, 40])
+def test_many_findings_of_one_rule_are_summed_up_past_five(n, tmp_path, realish):
+    cfg = fill(DATA / "realtrainer_harness.toml", realish, tmp_path / "c.toml")
+    keys = [f"zz_other_tool_setting_{i}" for i in range(n)]
+    cfg.write_text(cfg.read_text() + "".join(f"{k} = {i}\n" for i, k in enumerate(keys)))
+    res = invoke("check", cfg, "--model", "sd15")
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.stderr.split())
+    one_by_one = [k for k in keys if f"warning: {k}:" in flat]
+    if n <= 6:  # a summary line would save no line
+        assert one_by_one == keys and "more [unknown_key]" not in flat
+    else:
+        assert one_by_one == keys[:5]
+        assert f"and {n - 5} more [unknown_key] like those: {keys[5]}," in flat
+    data = json.loads(invoke("check", cfg, "--model", "sd15", "--json").stdout)
+    assert [w["keys"][0] for w in data["warnings"] if "is not an argument" in w["message"]] == keys
+
+
 def test_the_dataset_file_is_checked_too(tmp_path, realish):
     ds = tmp_path / "ds.toml"
     ds.write_text(f'[[datasets]]\nbatch_size = 0\n[[datasets.subsets]]\nimage_dir = "{realish["@DATA@"]}/2_mytoken style"\n')

@@ -57,6 +57,32 @@ def _via(path: str) -> str:
     return f" [via {_VIA[path]}]" if path in _VIA else ""
 
 
+# A file of thousands of unknown keys (a dump of some other tool's settings) would otherwise bury the
+# one finding that matters under a screenful per key; the first few of a rule show what it is about.
+_SHOWN_PER_RULE = 5
+
+
+def _collapse(findings: list) -> tuple[list, list[tuple[str, list[str]]]]:
+    """The findings to print one by one, and per rule the keys of the rest. A rule's findings are
+    cut only where the cut saves more than one line."""
+    total: dict[str, int] = {}
+    for f in findings:
+        total[f.rule] = total.get(f.rule, 0) + 1
+    seen: dict[str, int] = {}
+    shown, rest = [], {}
+    for f in findings:
+        seen[f.rule] = seen.get(f.rule, 0) + 1
+        if total[f.rule] <= _SHOWN_PER_RULE + 1 or seen[f.rule] <= _SHOWN_PER_RULE:
+            shown.append(f)
+        else:
+            rest.setdefault(f.rule, []).append(f.key)
+    return shown, list(rest.items())
+
+
+def _key_list(keys: list[str], limit: int = 8) -> str:
+    return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} others" if len(keys) > limit else "")
+
+
 def run(args: argparse.Namespace) -> int:
     from kohya_tuner import config_io
     from kohya_tuner.check import check, not_lora
@@ -85,11 +111,18 @@ def run(args: argparse.Namespace) -> int:
     if args.dataset is None and not loaded.config.get("dataset_config") and dataset is not None:
         paragraph(f"dataset: {args.config.parent / 'dataset.toml'} (written beside this config; its launch "
                   "scripts pass it as --dataset_config)")
-    for w in result.warnings:
+    shown_w, more_w = _collapse(result.warnings)
+    for w in shown_w:
         warn(f"{', '.join(w.keys)}: {w.message} ({w.where}){_via(w.path)}")
-    for p in result.problems:
+    for rule, keys in more_w:
+        warn(f"and {len(keys)} more [{rule}] like those: {_key_list(keys)} (--json lists each)")
+    shown_p, more_p = _collapse(result.problems)
+    for p in shown_p:
         paragraph(f"{', '.join(p.keys)}: {p.message} [{p.rule}] ({p.where}){_via(p.path)}", lead="refused",
                   lead_style="bold red")
+    for rule, keys in more_p:
+        paragraph(f"and {len(keys)} more [{rule}] like those: {_key_list(keys)} (--json lists each)",
+                  lead="refused", lead_style="bold red")
     pin = pinned_commit()[:8]
     if result.ok:
         paragraph(f"ok: {script} at sd-scripts {pin} would start training with this config"
