@@ -21,7 +21,7 @@ from kohya_tuner.logparse.events import (
     BAR_REDRAWN, CACHE_CHECK, CACHE_LOOKUP, CACHE_PHASES, CACHE_READ, JOB_RECORD, REPORTED_WHERE, SETTINGS_PRINTED,
     TRAINING_HEADER,
     EpochStart, Event, Exited, Failure, Finished, Milestone, ModelFamily, Oom, OomFigures, Processes, Progress,
-    Resumed, Saved, TotalSteps, Wrapper,
+    Restart, Resumed, Saved, TotalSteps, Wrapper,
 )
 from kohya_tuner.logparse.frames import JOB_CODE_LEVEL, runs_other_phases, wrapper_rank
 from kohya_tuner.logparse.result import Diagnosis, DiagnosisDetails, ErrorInfo, OomInfo
@@ -327,6 +327,9 @@ def diagnose(events: Iterable[Event], exit_status: int | None = None, *, family:
         if isinstance(ev, Wrapper):
             if wrapper_rank(ev.wrapper) < wrapper_rank(wrapper):
                 wrapper = ev.wrapper
+            continue
+        if isinstance(ev, Restart):
+            run = _Run()
             continue
         if isinstance(ev, Milestone) and ev.name == _RUN_START and run.ended:
             run = _Run()

@@ -251,6 +251,14 @@ class Processes(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Restart(Event):
+    """The log's opening lines again, word for word: a second copy of the output (a log pasted twice,
+    a file appended to by a relaunch that prints the same). What follows is read as a run of its own."""
+
+    kind: ClassVar[str] = "restart"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Wrapper(Event):
     """The log shows which tool ran the trainer (kohya_ss, fluxgym, lora-scripts, ai-toolkit, onetrainer,
     simpletuner, musubi-tuner, comfyui, or sd-scripts itself)."""

@@ -30,8 +30,8 @@ from kohya_tuner.logparse.unflatten import unflatten
 from kohya_tuner.logparse.milestones import Milestones
 from kohya_tuner.logparse.recordnames import RecordNames
 from kohya_tuner.logparse.events import (
-    BAR_REDRAWN, JOB_RECORD, EpochStart, Event, Exited, Failure, Finished, Milestone, Oom, Processes, Progress, Resumed,
-    Saved, TotalSteps,
+    BAR_REDRAWN, JOB_RECORD, EpochStart, Event, Exited, Failure, Finished, Milestone, Oom, Processes, Progress, Restart,
+    Resumed, Saved, TotalSteps,
 )
 
 from kohya_tuner.logparse.records import MAX_LINE, _PendingOom, _RichRecord, _Traceback
@@ -47,6 +47,12 @@ _RARE_STARTS = frozenset("`~+|")
 # its tool and model early, and searching every line of a 200 MB log would cost a third of
 # the time it takes to read it.
 _NAME_LINES = 5000
+# The log's first non-blank lines that, met again word for word in this order, begin a second copy
+# of the output (Restart). Five lines and 80 characters: fewer recur within one run (a warning
+# printed every epoch, a rank's traceback after another's), so an opening of a traceback, or one
+# this short, is never taken for a run's start.
+_OPENING_LINES = 5
+_OPENING_CHARS = 80
 # Lines of other output a traceback may be interrupted by and still resume.
 _MAX_INTERRUPTION_LINES = 3
 _MAX_OOM_LINES = 8
@@ -147,6 +153,13 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._run_max: tuple[int, str] | None = None
         self._run_last: str | None = None
         self._run_loss_line: str | None = None
+        # The log's opening lines (None once they cannot mark a copy), and the lines held back while
+        # they may be starting again: (line, cleaned, record) as _physical got them.
+        self._opening: list[str] | None = []
+        self._opening_done = False
+        self._held: list[tuple[str, bool, tuple[str, str | None] | None]] = []
+        self._matched = 0
+        self._replaying = False
 
     # ---- chunks to physical lines -----------------------------------------------------------
 
@@ -193,16 +206,22 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             else:
                 self._physical(line, out)
         self._pending_cr = False
+        if self._held:
+            self._release(out)
+        self._close(out, 0)
+        return out
+
+    def _close(self, out: list[Event], start: int) -> None:
+        """End whatever is open, as the end of the log does (`out[start:]`: what the end has read)."""
         self._end_bar_run(out)
         self._flush_rich(out)
         self._flush_oom(out)
         self._end_suspended(out)
         if self._tb is not None:
             self._end_traceback(out)
-        if self._tentative is not None and not any(isinstance(e, (Failure, Oom)) for e in out):
+        if self._tentative is not None and not any(isinstance(e, (Failure, Oom)) for e in out[start:]):
             out.append(self._tentative)
         self._tentative = None
-        return out
 
     def _append(self, text: str) -> None:
         if self._truncated or not text:
@@ -216,6 +235,12 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
 
     def _physical(self, line: str, out: list[Event], cleaned: bool = False,
                   record: tuple[str, str | None] | None = None) -> None:
+        if self._opening_done and not self._replaying:
+            if self._held or (line.startswith(self._opening[0]) and line.rstrip() == self._opening[0]):  # type: ignore[index]
+                if self._hold(line, cleaned, record, out):
+                    return
+        elif self._opening is not None and not self._opening_done:
+            self._note_opening(line)
         if line[:1] == ">" and (line[:2] == "> " or len(line) == 1 or line[1] in P.BOX_CHARS):
             # A log pasted as a markdown quote: every line behind "> ", which clean() stopped at;
             # a quoted blank line is a bare ">", and a quoted box row may lack the space.
@@ -537,6 +562,70 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
                 self._hint(s, low)
             return
         self._failure_line(s, level, out, low)
+
+    # ---- a second copy of the output ------------------------------------------------------------
+
+    def _note_opening(self, line: str) -> None:
+        s = line.rstrip()
+        if not s:
+            return
+        opening = self._opening
+        assert opening is not None
+        if not opening and s.lstrip().startswith(("Traceback (most", "File \"", "[rank")):
+            self._opening = None
+            return
+        opening.append(s)
+        if len(opening) == _OPENING_LINES:
+            if sum(map(len, opening)) < _OPENING_CHARS or len(set(opening)) < _OPENING_LINES:
+                self._opening = None
+            else:
+                self._opening_done = True
+
+    def _hold(self, line: str, cleaned: bool, record: tuple[str, str | None] | None, out: list[Event]) -> bool:
+        """Hold `line` back while the lines since the log's first one repeat its opening; True when
+        it was held (or, completing the opening, began a second copy). A line that breaks the
+        repeat lets the held ones through, read as they would have been, and is read after them."""
+        s = line.rstrip()
+        opening = self._opening
+        assert opening is not None
+        if not s or s == opening[self._matched]:
+            self._held.append((line, cleaned, record))
+            if s:
+                self._matched += 1
+            if self._matched == _OPENING_LINES:
+                self._second_copy(out)
+            return True
+        self._release(out)
+        if s == opening[0]:
+            self._held.append((line, cleaned, record))
+            self._matched = 1
+            return True
+        return False
+
+    def _release(self, out: list[Event]) -> None:
+        held, self._held, self._matched = self._held, [], 0
+        self._replaying = True
+        try:
+            for args in held:
+                self._physical(args[0], out, args[1], args[2])
+        finally:
+            self._replaying = False
+
+    def _second_copy(self, out: list[Event]) -> None:
+        """The output again from its start: what is open ends as the log's end would end it, and
+        the copy is read by a parser as fresh as the first copy's was."""
+        held = self._held
+        self._held, self._matched = [], 0
+        self._close(out, len(out))
+        out.append(Restart(line=held[-1][0].strip()[:200]))
+        # What reading a chunk holds, and the coalescing run list _coalesced appends to.
+        keep = {k: getattr(self, k) for k in ("_buf", "_truncated", "_pending_cr", "_run", "_opening")}
+        self.__init__(coalesce_progress=self._coalesce)  # type: ignore[misc]
+        for k, v in keep.items():
+            setattr(self, k, v)
+        self._opening_done = True
+        self._held = held
+        self._release(out)
 
     # ---- state ---------------------------------------------------------------------------------
 
