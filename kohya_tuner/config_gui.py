@@ -20,9 +20,10 @@ import re
 from typing import Any
 
 from kohya_tuner import safeio, schema
-from kohya_tuner.config_cmdline import parse_command_line
-from kohya_tuner.config_gui_form import _fields, _form, _tail_args, launch_args
+from kohya_tuner.config_cmdline import parse_argv
+from kohya_tuner.config_gui_form import _as_int, _fields, _form, _tail_args, launch_args
 from kohya_tuner.config_gui_full import _dreambooth_toml, _finetune_toml
+from kohya_tuner.config_gui_steps import as_read_back, counted_steps
 from kohya_tuner.config_gui_lora import _OTHER_MODELS, _lora_toml
 from kohya_tuner.config_loaded import LoadedConfig, guess_family
 from kohya_tuner.errors import UserError
@@ -94,9 +95,12 @@ def gui_tab(data: dict[str, Any]) -> str:
 _BUILDERS = {"lora": _lora_toml, "dreambooth": _dreambooth_toml, "finetune": _finetune_toml}
 
 
-def gui_launch(data: dict[str, Any]) -> tuple[str, str, dict[str, Any], list[str], list[str]]:
-    """What the GUI launches for a loaded file: (tab, entry script, the TOML's keys and values,
-    the `accelerate launch` options, the arguments after `--config_file`)."""
+def gui_launch(data: dict[str, Any], notes: list[str] | None = None,
+               broken: list[tuple[str, str]] | None = None) -> tuple[str, str, dict[str, Any], list[str], list[str]]:
+    """What the GUI launches for a loaded file: (tab, entry script, the TOML's keys and values as
+    sd-scripts reads them back, the `accelerate launch` options, the arguments after
+    `--config_file`). `notes` gets what the GUI counted or changed; `broken` the (key, why) of a
+    value the GUI's TOML cannot carry."""
     tab = gui_tab(data)
     form = _form(tab, data)
     others = [k for k in _OTHER_MODELS if form.get(k)] if tab != "lora" else []
@@ -105,8 +109,19 @@ def gui_launch(data: dict[str, Any]) -> tuple[str, str, dict[str, Any], list[str
                         "GUI): kohya-tuner does not read those GUI tabs' settings yet.",
                         "Give the sd-scripts TOML the GUI prints with 'Print training command' instead.")
     try:
+        if not form.get("dataset_config") and _as_int(form.get("max_train_steps"), 1) == 0:
+            steps, said = counted_steps(tab, form)
+            if steps is not None:
+                form["max_train_steps"] = steps
+            if notes is not None and said:
+                notes.append(said)
         script, toml_data = _BUILDERS[tab](form)
         launch, tail = launch_args(form), _tail_args(form)
+        toml_data, changed, unreadable = as_read_back(toml_data)
+        if notes is not None:
+            notes.extend(changed)
+        if broken is not None:
+            broken.extend(unreadable)
     except (TypeError, ValueError, OverflowError) as exc:
         # (OverflowError: a count given as "inf" or "1e400", which int() cannot take; the GUI fails there too.)
         raise UserError(f"The kohya_ss file holds a value the GUI cannot use: {exc}.") from None
@@ -126,7 +141,9 @@ def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
         raise UserError(f"The JSON holds no kohya_ss or sd-scripts training setting (its keys: {shown}).",
                         "Give a kohya_ss GUI config (.json saved by the GUI), an sd-scripts TOML, or a file holding "
                         "the training command line.")
-    tab, script, toml_data, launch, tail = gui_launch(data)
+    broken: list[tuple[str, str]] = []
+    tab, script, toml_data, launch, tail = gui_launch(data, notes, broken)
+    from kohya_tuner.check import Problem
     from kohya_tuner.config_gui_form import unreadable_numbers
 
     notes.extend(unreadable_numbers(data))
@@ -138,11 +155,14 @@ def read_gui_json(text: str, model: str | None = None) -> LoadedConfig:
                      "(sd-scripts ignores such keys)")
     if launch:
         notes.append("accelerate launch options from the file: " + " ".join(launch))
-    problems: list = []
+    problems: list = [Problem(key, why, "error", (key,), "kohya_gui: toml.dump, then library/train_util.py:"
+                              "read_config_from_file (toml.load)", "gui_toml_unreadable", "config_file")
+                      for key, why in broken]
     if tail:
         # additional_parameters follow --config_file on the command line: argparse reads them and
-        # they win over the TOML's values.
-        extra = parse_command_line(" ".join([script, *tail]), model=None)
+        # they win over the TOML's values. The GUI quotes each word (shlex.quote) and runs the list
+        # with no shell, so a quote it adds is part of the value sd-scripts gets.
+        extra = parse_argv([script, *tail], model=None)
         config.update(extra.config)
         notes.extend(extra.notes)
         problems.extend(extra.problems)
