@@ -24,6 +24,8 @@ class NetworkChoice:
     why: dict[str, str]
     # What the user should know before training with it.
     cautions: tuple[str, ...] = ()
+    # Each learning rate of the plan is multiplied by this (an algo that needs far larger rates).
+    lr_scale: float | None = None
 
     @property
     def layer(self) -> str:
@@ -59,6 +61,7 @@ def parse(spec: str, family) -> NetworkChoice:
     settings = dict(doc.get("settings") or {})
     why = dict(doc.get("why") or {})
     settings["network_args"] = [str(a) for a in entry.get("network_args", [])]
+    lr_scale = entry.get("lr_scale")
     why["network_args"] = f"{entry.get('label', algo)}: {entry.get('why', '')}".strip()
     cautions = []
     known = (doc.get("support") or {}).get("known") or []
@@ -68,7 +71,10 @@ def parse(spec: str, family) -> NetworkChoice:
                         "its start-up line 'create LyCORIS for U-Net: N modules' with N above 0.")
     cautions.append("network_module lycoris.kohya needs the lycoris-lora package in sd-scripts' venv "
                     "(pip install lycoris-lora).")
-    return NetworkChoice(kind, algo, settings, why, tuple(cautions))
+    return NetworkChoice(kind, algo, settings, why, tuple(cautions), lr_scale)
+
+
+_RATES = ("learning_rate", "unet_lr", "text_encoder_lr")
 
 
 def apply(plan, choice: NetworkChoice) -> None:
@@ -81,6 +87,12 @@ def apply(plan, choice: NetworkChoice) -> None:
                     if str(a).split("=", 1)[0] not in mine]
             value = kept + list(value)
         plan.set(key, value, choice.layer, choice.why.get(key, ""))
+    if choice.lr_scale:
+        for key in _RATES:
+            rate = plan.config.get(key)
+            if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
+                plan.set(key, float(f"{rate * choice.lr_scale:.3g}"), choice.layer,
+                         f"{choice.algo} learns a few scaling vectors: {choice.lr_scale}x the LoRA rate of {rate:g}.")
     for c in choice.cautions:
         if c not in plan.cautions:
             plan.cautions.append(c)

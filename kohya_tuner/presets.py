@@ -294,7 +294,12 @@ def compose(
 
         networks.apply(plan, networks.parse(network, family))
     if variant == "schnell":
-        plan.set("guidance_scale", 0.0, "variant:schnell", "schnell is guidance-distilled; train without guidance.")
+        plan.set("guidance_scale", 0.0, "variant:schnell",
+                 "schnell is step-distilled and has no guidance input (sd-scripts tells it by the missing "
+                 "guidance_in), so the value is not used; 0 says so.")
+        if "discrete_flow_shift" in plan.config:
+            plan.set("discrete_flow_shift", plan.config["discrete_flow_shift"], "variant:schnell",
+                     "The shift sd-scripts' FLUX.1 guide gives; the guide uses it for dev and schnell alike.")
         plan.set("t5xxl_max_token_length", 256, "variant:schnell", "FLUX.1 schnell uses 256 T5 tokens.")
     _precision(plan, bf16, required_precision(model_doc))
     plan.sample_prompts = [str(p) for p in (_job_doc(job).get("sample") or {}).get("prompts", [])]
@@ -374,7 +379,8 @@ def settle_length(plan: Plan, ranks: int = 1) -> None:
         plan.set("save_every_n_steps", cadence, "plan",
                  f"A LoRA and a resumable state every {cadence} steps (about ten per run).")
         plan.set("save_last_n_steps_state", cadence * 2, "plan",
-                 "Keep only the last two states: each holds the optimizer and costs disk.")
+                 "Keep the last three states (sd-scripts removes the one older than this many steps at each save): "
+                 "each holds the optimizer and costs disk.")
     if planned("sample_every_n_steps"):
         cadence = int(plan.config["save_every_n_steps"])
         plan.set("sample_every_n_steps", cadence, "plan",
