@@ -8,6 +8,7 @@ import pytest
 
 from kohya_tuner import ladder, presets, schema
 from kohya_tuner.ladder import moves as ladder_moves
+from kohya_tuner.ladder.data import STEPPED_KINDS
 from kohya_tuner.memory.setup import resolve
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import FAMILIES
@@ -392,10 +393,12 @@ def test_a_key_the_user_set_moves_only_when_nothing_else_is_left():
     kept = ladder.next_step(dict(cfg), SD15, phase="training", deficit_gib=0.05, keep={"mixed_precision"})
     assert kept is not None and "mixed_precision" not in {c[0] for c in kept.changes}
     assert "you set yourself" not in kept.note
-    # Everything else tried: the user's key is the one left, and the note says so.
-    others = {m.name for m in ladder.load_ladder().moves if m.name != "mixed_precision"}
+    # Everything else tried (a stepped move is never used up by a try: only the one-value moves are
+    # looked at here): the user's key is the one left, and the note says so.
+    others = {m.name for m in ladder.load_ladder().moves
+              if m.name != "mixed_precision" and m.kind not in STEPPED_KINDS}
     last = ladder.next_step(dict(cfg), SD15, phase="training", deficit_gib=0.05, keep={"mixed_precision"},
-                            tried=others)
+                            tried=others, only=others | {"mixed_precision"})
     assert last is not None and last.move == "mixed_precision"
     assert "mixed_precision, which you set yourself" in last.note
 
@@ -413,3 +416,21 @@ def test_tune_never_relaxes_a_key_the_user_set():
     assert free.config.get("train_batch_size") == 4 and not free.config.get("gradient_accumulation_steps")
     kept = ladder.tune(dict(cfg), SD15, 20.0, keep={"train_batch_size", "gradient_accumulation_steps"})
     assert kept.config["train_batch_size"] == 1 and kept.config["gradient_accumulation_steps"] == 4
+
+
+def test_a_stepped_move_that_fell_short_goes_on_to_its_next_value():
+    # The run tried blocks_to_swap (now 8) and still ran out: the next value is a move, not the floor.
+    flux = FAMILIES["flux"]
+    cfg = presets.compose("flux", "character", 24).config
+    cfg = dict(cfg, blocks_to_swap=8)
+    stepped = [m for m in ladder.load_ladder().moves if m.kind in STEPPED_KINDS]
+    assert {m.kind for m in stepped} == set(STEPPED_KINDS)
+    step = ladder.next_step(dict(cfg), flux, phase="training", deficit_gib=0.5, tried={"blocks_to_swap"},
+                            only={"blocks_to_swap"})
+    assert step is not None
+    (key, old, new), = [c for c in step.changes if c[0] == "blocks_to_swap"]
+    assert old == 8 and new > 8
+    # At the family's last value nothing is left of it.
+    top = dict(cfg, blocks_to_swap=flux.blocks_to_swap_max)
+    assert ladder.next_step(top, flux, phase="training", deficit_gib=0.5, tried={"blocks_to_swap"},
+                            only={"blocks_to_swap"}) is None

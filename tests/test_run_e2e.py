@@ -474,3 +474,15 @@ def test_a_nan_loss_stops_the_trainer_and_the_run_fails_with_advice(tmp_path, im
     assert not left, "the trainer's process group was stopped"
     again = _cli(["run", "--continue", str(out)], env)
     assert again.returncode == 2 and "became NaN" in " ".join(again.stderr.split()), again.stderr
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "cp1252"])
+def test_a_user_console_encoding_does_not_reach_the_trainer(encoding, tmp_path, images, models):
+    # sd-scripts prints "running training / 学習開始": under the user's ascii or cp1252 the trainer would stop
+    # there with UnicodeEncodeError; kohya-tuner reads its output as UTF-8 and has it written so.
+    out = tmp_path / "run"
+    res = subprocess.run([PY, "-m", "kohya_tuner", *_args("sd15", out, images, models, steps=4)],
+                         env=_env(tmp_path, PYTHONIOENCODING=encoding), capture_output=True, timeout=120)
+    assert res.returncode == 0, (res.stdout + res.stderr).decode(encoding, "replace")
+    assert _summary(out)["status"] == "success"
+    assert "学習開始" in (out / "attempt-1.log").read_text(encoding="utf-8")

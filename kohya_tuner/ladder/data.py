@@ -129,6 +129,9 @@ _MOVE_KEYS = {"name", "label", "description", "kind", "set", "unset", "network_a
               "speed_cost", "speed_note", "quality_cost", "quality_note", "resume_safe", "phases", "roadmap", "cpu",
               "cost_bias"}
 _KINDS = {"set", "steps", "batch_to_accumulation", "rank", "resolution", "optimizer_map", "sample_size"}
+# Kinds whose variants go on from the config's current value: after one value fell short, the next is
+# still a move of its own.
+STEPPED_KINDS = frozenset({"steps", "batch_to_accumulation", "rank", "resolution", "sample_size"})
 _RELAX_KINDS = {"steps_down", "unset", "optimizer_map", "accumulation_to_batch"}
 
 

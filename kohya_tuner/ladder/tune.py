@@ -10,7 +10,7 @@ from kohya_tuner.families import Family
 from kohya_tuner.memory.setup import resolve
 from kohya_tuner.optimizers import lookup
 
-from kohya_tuner.ladder.data import POLICIES, MIN_SAVING_GIB, Ladder, load_ladder
+from kohya_tuner.ladder.data import POLICIES, MIN_SAVING_GIB, STEPPED_KINDS, Ladder, load_ladder
 from kohya_tuner.ladder.moves import (
     Candidate, facts, FitResult, Step, _applies, _best_candidate, _choose, _Ctx, _dataset_any,
     _describe_budget, _phase_value, _set, _valid,
@@ -130,7 +130,8 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
               only: Iterable[str] | None = None, never_keep: bool = False) -> Step | None:
     """The next move for a run that ran out of memory in `phase`, or None at the floor.
 
-    Only moves listed for that phase are considered; moves in `tried` and, with
+    Only moves listed for that phase are considered; moves in `tried` (but a stepped move, whose
+    next value is still open: blocks_to_swap 8 that fell short goes on to 16) and, with
     `require_resume_safe`, moves a saved state cannot resume across are skipped; with `cpu`,
     moves a CPU cannot run. When no single move saves `deficit_gib`, moves are combined in
     policy order until they do (or nothing is left); the returned Step then lists every
@@ -162,7 +163,9 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
         f = facts(cfg, family, ds, s, bf16)
         cands = []
         for m in ctx.ladder.moves:
-            if phase not in m.phases or m.name in tried or any(c.move.name == m.name for c in chosen):
+            if phase not in m.phases or any(c.move.name == m.name for c in chosen):
+                continue
+            if m.name in tried and m.kind not in STEPPED_KINDS:
                 continue
             if only is not None and m.name not in only:
                 continue

@@ -127,7 +127,10 @@ def build_env(base: Mapping[str, str], *, gpu_ids: tuple[int, ...] = (), emulate
         # Fragmentation turns a fitting run into an OOM hours in; PyTorch's own message advises this.
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONIOENCODING"] = env.get("PYTHONIOENCODING") or "utf-8"
+    # The trainer's output is read as UTF-8, and sd-scripts prints Japanese ("running training / 学習開始"):
+    # a user's ascii or cp1252 would stop it at that line with UnicodeEncodeError. Their error handler stays.
+    errors = env.get("PYTHONIOENCODING", "").partition(":")[2]
+    env["PYTHONIOENCODING"] = "utf-8" + (f":{errors}" if errors else "")
     try:
         wide = int(env.get("COLUMNS", "0")) >= int(WIDE_COLUMNS)
     except ValueError:
