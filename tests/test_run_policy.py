@@ -611,3 +611,23 @@ def test_nan_advice_names_what_applies_to_this_config(family, config, named, not
     assert "new run" in advice[-1]
     if family is SDXL and not config.get("no_half_vae"):
         assert "VAE" in advice[0], "the most likely cause comes first"
+
+
+@pytest.mark.parametrize("kind, words", [("other", "failed with an error, not"), ("xformers", "an error (xformers), not"),
+                                         ("cuda_error", "an error (cuda_error), not")])
+def test_a_failure_is_named_in_words_that_read(kind, words):
+    action = decide(error(kind=kind), PLAN, SD15, state(), facts(), next_step=FakeLadder([]))
+    assert isinstance(action, Stop) and words in action.reason and " a other " not in action.reason
+
+
+@pytest.mark.parametrize("phase, step, words", [
+    ("first_step", 0, "out of memory during the first step, 1.50 GiB short"),
+    ("first_step", 0, "out of memory during the first step, and"),
+    ("model_load", 0, "out of memory while loading the model before the first step"),
+    ("training", 12, "out of memory while training after step 12"),
+])
+def test_the_step_is_said_once(phase, step, words):
+    ladder = FakeLadder([FakeStep("batch_half", [("train_batch_size", 4, 2)])]) if "and" not in words else FakeLadder([])
+    action = decide(oom(phase=phase), PLAN, SD15, state(), facts(end_step=step), next_step=ladder)
+    assert words in action.reason, action.reason
+    assert "first step before the first step" not in action.reason and "  " not in action.reason

@@ -247,8 +247,11 @@ def phase_words(phase: str | None) -> str:
     return f" during {words}" if phase == "first_step" else f" while {words}"
 
 
-def _when(step: int) -> str:
-    return f"after step {step}" if step else "before the first step"
+def _when(step: int, where: str = "") -> str:
+    """" after step N", " before the first step", or nothing where `where` already says the first step."""
+    if step:
+        return f" after step {step}"
+    return "" if "first step" in where else " before the first step"
 
 
 def ladder_phase(phase: str | None) -> str:
@@ -302,7 +305,8 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
             return Stop(f"the disk is full: the trainer could not write ({message}); the saved states are kept",
                         advice=("Free some space on the --out disk, then `kohya-tuner run --continue` resumes "
                                 "from the newest state.",))
-        return Stop(f"the trainer failed with a {kind} error, not out of memory: {message}; "
+        what = "an error" if kind in ("other", "error") else f"an error ({kind})"
+        return Stop(f"the trainer failed with {what}, not out of memory: {message}; "
                     "this is not retried", advice=tuple(_get(diagnosis, "advice") or ()))
     if state.attempts_left <= 0:
         what = "host RAM ran out" if ram else "out of memory"
@@ -317,7 +321,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
             return Stop("host RAM ran out (the process was killed with signal 9) and no RAM-saving setting is left",
                         advice=("Close other programs, add swap, or train on a machine with more RAM.",))
         name, changes, why = move
-        return _retry(config, changes, name, f"host RAM ran out {_when(facts.end_step)}: {why}", state,
+        return _retry(config, changes, name, f"host RAM ran out{_when(facts.end_step)}: {why}", state,
                       resume_ok=True, target_batch=target_batch, end_step=facts.end_step)
 
     if next_step is None:
@@ -337,7 +341,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     if first is not None:
         name, step = first
         why = _PHASE_FIRST_WHY.get(name, "")
-        return _retry(config, _step_changes(step), name, f"out of memory{where} {_when(facts.end_step)}: {why}",
+        return _retry(config, _step_changes(step), name, f"out of memory{where}{_when(facts.end_step, where)}: {why}",
                       state, resume_ok=bool(_get(step, "resume_safe")), target_batch=target_batch,
                       dataset=dataset, end_step=facts.end_step, step_note=_get(step, "note") or None)
     if resumable:
@@ -362,7 +366,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
         elif other is not None and (step is None or not _moves_yours(other, state.user_keys)):
             step = other
     if step is None:
-        return Stop(f"out of memory{where} {_when(facts.end_step)}, and the memory ladder has no cheaper setting "
+        return Stop(f"out of memory{where}{_when(facts.end_step, where)}, and the memory ladder has no cheaper setting "
                     "left for this model (its floor is reached)",
                     advice=("A smaller model family, a card with more memory, or --set with settings outside the "
                             "ladder (e.g. a lower resolution) are what is left.",), can_continue=False)
@@ -371,7 +375,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     saved = _get(step, "saved_gib")
     what = str(_get(step, "move")).replace("+", " + ")
     gain = f", which saves about {saved:.2f} GiB by the estimate" if isinstance(saved, (int, float)) and saved > 0 else ""
-    reason = f"out of memory{where} {_when(facts.end_step)}{figures}: {what}{gain}"
+    reason = f"out of memory{where}{_when(facts.end_step, where)}{figures}: {what}{gain}"
     safe = bool(_get(step, "resume_safe")) and not resume_unsafe(changes)
     why = _join(_get(step, "note") or None, near_note) or ""
     if again:
