@@ -247,6 +247,36 @@ def test_hang_watchdog_stops_the_attempt(tmp_path, images, models):
     assert "printed nothing" in res.stdout
 
 
+def test_a_hang_only_sigkill_ends_is_no_ram_kill_and_continue_loads_in_process(tmp_path, images, models):
+    # The launcher and the trainer deaf to SIGINT and SIGTERM (a rank wedged in a driver call keeps
+    # accelerate waiting on it): kohya-tuner ends the hang with SIGKILL, and that status is its own doing.
+    deaf = tmp_path / "deaf"
+    deaf.mkdir()
+    (deaf / "sitecustomize.py").write_text(
+        "import os, signal, sys\n"
+        "import time\n"
+        "if os.environ.get('DEAF_HANG') and any('train_network.py' in a for a in sys.argv):\n"
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    while True:\n"
+        "        time.sleep(1)\n", encoding="utf-8")
+    out = tmp_path / "run"
+    res = _cli(_args("sd15", out, images, models, "--hang-timeout", "0.05", "--set", "max_data_loader_n_workers=2"),
+               _env(tmp_path, DEAF_HANG=1, PYTHONPATH=str(deaf)))
+    assert res.returncode == 1
+    first, = _attempts(out)
+    assert first["exit_status"] in (-9, 137), first
+    assert first["outcome"] == "hang" and (first.get("error") or {}).get("kind") != "cpu_oom"
+    assert "out of RAM" not in res.stdout and "SIGKILL" not in res.stdout
+    assert "--continue" in res.stdout and "max_data_loader_n_workers = 0" in res.stdout
+    res = _cli(["run", "--continue", str(out)], _env(tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    second = _attempts(out)[-1]
+    assert second["outcome"] == "success"
+    assert {c["key"]: c["new"] for c in second["changes"]}["max_data_loader_n_workers"] == 0
+    assert "max_data_loader_n_workers = 0" in Path(second["config_file"]).read_text(encoding="utf-8")
+
+
 def _descendants_gone(pids: list[int], timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from kohya_tuner import safeio
 from kohya_tuner.config_io import flatten
 from kohya_tuner.prompts import resizable_size
-from kohya_tuner.run.journal import AttemptRecord
+from kohya_tuner.run.journal import AttemptRecord, Change
 from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, decide
 from kohya_tuner.run.settings import RunSettings, read_config_file
 from kohya_tuner.run.states import (AttemptOutput, attempt_name, attempt_outputs, base_name, ensure_resumable,
@@ -69,17 +69,36 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
         why = f"continued after attempt {orphan.output.attempt}, which kohya-tuner did not see end"
     else:
         why = f"continued after attempt {last.attempt} ({last.outcome})"
+    changes: list[Change] = []
+    if last is not None and orphan is None and last.outcome == "hang":
+        config, changes = loader_in_process(config)
+        if changes:
+            why += "; the data loader now runs in the training process (max_data_loader_n_workers 0)"
     weights = lineage_weights(attempts) if newest is None and orphan is None else None
     if weights is not None:
-        return Retry(config=config, resume_from=None, changes=[], reason=why, start_step=weights.step,
+        return Retry(config=config, resume_from=None, changes=changes, reason=why, start_step=weights.step,
                      weights_from=weights.path,
                      note=f"no state saved since it continued from the LoRA weights of step {weights.step}; "
                           "it continues from them again with a fresh optimizer")
     if newest is None:
-        return Retry(config=config, resume_from=None, changes=[], reason=why,
+        return Retry(config=config, resume_from=None, changes=changes, reason=why,
                      note="no saved state to resume from, so it starts from step 0")
-    return Retry(config=config, resume_from=newest.path, changes=[], reason=why, start_step=newest.step,
+    return Retry(config=config, resume_from=newest.path, changes=changes, reason=why, start_step=newest.step,
                  note=f"resumes from the state at step {newest.step}")
+
+
+def loader_in_process(config: dict[str, Any]) -> tuple[dict[str, Any], list[Change]]:
+    """After a hang: data-loader worker processes are the usual thing stuck, and loading in the
+    training process (slower, never stuck on a worker) changes nothing a state holds."""
+    workers = config.get("max_data_loader_n_workers")
+    if workers == 0:
+        return config, []
+    config = dict(config)
+    config["max_data_loader_n_workers"] = 0
+    changes = [Change("max_data_loader_n_workers", workers, 0)]
+    if config.pop("persistent_data_loader_workers", None) is not None:
+        changes.append(Change("persistent_data_loader_workers", True, None))
+    return config, changes
 
 
 @dataclass(frozen=True)

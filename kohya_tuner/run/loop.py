@@ -338,7 +338,10 @@ class Supervisor:
             for ev in p.finish():
                 handle(ev)
         exit_status = result.exit_status
-        diagnosis = logparse.diagnose(events, exit_status=exit_status, family=self.s.family.name)
+        # A trainer kohya-tuner stopped itself (a hang, Ctrl-C) ends on the signal it was sent: that status
+        # says nothing of the run (SIGKILL is no host-RAM kill here).
+        ours = result.hung or result.interrupted
+        diagnosis = logparse.diagnose(events, exit_status=None if ours else exit_status, family=self.s.family.name)
         final = progress.final_model
         if final is None:
             guess = Path(run_config.get("output_dir") or ".") / (
@@ -353,7 +356,8 @@ class Supervisor:
             if on_disk:
                 progress.run_step = max(progress.run_step, max(s.step for s in on_disk) - plan.start_step)
         facts = AttemptFacts(exit_status=exit_status, end_step=progress.step, hung=result.hung,
-                             interrupted=result.interrupted, killed=killed["seen"] or exit_status in (137, -9),
+                             interrupted=result.interrupted,
+                             killed=not ours and (killed["seen"] or exit_status in (137, -9)),
                              final_model=final if final_exists and exit_status == 0 else None,
                              hang_minutes=self.s.hang_minutes, failure=result.failure,
                              nan_loss_step=nan_step.get("step"))

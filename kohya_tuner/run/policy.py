@@ -292,8 +292,9 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     if facts.hung:
         return Stop(f"the trainer printed nothing for {facts.hang_minutes or DEFAULT_HANG_MINUTES:g} minutes "
                     f"(hang at step {facts.end_step}); it was stopped",
-                    advice=("A stuck data loader or a deadlocked multi-GPU setup are the usual causes; "
-                            "try --set max_data_loader_n_workers=0, then --continue.",))
+                    advice=("A stuck data-loader worker or a deadlocked multi-GPU setup are the usual causes. "
+                            "`kohya-tuner run --continue` resumes from the newest state with the data loader in the "
+                            "training process (max_data_loader_n_workers = 0), which a state does not depend on.",))
     ram = facts.killed or outcome == "cpu_oom" or error_kind in ("cpu_oom", "killed")
     if outcome != "oom" and not ram:
         error = _get(diagnosis, "error") or {}
