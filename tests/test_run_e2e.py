@@ -516,3 +516,22 @@ def test_a_user_console_encoding_does_not_reach_the_trainer(encoding, tmp_path, 
     assert res.returncode == 0, (res.stdout + res.stderr).decode(encoding, "replace")
     assert _summary(out)["status"] == "success"
     assert "学習開始" in (out / "attempt-1.log").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", ["report.html", "summary.json", "run.json", "attempts.jsonl", "events.jsonl"])
+def test_a_users_file_named_like_a_run_record_is_never_written_over(name, tmp_path, images, models):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / name).write_text("USERDATA\n", encoding="utf-8")
+    res = _cli(_args("sd15", out, images, models, steps=2), _env(tmp_path))
+    assert res.returncode == 2 and "never overwrites" in res.stderr and name in res.stderr
+    assert (out / name).read_text(encoding="utf-8") == "USERDATA\n"
+    assert sorted(p.name for p in out.iterdir()) == [name]  # nothing else written either
+
+
+def test_a_dry_runs_plan_is_replaced_by_a_new_run(tmp_path, images, models):
+    out = tmp_path / "run"
+    assert _cli(_args("sd15", out, images, models, "--dry-run", steps=2), _env(tmp_path)).returncode == 0
+    assert (out / "run.json").is_file()
+    res = _cli(_args("sd15", out, images, models, steps=2), _env(tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -39,10 +39,30 @@ def check_out_dir(out: Path) -> None:
         raise UserError(f"{out} already holds a kohya-tuner run with "
                         f"{len({a.attempt for a in j.attempts()} | j.numbers_on_disk())} attempt(s).",
                         f"Continue it with `kohya-tuner run --continue {out}`, or choose another --out.")
+    # The run's own records: a file of that name in a fresh --out is the user's (or another tool's).
+    from kohya_tuner.run.journal import ATTEMPTS_FILE, EVENTS_FILE, REPORT_FILE, RUN_FILE, SUMMARY_FILE
+
+    theirs = [name for name in (ATTEMPTS_FILE, SUMMARY_FILE, REPORT_FILE, EVENTS_FILE) if os.path.lexists(out / name)]
+    if os.path.lexists(out / RUN_FILE) and not _planned_run(j):
+        theirs.insert(0, RUN_FILE)
+    if theirs:
+        raise UserError(f"{out} already holds {', '.join(theirs)}, which a new run writes its own records to; "
+                        "kohya-tuner never overwrites your files.",
+                        "Choose another --out (an empty folder, or one `kohya-tuner config` wrote).")
     output = out / "output"
     if output.is_dir() and any(output.iterdir()):
         raise UserError(f"{output} already holds files; a new run would overwrite LoRA files and states there.",
                         "Choose another --out.")
+
+
+def _planned_run(j: Journal) -> bool:
+    """run.json of a run planned and never launched (a dry run wrote it for `--continue`): a new
+    plan in the same folder replaces it."""
+    try:
+        j.read_run()
+    except UserError:
+        return False
+    return True
 
 
 @dataclass
