@@ -24,7 +24,7 @@ from kohya_tuner.fileio import atomic_write, write_new  # noqa: F401  (the write
 from kohya_tuner.config_cmdline import parse_command_line  # noqa: F401  (re-exported)
 from kohya_tuner.config_gui import read_gui_json  # noqa: F401  (re-exported)
 from kohya_tuner.config_loaded import LoadedConfig, guess_family  # noqa: F401  (re-exported)
-from kohya_tuner.families import FAMILIES, Family
+from kohya_tuner.families import FAMILIES, Family, family_for_config
 
 
 # ---- reading -----------------------------------------------------------------------
@@ -101,7 +101,9 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
     # trains SD3 and both SD3.5 sizes alike).
     planned_model = recorded.pop(assumed_record.MODEL_KEY, None)
     planned_script = recorded.pop(assumed_record.SCRIPT_KEY, None)
-    if model is None and planned_model in FAMILIES and not config.get("pretrained_model_name_or_path"):
+    if model is None and planned_model in FAMILIES and family_for_config(config, settled_only=True) is None:
+        # What kohya-tuner planned the file for outweighs a guess from its keys or a file's name; a
+        # network module of one family only still says otherwise.
         model = planned_model
     fam = guess_family(config, None, model, weak)
     planned = _planned_fine_tune(config, planned_script, model)
@@ -287,12 +289,12 @@ def dumps_config(config: dict[str, Any], why: dict[str, str] | None = None, *, s
     if header:
         out.append(_comment(header))
     record = {k: v for k, v in (assumed or {}).items() if config.get(k) is None}
-    if family is not None and not config.get("pretrained_model_name_or_path"):
-        guess = guess_family(config, None, None)  # as read_config will guess it
-        if guess is None or guess.name != family.name:
-            from kohya_tuner.assumed import MODEL_KEY
+    if family is not None:
+        # Recorded, so the file keeps meaning the model it was planned for through an ordinary edit
+        # (a LyCORIS module, the caching keys taken out, a block swap added, a generic model name).
+        from kohya_tuner.assumed import MODEL_KEY
 
-            record[MODEL_KEY] = family.name
+        record[MODEL_KEY] = family.name
     if family is not None and (planned := recorded_script(config, family)):
         from kohya_tuner.assumed import SCRIPT_KEY
 

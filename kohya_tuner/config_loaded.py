@@ -68,14 +68,19 @@ def guess_family(config: dict[str, Any], script: str | None, model: str | None,
     if fam:
         return fam
     nm = str(config.get("network_module", ""))
-    if nm.endswith("lora_flux") or any(k in config for k in ("t5xxl", "ae", "blocks_to_swap", "clip_l")):
+    if nm.endswith("lora_flux") or any(k in config for k in ("t5xxl", "ae", "clip_l")):
+        return FAMILIES["flux"]
+    if "blocks_to_swap" in config:
+        if weak is not None:
+            weak.append("it sets blocks_to_swap, which of the script-less families' keys only FLUX.1's take")
         return FAMILIES["flux"]
     name = str(config.get("pretrained_model_name_or_path", "")).lower()
     if "flux" in name:
         return FAMILIES["flux"]
     if "xl" in name or config.get("sdxl") or "cache_text_encoder_outputs" in config:
-        if weak is not None and not (config.get("sdxl") or "cache_text_encoder_outputs" in config):
-            weak.append("the model file's name contains 'xl'")
+        if weak is not None and not config.get("sdxl"):
+            weak.append("the model file's name contains 'xl'" if "xl" in name else
+                        "it sets cache_text_encoder_outputs, which SD 1.x's train_network.py does not take")
         return FAMILIES["sdxl"]
     if name or nm == "networks.lora":
         if weak is not None:

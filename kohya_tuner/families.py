@@ -445,7 +445,7 @@ def family_for_script(script: str, config: dict[str, Any] | None = None) -> Fami
     return chosen or FAMILIES[name]
 
 
-def family_for_config(config: dict[str, Any]) -> Family | None:
+def family_for_config(config: dict[str, Any], *, settled_only: bool = False) -> Family | None:
     """The family a script-less config names through its network_module, when that settles it:
     the module of one family only (lora_lumina, lora_hunyuan_image, lora_anima), or one that
     `selects` / the model file name picks out (lora_flux + model_type chroma; networks.lora +
@@ -458,6 +458,8 @@ def family_for_config(config: dict[str, Any]) -> Family | None:
     chosen = _select(candidates, config)
     if chosen:
         return chosen
+    if settled_only:  # the first family of the script is a default, not what the keys say
+        return candidates[0] if len(candidates) == 1 else None
     scripts = {f.script for f in candidates}
     if len(scripts) == 1:
         return FAMILIES[_SCRIPT_TO_FAMILY[scripts.pop()]]

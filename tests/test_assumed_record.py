@@ -57,3 +57,38 @@ def test_config_fit_and_estimate_agree_on_the_written_file(model, gb, tmp_path):
     assert assumed.parse(text) == assumed.parse(cfg.read_text())
     for key in assumed.parse(text):
         assert key not in config_io.flatten(toml.loads(text))
+
+
+def _lycoris(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if not ln.startswith(("network_module", "network_args"))]
+    return "\n".join(lines) + '\n[lycoris]\nnetwork_module = "lycoris.kohya"\nnetwork_args = ["algo=locon"]\n'
+
+
+def _no_te_cache(text: str) -> str:
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("cache_text_encoder_outputs")) + "\n"
+
+
+def _swap(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if not ln.startswith("blocks_to_swap")]
+    return "\n".join(lines) + "\n[swap]\nblocks_to_swap = 4\n"
+
+
+def _generic_model(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if not ln.startswith("pretrained_model_name_or_path")]
+    return "\n".join(lines) + '\n[base]\npretrained_model_name_or_path = "/models/model.safetensors"\n'
+
+
+EDITS = {"lycoris": _lycoris, "no_te_cache": _no_te_cache, "block_swap": _swap, "generic_model_name": _generic_model}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+@pytest.mark.parametrize("model", sorted(FAMILIES))
+def test_a_written_plan_keeps_its_family_through_an_ordinary_edit(model, edit, tmp_path):
+    out = tmp_path / "plan"
+    res = invoke("config", "--model", model, "--job", "style", "--gpu", "24", "--gpu-arch", "ampere", "--out", str(out))
+    if res.exit_code == 2:
+        pytest.skip(f"no {model} plan for 24 GB")
+    edited = tmp_path / "edited.toml"
+    edited.write_text(EDITS[edit]((out / "config.toml").read_text(encoding="utf-8")), encoding="utf-8")
+    loaded = config_io.read_config(edited)
+    assert loaded.family is not None and loaded.family.name == model, (edit, loaded.family)
