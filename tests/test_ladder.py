@@ -434,3 +434,13 @@ def test_a_stepped_move_that_fell_short_goes_on_to_its_next_value():
     top = dict(cfg, blocks_to_swap=flux.blocks_to_swap_max)
     assert ladder.next_step(top, flux, phase="training", deficit_gib=0.5, tried={"blocks_to_swap"},
                             only={"blocks_to_swap"}) is None
+
+
+def test_fp8_storage_is_offered_when_text_encoder_caching_sets_the_peak():
+    # SD3's 24 GB plan with an fp8 T5-XXL file: on 8 GB caching the captions is what does not fit, and
+    # storing the weights in fp8 is the move that makes it (the 8 GB preset's own choice).
+    cfg = dict(presets.compose("sd3", "style", 24).config, t5xxl="t5xxl_fp8_e4m3fn.safetensors")
+    fam = FAMILIES["sd3"]
+    assert estimate(cfg, fam).peak_phase == "cache_text_encoder"
+    fitted = ladder.fit(dict(cfg), fam, budget_gib(8))
+    assert fitted.fits and "fp8_base" in {st.move for st in fitted.steps}
