@@ -131,3 +131,18 @@ def test_a_restart_after_a_resume_throws_away_the_whole_lineage(tmp_path):
     s = summarize([a1, a2, a3], status="success", reason="done", total_steps=10, final_config=None,
                   plan_config=None, lora_path=None)
     assert s["steps_redone"] == 6 + 3 and s["steps_done"] == 6 + 3 + 10
+
+
+@pytest.mark.parametrize("resumed_at, redone", [(4, 2), (0, 6)])
+def test_steps_after_the_state_an_interrupted_attempt_resumes_from_are_redone(tmp_path, resumed_at, redone):
+    """1 (0->6, Ctrl-C; states at 2 and 4) -> --continue from 4 (or, states gone, from 0): the steps past it
+    are trained again, and steps_done = total_steps + steps_redone; a stop the user asked for costs no time."""
+    from dataclasses import replace
+
+    a1, a2 = _two_attempts(tmp_path)
+    a1 = replace(a1, outcome="interrupted", exit_status=130)
+    a2 = replace(a2, resume_from=None if resumed_at == 0 else a2.resume_from, start_step=resumed_at)
+    s = summarize([a1, a2], status="success", reason="done", total_steps=10, final_config=None,
+                  plan_config=None, lora_path=None)
+    assert s["steps_redone"] == redone
+    assert s["steps_done"] == 10 + redone and s["time_lost_s"] == 0.0

@@ -339,7 +339,7 @@ def summarize(attempts: list[AttemptRecord], *, status: str, reason: str, total_
         if not a.failed:
             continue
         nxt = attempts[i + 1] if i + 1 < len(attempts) else None
-        if a.outcome == "interrupted" or nxt is None:
+        if nxt is None:
             kept_to = a.end_step  # nothing redone (yet)
         else:
             kept_to = nxt.start_step  # 0 for a restart; a state's or saved weights' step otherwise
@@ -350,6 +350,7 @@ def summarize(attempts: list[AttemptRecord], *, status: str, reason: str, total_
         kept = max(0, min(kept_to, a.end_step) - a.start_step)
         lost_steps += done - kept
         if a.outcome != "interrupted":
+            # A stop the user asked for is no time lost to a failure, though its unsaved steps are redone.
             lost_s += a.duration_s * (1 - kept / done) if done else a.duration_s
     peaks = [a.peak_vram_gib for a in attempts if a.peak_vram_gib is not None]
     worked = None
