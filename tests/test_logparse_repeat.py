@@ -134,3 +134,45 @@ def test_labelled_logs_pasted_twice_read_as_once(tmp_path):
         if (once.outcome, once.phase, once.step) != (again.outcome, again.phase, again.step):
             differ.append(fx.path.name)
     assert differ == []
+
+
+# ---- accelerate re-raising the trainer's failure with the tail of its stderr ---------------------------
+
+SAVES = "".join(f"2026-02-16 10:01:0{i} INFO     Saving current state to /out/lora-step0000000{i}-state\n"
+                for i in range(1, 4))
+TRAINER = (OPENING + CACHED + "running training / 学習開始\n" + SAVES + BAR + HEAD
+           + frame("/sd-scripts/train_network.py", 1100, "train", "loss.backward()"))
+LAUNCHER = ("\nThe above exception was the direct cause of the following exception:\n\n" + HEAD
+            + frame("/venv/lib/python3.11/site-packages/accelerate/commands/launch.py", 1049, "_run_subprocess",
+                    "raise subprocess.CalledProcessError(")
+            + "subprocess.CalledProcessError: Command '['/venv/bin/python', 'train_network.py']' returned non-zero "
+              "exit status 1.\n")
+ERRORS = {"oom": OOM, "missing": "FileNotFoundError: [Errno 2] No such file or directory: '/m/vae.safetensors'\n"}
+
+
+def _kinds(events) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in events:
+        out[type(e).__name__] = out.get(type(e).__name__, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+@pytest.mark.parametrize("cut", [0, 7, 300])  # the kept tail starts at a chunk boundary, mid-line or not
+@pytest.mark.parametrize("error", sorted(ERRORS))
+def test_the_launchers_copy_of_the_stderr_tail_is_read_once(error, cut, coalesce):
+    trainer = TRAINER + ERRORS[error]
+    alone, alone_events = reading(trainer + LAUNCHER, coalesce)
+    relayed, events = reading(trainer + "RuntimeError: " + trainer[cut:] + LAUNCHER, coalesce)
+    assert relayed == alone
+    counts, alone_counts = _kinds(events), _kinds(alone_events)
+    for kind in ("Saved", "Oom", "Failure", "Exited", "Milestone"):
+        assert counts.get(kind, 0) == alone_counts.get(kind, 0), kind
+
+
+def test_a_runtime_error_line_the_launcher_does_not_follow_is_read():
+    # No "The above exception was the direct cause" after it: the held lines are the log's own.
+    text = TRAINER + ERRORS["missing"] + "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    got, events = reading(text)
+    assert any("illegal memory access" in getattr(e, "line", "") for e in events)
+    assert got[0] == "error"

@@ -86,6 +86,7 @@ class Failures:
     # or "The above exception was the direct cause" line.
     _chain: tuple[int, str] | None
     _last_error: str | None
+    _exception_at: int
     # What the last error's frames said: a cut traceback raised while handling it, its own frames
     # saying nothing, failed where it did (an import's fallback raising again, 359).
     _last_error_ev: F.FrameEvidence | None
@@ -335,6 +336,7 @@ class Failures:
 
     def _exception(self, exc_type: str, s: str, frames: list[str] | None, out: list[Event],
                    bar: Progress | None = None) -> None:
+        self._exception_at = self._n
         ev = F.frame_evidence(frames) if frames else None
         self._step_bar(bar, ev, out)
         if ev is None:

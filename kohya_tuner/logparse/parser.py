@@ -52,6 +52,8 @@ _NAME_LINES = 5000
 # printed every epoch, a rank's traceback after another's), so an opening of a traceback, or one
 # this short, is never taken for a run's start.
 _OPENING_LINES = 5
+# accelerate keeps 64 chunks of 8 KiB of the trainer's stderr: far fewer lines than this.
+_RELAYED_MAX_LINES = 100_000
 _OPENING_CHARS = 80
 # Lines of other output a traceback may be interrupted by and still resume.
 _MAX_INTERRUPTION_LINES = 3
@@ -160,6 +162,13 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         self._held: list[tuple[str, bool, tuple[str, str | None] | None]] = []
         self._matched = 0
         self._replaying = False
+        # accelerate's launcher (1.1x) re-raises a failed trainer as CalledProcessError "from
+        # RuntimeError(<the tail of its stderr>)": after the trainer's exception line, "RuntimeError: "
+        # and up to 512 KiB of lines already read, then "The above exception was the direct cause…".
+        # Those lines are held here and dropped at that line (read as they came if it never follows).
+        self._relayed_tail: list[tuple[str, bool, tuple[str, str | None] | None]] | None = None
+        # The logical line number of the last exception line ("SomeError: …").
+        self._exception_at = -1
 
     # ---- chunks to physical lines -----------------------------------------------------------
 
@@ -206,6 +215,8 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             else:
                 self._physical(line, out)
         self._pending_cr = False
+        if self._relayed_tail is not None:
+            self._release_relayed(out)
         if self._held:
             self._release(out)
         self._close(out, 0)
@@ -235,6 +246,17 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
 
     def _physical(self, line: str, out: list[Event], cleaned: bool = False,
                   record: tuple[str, str | None] | None = None) -> None:
+        if self._relayed_tail is not None and not self._replaying:
+            if not line.lstrip().startswith(CHAIN_WORDS):
+                self._relayed_tail.append((line, cleaned, record))
+                if len(self._relayed_tail) > _RELAYED_MAX_LINES:
+                    self._release_relayed(out)
+                return
+            self._relayed_tail = None  # the launcher's own exception follows: the copy is dropped
+        elif line[:14] == "RuntimeError: " and self._exception_at == self._n and self._tb is None \
+                and not self._replaying:
+            self._relayed_tail = [(line, cleaned, record)]
+            return
         if self._opening_done and not self._replaying:
             if self._held or (line.startswith(self._opening[0]) and line.rstrip() == self._opening[0]):  # type: ignore[index]
                 if self._hold(line, cleaned, record, out):
@@ -601,6 +623,15 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
             self._matched = 1
             return True
         return False
+
+    def _release_relayed(self, out: list[Event]) -> None:
+        held, self._relayed_tail = self._relayed_tail or [], None
+        self._replaying = True
+        try:
+            for args in held:
+                self._physical(args[0], out, args[1], args[2])
+        finally:
+            self._replaying = False
 
     def _release(self, out: list[Event]) -> None:
         held, self._held, self._matched = self._held, [], 0
