@@ -535,3 +535,24 @@ def test_a_dry_runs_plan_is_replaced_by_a_new_run(tmp_path, images, models):
     assert (out / "run.json").is_file()
     res = _cli(_args("sd15", out, images, models, steps=2), _env(tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("how", ["copied", "moved"])
+def test_a_run_folder_copied_or_moved_is_not_continued_into_the_old_place(how, tmp_path, images, models):
+    import shutil
+
+    out = tmp_path / "run"
+    res = _cli(_args("sd15", out, images, models, steps=6), _env(tmp_path, STANDIN_ERROR_AT_STEP=3))
+    assert res.returncode == 1
+    there = tmp_path / "elsewhere"
+    (shutil.copytree if how == "copied" else shutil.move)(str(out), str(there))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    res = _cli(["run", "--continue", str(there)], _env(tmp_path))
+    assert res.returncode == 2 and "was planned in" in res.stderr and "Traceback" not in res.stderr
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written anywhere
+    # The folder reached through a link to it is the same folder.
+    if how == "copied":
+        link = tmp_path / "link"
+        link.symlink_to(out, target_is_directory=True)
+        res = _cli(["run", "--continue", str(link), "--dry-run"], _env(tmp_path))
+        assert res.returncode == 0, res.stdout + res.stderr

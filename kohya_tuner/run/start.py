@@ -283,7 +283,9 @@ def prepare_continue(req: ContinueRequest) -> Continuation:
 
     out = req.out
     j = Journal(out)
-    settings = RunSettings.from_json(out.absolute(), j.read_run())
+    run_data = j.read_run()
+    _refuse_moved_run(out, run_data)
+    settings = RunSettings.from_json(out.absolute(), run_data)
     if req.max_attempts is not None:
         settings.max_attempts = req.max_attempts
     if req.hang_timeout is not None:
@@ -312,6 +314,27 @@ def prepare_continue(req: ContinueRequest) -> Continuation:
         return Continuation(preview=continuation_preview(j, settings, action, probe=probe))
     return Continuation(launch=Launch(settings=settings, first=action, first_attempt=j.next_attempt_number(),
                                       probe=probe, events_file=req.json_events))
+
+
+def _refuse_moved_run(out: Path, run_data: dict[str, Any]) -> None:
+    """run.json names the folder the run was planned in (its dataset.toml and output/ there): a
+    folder moved or copied since would be continued into the old one, outside this --out."""
+    planned = run_data.get("dataset_file")
+    output = (run_data.get("plan_config") or {}).get("output_dir")
+    if not isinstance(planned, str) or not isinstance(output, str):
+        return
+    home = Path(planned).parent
+    here = out.absolute()
+    try:
+        same = home.resolve() == here.resolve()
+    except (OSError, RuntimeError):
+        same = False
+    if same:
+        return
+    raise UserError(f"{out} was planned in {home}: its run.json names the files there (dataset.toml, the "
+                    f"output folder {output}), so --continue here would read and write in {home}, not in {out}.",
+                    f"Continue it where it was planned (`kohya-tuner run --continue {home}`, moving the folder "
+                    "back first if it was moved), or start a new run in this folder's place.")
 
 
 def supervise(launch: Launch, *, on_event: Callable[[RunEvent], None] | None = None) -> Outcome:

@@ -57,9 +57,15 @@ def planned(tmp_path_factory):
 
 
 def _copy(src: Path, dst: Path) -> Path:
+    """The planned run as if it had been planned in `dst`: its records name their own folder (a
+    folder copied as it is would be continued into the original, which --continue refuses)."""
     import shutil
 
     shutil.copytree(src, dst)
+    for name in ("run.json", "attempts.jsonl"):
+        f = dst / name
+        if f.is_file():
+            f.write_text(f.read_text(encoding="utf-8").replace(str(src), str(dst)), encoding="utf-8")
     return dst
 
 
@@ -281,9 +287,8 @@ def test_a_pending_record_that_is_not_a_record_is_skipped(tmp_path):
 def test_a_new_run_never_writes_over_a_log_whose_record_was_lost(planned, tmp_path):
     out = _copy(planned, tmp_path / "run")
     (out / "attempt-1.log").write_text("the only record of attempt 1\n")
-    args = json.loads((out / "run.json").read_text())
     res = invoke("run", "--model", "sd15", "--job", "style", "--gpu", "8", "--cpu", "--data",
-                 Path(args["plan_config"]["output_dir"]).parent.parent / "imgs", "--out", out,
-                 "--sd-scripts", STANDIN, "--steps", "40", "--base", out.parent / "base.safetensors")
+                 planned.parent / "imgs", "--out", out,
+                 "--sd-scripts", STANDIN, "--steps", "40", "--base", planned.parent / "base.safetensors")
     assert res.exit_code == 2 and "--continue" in res.output, res.output
     assert (out / "attempt-1.log").read_text() == "the only record of attempt 1\n"
