@@ -156,6 +156,12 @@ def valid_value(opt: FileOption, world: dict[str, Path], out: Path) -> str:
         copy = out / "run"
         if not copy.exists():
             shutil.copytree(world["run"], copy, symlinks=True)
+            # Its records name their own folder, as if planned there (a plain copy is refused).
+            for name in ("run.json", "attempts.jsonl"):
+                f = copy / name
+                if f.is_file():
+                    f.write_text(f.read_text(encoding="utf-8").replace(str(world["run"]), str(copy)),
+                                 encoding="utf-8")
         return str(copy)
     if opt.flag == "--out":
         return str(out / ("fitted.toml" if opt.command == ("fit",) else "out"))
