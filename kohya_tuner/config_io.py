@@ -34,6 +34,14 @@ def _read_text(path: Path) -> str:
     return safeio.read_text(path, "config file")
 
 
+def _is_utf8(path: Path) -> bool:
+    try:
+        safeio.read_regular(path, safeio.MAX_BYTES).decode("utf-8")
+        return True
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False
+
+
 def loads_toml(text: str, where: str) -> dict[str, Any]:
     """Parse with the same parser sd-scripts uses, so what we accept it accepts."""
     safeio.check_lines(text, where)
@@ -77,9 +85,20 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
         raise UserError(f"{p} is empty.")
     if p.suffix.lower() == ".json" or stripped.startswith("{"):
         try:
-            return read_gui_json(text.lstrip("\ufeff"), model)
+            loaded = read_gui_json(text.lstrip("\ufeff"), model)
         except UserError as exc:
             raise UserError(f"{p}: {exc.message}", exc.hint) from None
+        # The GUI opens its files as UTF-8 and hands them to json.load: a byte-order mark or bytes
+        # that are no UTF-8 stop it there, before any setting is read.
+        if text.startswith("\ufeff"):
+            loaded.notes.append("the kohya_ss GUI cannot open this file: it starts with a UTF-8 byte-order mark, "
+                                "and the GUI's json.load refuses it ('Unexpected UTF-8 BOM'); save it as UTF-8 "
+                                "without BOM for the GUI")
+        elif "\ufffd" in text and not _is_utf8(p):
+            loaded.notes.append("the kohya_ss GUI cannot open this file: it is not UTF-8 (the GUI reads its "
+                                "files as UTF-8), and kohya-tuner read the bytes it could not decode as U+FFFD, "
+                                "so a path with such a character differs from the file's")
+        return loaded
     suffix = p.suffix.lower()
     if suffix in (".sh", ".bat", ".cmd", ".ps1", ".txt"):
         return parse_command_line(text.lstrip("\ufeff"), model)

@@ -104,3 +104,18 @@ def test_a_backslash_x_the_gui_toml_cannot_carry_is_a_problem(path, tmp_path):
     loaded = config_io.read_config(gui)
     assert [p.rule for p in loaded.problems] == ["gui_toml_unreadable"]
     assert cli(["check", str(gui), "--json"]) == 2
+
+
+@pytest.mark.parametrize("form", ["bom", "latin-1", "utf-8"])
+def test_a_file_the_gui_cannot_open_is_read_with_a_note(form, tmp_path):
+    path = _lora(tmp_path, output_dir="/out/José")
+    text = path.read_text(encoding="utf-8").replace("\\u00e9", "é")  # as the GUI writes it (ensure_ascii off)
+    assert "José" in text
+    data = {"bom": b"\xef\xbb\xbf" + text.encode("utf-8"), "latin-1": text.encode("latin-1"),
+            "utf-8": text.encode("utf-8")}[form]
+    path.write_bytes(data)
+    loaded = config_io.read_config(path)
+    cannot = [n for n in loaded.notes if "GUI cannot open this file" in n]
+    assert bool(cannot) == (form != "utf-8")
+    if form == "latin-1":
+        assert "U+FFFD" in cannot[0]
