@@ -51,7 +51,8 @@ class LoadedConfig:
 
     def check_args(self) -> dict[str, Any]:
         """The keyword arguments of check.check / check.gate that say how these values arrive."""
-        return {"origin": self.origin, "parsed": tuple(self.problems)}
+        return {"origin": self.origin, "parsed": tuple(self.problems),
+                "family": self.family.name if self.family is not None else None}
 
 
 def guess_family(config: dict[str, Any], script: str | None, model: str | None,

@@ -77,6 +77,28 @@ def parse(spec: str, family) -> NetworkChoice:
 _RATES = ("learning_rate", "unet_lr", "text_encoder_lr")
 
 
+def _boft_rank(plan, choice: NetworkChoice) -> None:
+    """BOFT splits each layer width into even blocks of at most network_dim times a power of two, and
+    LyCORIS stops where a width does not split (FLUX.1's 3072 at 32, SD3.5 Large's 2432 below 38): the
+    job's rank is raised, doubling, to the first that splits every width of the model."""
+    from kohya_tuner.memory import lycoris
+
+    rank = plan.config.get("network_dim")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        return
+    args = dict(str(a).split("=", 1) for a in plan.config.get("network_args") or [] if "=" in str(a))
+    r = rank
+    while r <= 1024:
+        got = lycoris.count(plan.family.name, r, args, train_unet=True, train_te=False)
+        if not got.known or not got.refused:
+            break
+        r *= 2
+    if r != rank and r <= 1024:
+        plan.set("network_dim", r, choice.layer,
+                 f"BOFT at rank {rank} cannot split {plan.family.label}'s layer widths into butterfly blocks; "
+                 f"{r} is the first doubling that does (LyCORIS stops on a width that does not split).")
+
+
 def apply(plan, choice: NetworkChoice) -> None:
     """Set the choice as its own layer; network_args the plan already has are kept (the
     choice's keys win)."""
@@ -93,6 +115,8 @@ def apply(plan, choice: NetworkChoice) -> None:
             if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
                 plan.set(key, float(f"{rate * choice.lr_scale:.3g}"), choice.layer,
                          f"{choice.algo} learns a few scaling vectors: {choice.lr_scale}x the LoRA rate of {rate:g}.")
+    if choice.algo == "boft":
+        _boft_rank(plan, choice)
     for c in choice.cautions:
         if c not in plan.cautions:
             plan.cautions.append(c)

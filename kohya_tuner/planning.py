@@ -138,7 +138,8 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
     # The one gate (kohya_tuner.check): a plan sd-scripts would refuse at start-up is never handed on.
     from kohya_tuner.check import gate
 
-    gate({**plan.config, **assumed}, plan.family.script, dataset=dataset, what="The planned config")
+    gate({**plan.config, **assumed}, plan.family.script, dataset=dataset, what="The planned config",
+         family=plan.family.name)
     est = memory.estimate({**plan.config, **assumed, **sample_size_key(plan)}, plan.family, dataset=dataset,
                           gpus=gpus, history=hist, gpu_name=gpu_name, driver=driver)
     cautions = list(plan.cautions) + [c for c in [precision_caution(plan)] if c]

@@ -149,6 +149,8 @@ EXAMPLES = {
     # With max_train_epochs the step count comes from the dataset: a fraction may or may not reach a step.
     "scheduler_warmup_fraction_of_epochs": (SD, {"lr_scheduler": "constant", "lr_warmup_steps": 0.1, "max_train_epochs": 1, "max_train_steps": 100}, {"lr_scheduler": "constant_with_warmup", "lr_warmup_steps": 0.1, "max_train_epochs": 1}, None),
     "network_module_unimportable": (SD, {"network_module": "networks.lora_xl"}, {"network_module": "lycoris.kohya"}, None),
+    "lycoris_boft_unsplittable": (S3, {"network_module": "lycoris.kohya", "network_args": ["algo=boft"], "network_dim": 32},
+                                  {"network_module": "lycoris.kohya", "network_args": ["algo=boft"], "network_dim": 128}, None),
     # initial_epoch N starts at (N - 1) epochs of at least one step each.
     "initial_epoch_reaches_max_train_steps": (SD, {"initial_epoch": 4, "max_train_steps": 3}, {"initial_epoch": 4, "max_train_steps": 4}, None),
     "initial_epoch_reaches_max_train_epochs": (SD, {"initial_epoch": 2, "max_train_epochs": 1}, {"initial_epoch": 2, "max_train_epochs": 2}, None),
@@ -202,7 +204,12 @@ def _line(rule_id: str) -> str:
     return next(r.line for r in engine.rules() if r.id == rule_id)
 
 
+# Rules on the model's own layers need the family (the script alone trains several).
+EXAMPLE_FAMILY = {"lycoris_boft_unsplittable": "sd35l"}
+
+
 def _fires(rule_id, script, config, dataset, **kw):
+    kw.setdefault("family", EXAMPLE_FAMILY.get(rule_id))
     res = engine.check({**BASE[script], **config}, script, dataset=dataset, complete=True, **kw)
     return [p for p in res.problems + res.warnings if p.rule == rule_id], res
 
@@ -227,7 +234,8 @@ def test_rule_fires_on_its_example_and_not_on_the_fix(rule_id):
     # A problem makes the whole check fail; a warning alone does not.
     if rule.severity == "problem":
         assert not engine.check({**BASE[script], **{k: v for k, v in bad.items() if v is not None}}, script,
-                                dataset=bad_ds, complete=True).ok or any(v is None for v in bad.values())
+                                dataset=bad_ds, complete=True, family=EXAMPLE_FAMILY.get(rule_id)).ok \
+            or any(v is None for v in bad.values())
 
 
 FILE_RULES = ("dataset_config_missing", "no_training_images", "subset_image_dir_missing", "caption_file_empty",
@@ -384,3 +392,25 @@ def test_a_missing_dataset_file_is_one_problem_not_two(tmp_path):
     base.pop("train_data_dir")
     res = engine.check(base, SD, complete=True, filesystem=True)
     assert [p.rule for p in res.problems] == ["dataset_config_missing"]
+
+
+@pytest.mark.parametrize("family, rank, refused", [
+    ("sd15", 4, True),    # 320 = 5 x 64: no even block size of at most 4 times a power of two
+    ("sd15", 16, False),  # 320 = 10 x 32
+    ("sdxl", 32, False),
+    ("sd35l", 32, True),  # 2432 = 19 x 128
+    ("sd35l", 64, True),
+    ("flux", 64, False),  # 3072 = 48 x 64
+])
+def test_lycoris_boft_at_a_rank_that_cannot_split_the_models_widths_is_refused(family, rank, refused):
+    from kohya_tuner.families import FAMILIES
+
+    fam = FAMILIES[family]
+    cfg = {"network_module": "lycoris.kohya", "network_args": ["algo=boft"], "network_dim": rank,
+           "network_train_unet_only": True}
+    result = engine.check(cfg, fam.script, family=family)
+    assert ("lycoris_boft_unsplittable" in {p.rule for p in result.problems}) is refused
+    # Another algo, or no family known, is never refused by this rule.
+    other = engine.check({**cfg, "network_args": ["algo=locon"]}, fam.script, family=family)
+    unknown = engine.check(cfg, fam.script)
+    assert "lycoris_boft_unsplittable" not in {p.rule for p in other.problems + unknown.problems}

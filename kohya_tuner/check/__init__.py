@@ -34,8 +34,9 @@ def gate(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None 
 
 
 def run_gate(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None = None,
-             base_dir: str | None = None, what: str = "The config about to launch") -> CheckResult:
+             base_dir: str | None = None, what: str = "The config about to launch",
+             family: str | None = None) -> CheckResult:
     """The check `run` calls before each launch (and after each ladder move): the full
     rule set, files and folders included, unknown keys refused."""
     return gate(config, script, dataset=dataset, complete=True, filesystem=True, base_dir=base_dir, what=what,
-                unknown_keys="problem")
+                unknown_keys="problem", family=family)

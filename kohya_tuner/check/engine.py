@@ -336,9 +336,9 @@ def namespace_problems(config: dict[str, Any], script: str) -> list[Problem]:
 
 
 def rule_findings(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None = None,
-                  complete: bool = False, filesystem: bool = False, base_dir: str | Path | None = None
-                  ) -> list[Problem]:
-    ctx = Context(config, script, dataset=dataset, filesystem=filesystem, base_dir=base_dir)
+                  complete: bool = False, filesystem: bool = False, base_dir: str | Path | None = None,
+                  family: str | None = None) -> list[Problem]:
+    ctx = Context(config, script, dataset=dataset, filesystem=filesystem, base_dir=base_dir, family_name=family)
     out: list[Problem] = []
     for rule in rules():
         if script not in rule.scripts:
@@ -360,12 +360,14 @@ def rule_findings(config: dict[str, Any], script: str, *, dataset: dict[str, Any
 
 def check(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None = None, complete: bool = False,
           filesystem: bool = False, base_dir: str | Path | None = None, unknown_keys: str = "warning",
-          origin: str = "config_file", parsed: tuple[Problem, ...] | list[Problem] = ()) -> CheckResult:
+          origin: str = "config_file", parsed: tuple[Problem, ...] | list[Problem] = (),
+          family: str | None = None) -> CheckResult:
     """Everything the pinned sd-scripts would refuse (problems) or adjust (warnings) in
     `config` (one flat --config_file dict) and its dataset file, for `script`.
 
     `origin`: the path the values take (see key_problems); `parsed`: what the reader of a command
-    line already found (argparse's own refusals: an unknown flag, a value of the wrong type)."""
+    line already found (argparse's own refusals: an unknown flag, a value of the wrong type); `family`:
+    the model family when known (rules on the model's own layers need it, e.g. LyCORIS BOFT's widths)."""
     result = CheckResult(script)
     if not_lora(script) and not _estimated_fine_tune(script):
         result.problems.append(Problem("script", not_lora_message(script), "error", ("script",),
@@ -385,7 +387,7 @@ def check(config: dict[str, Any], script: str, *, dataset: dict[str, Any] | None
 
         found += validate_dataset(dataset)
     found += rule_findings(config, script, dataset=dataset, complete=complete, filesystem=filesystem,
-                           base_dir=base_dir)
+                           base_dir=base_dir, family=family)
     import dataclasses
 
     def routed(p: Problem) -> Problem:

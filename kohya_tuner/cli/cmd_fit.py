@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         from kohya_tuner.check import gate
 
         gate(new_config, family.script, dataset=result.dataset if result.dataset is not None else ds,
-             what="The fitted config")
+             what="The fitted config", family=family.name)
         text = config_io.dumps_config(new_config, why=why, script=family.script, header=header,
                                       assumed=loaded.assumed, family=family)
         from kohya_tuner import redact

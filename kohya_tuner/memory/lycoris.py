@@ -174,6 +174,8 @@ class Count:
     by_component: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     known: bool = True
+    # Layer widths the algo cannot build at this rank (BOFT's butterfly blocks): LyCORIS stops there.
+    refused: tuple[int, ...] = ()
 
     @property
     def total(self) -> int:
@@ -211,6 +213,7 @@ def count(family_name: str, rank: int, net_args: dict[str, str], *, train_unet: 
         out.by_component["denoiser"] = rows("unet")
     if train_te and arch.get("text_encoder"):
         out.by_component["text_encoders"] = rows("text_encoder")
+    out.refused = tuple(sorted(refused))
     if refused:
         out.notes.append(f"LyCORIS {o.algo} at rank {o.rank} cannot split the width(s) "
                          f"{', '.join(map(str, sorted(refused)))} into an even block size of at most the rank times a "

@@ -249,7 +249,8 @@ class Supervisor:
         # The one gate: never launch what sd-scripts would refuse at start-up (after a ladder move too).
         from kohya_tuner.check import run_gate
 
-        run_gate(run_config, self.s.family.script, dataset=plan.dataset if plan.dataset is not None else self.dataset)
+        run_gate(run_config, self.s.family.script, dataset=plan.dataset if plan.dataset is not None else self.dataset,
+                 family=self.s.family.name)
         cfg_path = self.write_attempt_config(attempt, run_config, plan.reason)
         if plan.dataset is not None and plan.dataset != self.dataset:
             from kohya_tuner import config_io
