@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from kohya_tuner import schema
 from kohya_tuner.families import Family
-from kohya_tuner.memory import Estimate, estimate, finetune
+from kohya_tuner.memory import Estimate, estimate, finetune, lycoris
 from kohya_tuner.memory.setup import SAMPLE_SIZE_KEY, Setup, _dataset_levels, network_args
 
 from kohya_tuner.ladder.data import MIN_SAVING_GIB, Move, Ladder
@@ -322,6 +322,8 @@ def _valid(cfg: dict[str, Any], ds: dict[str, Any] | None, family: Family) -> bo
     cfg = {k: v for k, v in cfg.items() if k != SAMPLE_SIZE_KEY}  # the plan's, not sd-scripts'
     # The user's file passed `check` before the fit began: a key sd-scripts ignores is no reason
     # to reject every variant of it.
+    if lycoris.unsplittable(family.name, cfg):
+        return False  # a rank LyCORIS BOFT cannot build the model's layers at
     return not schema.errors_only(schema.validate_config(cfg, family.script, dataset=ds, family=family,
                                                          unknown_keys="warning"))
 

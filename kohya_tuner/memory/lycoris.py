@@ -182,6 +182,23 @@ class Count:
         return sum(self.by_component.values())
 
 
+def unsplittable(family_name: str, config: dict[str, Any]) -> tuple[int, ...]:
+    """The layer widths a config's LyCORIS BOFT cannot split at its network_dim (LyCORIS stops there);
+    () for any other network, or where the family's layers are not known."""
+    if config.get("network_module") != "lycoris.kohya":
+        return ()
+    args = dict(str(a).split("=", 1) for a in config.get("network_args") or [] if "=" in str(a))
+    if str(args.get("algo", "")).strip().lower() != "boft":
+        return ()
+    try:
+        rank = max(1, int(config.get("network_dim") or 4))
+    except (TypeError, ValueError):
+        return ()
+    got = count(family_name, rank, args, train_unet=not config.get("network_train_text_encoder_only"),
+                train_te=not config.get("network_train_unet_only"))
+    return got.refused if got.known else ()
+
+
 def count(family_name: str, rank: int, net_args: dict[str, str], *, train_unet: bool,
           train_te: bool) -> Count:
     """LyCORIS' trainable parameters for a family, or known=False when the family's layers
