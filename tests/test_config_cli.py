@@ -138,3 +138,30 @@ def test_core_commands_do_not_import_torch(tmp_path):
             "sorted(m for m in sys.modules if m.startswith(('torch','accelerate','diffusers')))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+def test_config_data_says_what_run_data_says_about_the_captions(tmp_path):
+    # The trigger is the dataset's class_tokens, which sd-scripts uses only for an image without a caption
+    # file: captions that lack it never show it to the LoRA, and config says so as run --data does.
+    from PIL import Image
+
+    from tests.clihelp import invoke as _invoke
+
+    def invoke(*args):
+        return _invoke(*[str(a) for a in args])
+
+    data = tmp_path / "imgs"
+    data.mkdir()
+    for i in range(3):
+        Image.new("RGB", (1024, 1024), (i * 60, 9, 9)).save(data / f"{i}.png")
+        (data / f"{i}.txt").write_text("a woman with red hair", encoding="utf-8")
+    res = invoke("config", "--model", "sdxl", "--job", "character", "--gpu", "12", "--trigger", "ohwx",
+                 "--data", data, "--out", tmp_path / "o", "--json")
+    assert res.exit_code == 0, res.output
+    warnings = json.loads(res.stdout)["warnings"]
+    assert any("without the trigger word" in w for w in warnings), warnings
+    for i in range(3):
+        (data / f"{i}.txt").write_text("ohwx, a woman with red hair", encoding="utf-8")
+    res = invoke("config", "--model", "sdxl", "--job", "character", "--gpu", "12", "--trigger", "ohwx",
+                 "--data", data, "--out", tmp_path / "o2", "--json")
+    assert not any("without the trigger word" in w for w in json.loads(res.stdout)["warnings"])

@@ -168,8 +168,11 @@ def run(args: argparse.Namespace) -> int:
                            variant=args.variant, inputs=inputs, bf16=choice.bf16, network=args.network)
     # The dataset check `run --data` makes; a folder still empty is one to fill later (warned below).
     data_empty = data is not None and not any(data.iterdir())
+    data_warnings: list[str] = []
     if data is not None and not data_empty:
-        planning.check_data(data, family, args.job, args.trigger, plan.config)
+        report, _checked = planning.check_data(data, family, args.job, args.trigger, plan.config)
+        # What `run --data` shows in its pre-flight (captions without the trigger, tiny images, ...).
+        data_warnings = [f.message + (f" {f.fix}" if f.fix else "") for f in report.findings if f.severity == "warn"]
     images_dir = data if data is not None else Path(out) / "images"
     dataset = presets.build_dataset(plan, images_dir, args.trigger)
     fitted = planning.fit_plan(plan, dataset, choice.gb, others_gib=choice.others_gib,
@@ -191,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
                              gpu_ids=gpu_ids)
     gui = planfiles.add_gui_json(files, plan, out, args.gui_json) if args.gui_json else None
     written = planfiles.write(files, out, force=args.force)
-    warnings = list(files.left_out.values())
+    warnings = list(files.left_out.values()) + data_warnings
     if missing:
         warnings.append(f"Model files not given: {', '.join(missing)}. Add them before training "
                         f"(config.toml has no path for them yet).")

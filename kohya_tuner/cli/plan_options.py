@@ -52,7 +52,9 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
                              "locon, loha, lokr, ia3, dylora, glora, diag-oft, boft, full (LyCORIS' kohya wrapper).")
     parser.add_argument("--data", type=Path, metavar="DIR", help="Folder of training images with .txt captions.")
     parser.add_argument("--name", default="lora", help="Name of the LoRA file (output_name; default: lora).")
-    parser.add_argument("--trigger", type=utf8_text, metavar="WORD", help="Trigger word, set as class_tokens.")
+    parser.add_argument("--trigger", type=utf8_text, metavar="WORD", help="Trigger word: the dataset's class_tokens, which sd-scripts uses as the caption of an image "
+                             "without a caption file (captions that exist must contain it; `dataset prep "
+                             "--trigger` adds it).")
     parser.add_argument("--steps", type=steps_int, metavar="N", help="Total optimizer steps (max_train_steps).")
     parser.add_argument("--variant", metavar="NAME",
                         help="FLUX.1: dev (default) or schnell; SD 2.x: 768-v (default) or 512-base.")
