@@ -518,7 +518,8 @@ def test_a_user_console_encoding_does_not_reach_the_trainer(encoding, tmp_path, 
     assert "学習開始" in (out / "attempt-1.log").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("name", ["report.html", "summary.json", "run.json", "attempts.jsonl", "events.jsonl"])
+@pytest.mark.parametrize("name", ["report.html", "summary.json", "run.json", "attempts.jsonl", "events.jsonl",
+                                  "attempt-1.dataset.toml", "attempt-2.config.toml"])
 def test_a_users_file_named_like_a_run_record_is_never_written_over(name, tmp_path, images, models):
     out = tmp_path / "run"
     out.mkdir()
@@ -556,3 +557,19 @@ def test_a_run_folder_copied_or_moved_is_not_continued_into_the_old_place(how, t
         link.symlink_to(out, target_is_directory=True)
         res = _cli(["run", "--continue", str(link), "--dry-run"], _env(tmp_path))
         assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_an_out_that_is_the_image_folder_is_said(tmp_path, images, models):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(images, data)
+    res = _cli(_args("sd15", data, data, models, "--dry-run", "--json", steps=2), _env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert any("--out is the image folder" in c["message"] for c in json.loads(res.stdout)["checks"])
+    res = _cli(["config", "--model", "sd15", "--job", "style", "--gpu", "8", "--data", str(data), "--out",
+                str(tmp_path / "data2"), "--json"], _env(tmp_path))
+    assert not any("image folder" in w for w in json.loads(res.stdout)["warnings"])
+    res = _cli(["config", "--model", "sd15", "--job", "style", "--gpu", "8", "--data", str(data), "--out",
+                str(data), "--json", "--force"], _env(tmp_path))
+    assert any("--out is the image folder" in w for w in json.loads(res.stdout)["warnings"])

@@ -195,6 +195,9 @@ def run(args: argparse.Namespace) -> int:
     gui = planfiles.add_gui_json(files, plan, out, args.gui_json) if args.gui_json else None
     written = planfiles.write(files, out, force=args.force)
     warnings = list(files.left_out.values()) + data_warnings
+    if data is not None and Path(out).resolve() == data.resolve():
+        warnings.append(f"--out is the image folder {data}: config.toml and the files beside it, and later the "
+                        "run's output/, go among the training images. Give --out a folder of its own.")
     if missing:
         warnings.append(f"Model files not given: {', '.join(missing)}. Add them before training "
                         f"(config.toml has no path for them yet).")

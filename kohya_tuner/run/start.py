@@ -6,6 +6,7 @@ there is to show comes back as the data objects of run/request.py."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +44,15 @@ def check_out_dir(out: Path) -> None:
     from kohya_tuner.run.journal import ATTEMPTS_FILE, EVENTS_FILE, REPORT_FILE, RUN_FILE, SUMMARY_FILE
 
     theirs = [name for name in (ATTEMPTS_FILE, SUMMARY_FILE, REPORT_FILE, EVENTS_FILE) if os.path.lexists(out / name)]
-    if os.path.lexists(out / RUN_FILE) and not _planned_run(j):
+    planned = os.path.lexists(out / RUN_FILE) and _planned_run(j)
+    if os.path.lexists(out / RUN_FILE) and not planned:
         theirs.insert(0, RUN_FILE)
+    if not planned:  # a dry run writes its first attempt's config beside its run.json
+        try:
+            # An attempt's own files (attempt-2.config.toml, attempt-1.dataset.toml): written at its launch.
+            theirs += sorted(n for n in os.listdir(out) if _ATTEMPT_NAME.match(n))[:5]
+        except OSError:
+            pass
     if theirs:
         raise UserError(f"{out} already holds {', '.join(theirs)}, which a new run writes its own records to; "
                         "kohya-tuner never overwrites your files.",
@@ -53,6 +61,9 @@ def check_out_dir(out: Path) -> None:
     if output.is_dir() and any(output.iterdir()):
         raise UserError(f"{output} already holds files; a new run would overwrite LoRA files and states there.",
                         "Choose another --out.")
+
+
+_ATTEMPT_NAME = re.compile(r"attempt-\d+\.")
 
 
 def _planned_run(j: Journal) -> bool:
@@ -188,6 +199,13 @@ def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
                     user_keys=user_keys, fitted=fitted, fit_lines=fit_lines, total=total, est=est, absent=absent)
 
 
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
 def _preflight(req: RunRequest, t: _Target, p: _Planned) -> tuple[preflight.Facts, preflight.Report]:
     """The checks before any file is written; the switches they make go into the plan."""
     facts = preflight.gather(out_dir=t.out, python=t.python, sd_scripts=req.sd_scripts, cpu=req.cpu)
@@ -200,6 +218,10 @@ def _preflight(req: RunRequest, t: _Target, p: _Planned) -> tuple[preflight.Fact
     for a in p.absent:
         checks.checks.append(preflight.Check("model", "warn", f"{a.shown()} does not exist on this machine",
                                              "A run refuses to launch until the path is right."))
+    if _same_folder(t.out, p.checked):
+        checks.checks.append(preflight.Check(
+            "dataset", "warn", f"--out is the image folder {p.checked}: config.toml, the logs and output/ (LoRA "
+            "files, states, previews) go among the training images", "Give --out a folder of its own."))
     for f in p.data_report.findings:
         if f.severity == "warn":
             checks.checks.append(preflight.Check("dataset", "warn", f.message))
