@@ -626,19 +626,18 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
 
     def _release_relayed(self, out: list[Event]) -> None:
         held, self._relayed_tail = self._relayed_tail or [], None
-        self._replaying = True
-        try:
-            for args in held:
-                self._physical(args[0], out, args[1], args[2])
-        finally:
-            self._replaying = False
+        self._read_held(held, out)
 
     def _release(self, out: list[Event]) -> None:
         held, self._held, self._matched = self._held, [], 0
+        self._read_held(held, out)
+
+    def _read_held(self, held: list[tuple[str, bool, tuple[str, str | None] | None]], out: list[Event]) -> None:
+        """Lines held back, read as they came (and never held again)."""
         self._replaying = True
         try:
-            for args in held:
-                self._physical(args[0], out, args[1], args[2])
+            for line, cleaned, record in held:
+                self._physical(line, out, cleaned, record)
         finally:
             self._replaying = False
 
@@ -655,8 +654,7 @@ class LogParser(Failures, BarRuns, RecordNames, Milestones):
         for k, v in keep.items():
             setattr(self, k, v)
         self._opening_done = True
-        self._held = held
-        self._release(out)
+        self._read_held(held, out)
 
     # ---- state ---------------------------------------------------------------------------------
 
