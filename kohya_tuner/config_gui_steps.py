@@ -23,17 +23,20 @@ from typing import Any
 from kohya_tuner.errors import UserError
 
 _IMAGE_ENDINGS = (".jpg", ".jpeg", ".png", ".webp")
-# A listing longer than this is no image folder a GUI user points at (a disk root, say): not counted.
+# More entries than this, over the folder and its subfolders, is no image folder a GUI user points at
+# (a disk root, say): not counted.
 _MAX_ENTRIES = 500_000
 
 
-def _listing(folder: str) -> list[os.DirEntry] | None:
+def _listing(folder: str, budget: list[int]) -> list[os.DirEntry] | None:
+    """The folder's entries, drawing on `budget` (entries left to list); None past it or on an error."""
     try:
         with os.scandir(folder) as it:
             out = []
             for entry in it:
                 out.append(entry)
-                if len(out) > _MAX_ENTRIES:
+                budget[0] -= 1
+                if budget[0] < 0:
                     return None
             return out
     except (OSError, ValueError):  # ValueError: a NUL in the name
@@ -65,7 +68,7 @@ def counted_steps(tab: str, f: Any) -> tuple[int | None, str | None]:
     names no dataset file; (None, note) where the folder cannot be listed here."""
     if tab == "finetune":
         folder = str(f.image_folder)
-        entries = _listing(folder) if folder else None
+        entries = _listing(folder, [_MAX_ENTRIES]) if folder else None
         if entries is None:
             return None, _not_counted(folder, "image_folder")
         images = _images(entries)
@@ -74,7 +77,8 @@ def counted_steps(tab: str, f: Any) -> tuple[int | None, str | None]:
                        f"dataset_repeats {f.dataset_repeats} and passes {steps if steps else 'none'}"
                        + (" (sd-scripts then trains its default of 1600 steps)" if not steps else ""))
     folder = str(f.train_data_dir)
-    entries = _listing(folder) if folder else None
+    budget = [_MAX_ENTRIES]
+    entries = _listing(folder, budget) if folder else None
     if entries is None:
         return None, _not_counted(folder, "train_data_dir")
     total = 0
@@ -85,7 +89,7 @@ def counted_steps(tab: str, f: Any) -> tuple[int | None, str | None]:
             repeats = int(entry.name.split("_")[0])
         except ValueError:  # the GUI skips a folder without a number before "_"
             continue
-        inner = _listing(os.path.join(folder, entry.name))
+        inner = _listing(os.path.join(folder, entry.name), budget)
         if inner is None:
             return None, _not_counted(os.path.join(folder, entry.name), "train_data_dir")
         total += repeats * _images(inner)
