@@ -86,12 +86,8 @@ def _boft_rank(plan, choice: NetworkChoice) -> None:
     rank = plan.config.get("network_dim")
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         return
-    args = dict(str(a).split("=", 1) for a in plan.config.get("network_args") or [] if "=" in str(a))
     r = rank
-    while r <= 1024:
-        got = lycoris.count(plan.family.name, r, args, train_unet=True, train_te=False)
-        if not got.known or not got.refused:
-            break
+    while r <= 1024 and lycoris.unsplittable(plan.family.name, {**plan.config, "network_dim": r}):
         r *= 2
     if r != rank and r <= 1024:
         plan.set("network_dim", r, choice.layer,
