@@ -115,20 +115,14 @@ _HUB_LOADED = {s: _SD_VAE for s in ("train_network.py", "sdxl_train_network.py",
                                     "sdxl_train.py")}
 
 
-def _lycoris_unsplittable(family: str | None, c: dict[str, Any], net: dict[str, str]) -> str | None:
-    """The layer widths LyCORIS' algo cannot build at this rank (BOFT splits each width into butterfly
-    blocks of at most the rank times a power of two), as text; None when it can or nothing says."""
-    if c.get("network_module") != "lycoris.kohya" or not family or str(net.get("algo", "")).lower() != "boft":
+def _lycoris_unsplittable(family: str | None, c: dict[str, Any]) -> str | None:
+    """The layer widths LyCORIS BOFT cannot build at this rank (memory.lycoris.unsplittable, the
+    ladder's own test), as text; None when it can or the family is not known."""
+    if not family or c.get("network_module") != "lycoris.kohya":
         return None
     from kohya_tuner.memory import lycoris
 
-    try:
-        rank = max(1, int(c.get("network_dim") or 4))
-    except (TypeError, ValueError):
-        return None
-    got = lycoris.count(family, rank, net, train_unet=not c.get("network_train_text_encoder_only"),
-                        train_te=not c.get("network_train_unet_only"))
-    return ", ".join(map(str, got.refused)) if got.known and got.refused else None
+    return ", ".join(map(str, lycoris.unsplittable(family, c))) or None
 
 
 class Context:
@@ -346,7 +340,7 @@ class Context:
         net, d["@bad_network_arg"] = split_kv(c.get("network_args"), at_first=True)
         for k, v in net.items():
             d[f"@net:{k}"] = v
-        d["@lycoris_unsplittable"] = _lycoris_unsplittable(self.family, c, net)
+        d["@lycoris_unsplittable"] = _lycoris_unsplittable(self.family, c)
         for k in ("block_dims", "block_alphas", "conv_block_dims", "conv_block_alphas", "in_dims"):
             d[f"@net_count:{k}"] = len(net[k].split(",")) if k in net else None
         relative = True
