@@ -13,6 +13,7 @@ from kohya_tuner.memory.setup import resolve
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import FAMILIES
 from kohya_tuner.memory import budget_gib, estimate
+from kohya_tuner.resources import presets_dir
 
 FLUX = FAMILIES["flux"]
 SDXL = FAMILIES["sdxl"]
@@ -444,3 +445,32 @@ def test_fp8_storage_is_offered_when_text_encoder_caching_sets_the_peak():
     assert estimate(cfg, fam).peak_phase == "cache_text_encoder"
     fitted = ladder.fit(dict(cfg), fam, budget_gib(8))
     assert fitted.fits and "fp8_base" in {st.move for st in fitted.steps}
+
+
+PRESET_FAMILIES = sorted(f for f in FAMILIES if (presets_dir() / "models" / f"{f}.toml").is_file())
+
+
+@pytest.mark.parametrize("family", PRESET_FAMILIES)
+@pytest.mark.parametrize("gb", presets.GPU_CLASSES)
+def test_a_config_that_trains_the_text_encoder_fits_where_the_preset_does(family, gb):
+    """The preset for the card is a witness that the text-encoder cache with the diffusion model
+    trained alone reaches the budget. The same config with the text encoder trained and nothing
+    cached must fit too, even where neither switch alone lowers the peak (Lumina 2 keeps Gemma-2 on
+    the card while it is trained, cache or not)."""
+    fam = FAMILIES[family]
+    plan = presets.compose(family, "character", gb)
+    ds = presets.build_dataset(plan, None)
+    cfg = dict(plan.config)
+    budget = budget_gib(gb)
+    if not (cfg.get("network_train_unet_only") and cfg.get("cache_text_encoder_outputs")):
+        pytest.skip("the preset does not cache the text encoder")
+    if not ladder.fit(cfg, fam, budget, dataset=ds, gpu_gb=gb).fits:
+        pytest.skip("the preset itself does not fit")
+    user = {**cfg, "network_train_unet_only": False, "cache_text_encoder_outputs": False,
+            "cache_text_encoder_outputs_to_disk": False}
+    if valid(user, fam, ds):
+        pytest.skip("training this family's text encoder is not a valid config")
+    r = ladder.fit(user, fam, budget, dataset=ds, gpu_gb=gb)
+    assert r.fits, r.message
+    assert not valid(r.config, fam, r.dataset)
+    assert r.after.peak_gib == pytest.approx(estimate(r.config, fam, dataset=r.dataset).peak_gib)

@@ -84,6 +84,11 @@ def step_json(st: ladder.Step) -> dict[str, Any]:
     }
 
 
+def saves_text(st: ladder.Step) -> str:
+    """A step of a pair that frees nothing alone says why it is there instead of "0.00"."""
+    return "nothing alone (the next change needs it)" if st.saved_gib < 0.005 else f"{st.saved_gib:.2f} GiB"
+
+
 # Below this width six columns cut values to "Prod… → Adaf…": one entry per change instead.
 STEPS_TABLE_MIN_WIDTH = 120
 
@@ -102,7 +107,7 @@ def _render_steps_list(steps: list[ladder.Step]) -> None:
             console.print(Padding(Text.assemble("• ", (key, "cyan"), f": {show_value(old)} → {show_value(new)}"),
                                   (0, 0, 0, 2), expand=False))
         resume = "resume-safe" if st.resume_safe else "not resume-safe"
-        console.print(Padding(Text(f"saves {st.saved_gib:.2f} GiB; speed: {st.speed_cost}; quality: "
+        console.print(Padding(Text(f"saves {saves_text(st)}; speed: {st.speed_cost}; quality: "
                                    f"{st.quality_cost}; {resume}"), (0, 0, 0, 4), expand=False))
 
 
@@ -126,7 +131,7 @@ def render_steps(steps: list[ladder.Step]) -> None:
     for st in steps:
         first = True
         for key, old, new in st.changes:
-            table.add_row(escape(key), escape(f"{show_value(old)} → {show_value(new)}"), f"{st.saved_gib:.2f}" if first else "",
+            table.add_row(escape(key), escape(f"{show_value(old)} → {show_value(new)}"), (f"{st.saved_gib:.2f}" if st.saved_gib >= 0.005 else "0 (enables next)") if first else "",
                           st.speed_cost if first else "", st.quality_cost if first else "",
                           ("[green]safe[/green]" if st.resume_safe else "[yellow]no[/yellow]") if first else "")
             first = False

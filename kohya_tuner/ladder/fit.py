@@ -12,8 +12,8 @@ from kohya_tuner.memory.setup import resolve
 
 from kohya_tuner.ladder.data import POLICIES, Ladder, load_ladder
 from kohya_tuner.ladder.moves import (
-    Candidate, facts, FitResult, Step, _applies, _best_candidate, _choose, _Ctx, _describe_budget, _step,
-    _valid, _variants,
+    Candidate, facts, FitResult, Step, _applies, _best_candidate, _choose, _Ctx, _describe_budget, _move_cost,
+    _step, _valid, _variants,
 )
 
 
@@ -56,7 +56,20 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
         free = [c for c in cands if not {str(k) for k, _o, _n in c.changes} & keep]
         cands = free or cands
         if not cands:
-            break
+            pair = _enabling_pair(ctx, cfg, ds, f, current, budget_gib, used, keep)
+            if pair is None:
+                break
+            first, second = pair
+            steps.append(_step(first, current.peak_gib, None,
+                               f"saves nothing alone at the {current.peak_phase} peak, but lets the next change, "
+                               f"{second.move.label}, lower it"))
+            steps.append(_step(second, first.est.peak_gib, None,
+                               f"peak {current.peak_gib:.2f} GiB ({current.peak_phase}) is over the "
+                               f"{budget_gib:.2f} GiB budget"))
+            applied += [first, second]
+            used.update((first.move.name, second.move.name))
+            cfg, ds, current = second.config, second.dataset, second.est
+            continue
         c = _choose(cands, current.peak_gib, budget_gib, None, policy)
         reason = (f"peak {current.peak_gib:.2f} GiB ({current.peak_phase}) is over the "
                   f"{budget_gib:.2f} GiB budget")
@@ -112,6 +125,47 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
                      budget_gib=budget_gib, message=msg, policy=policy, hints=hints,
                      applied_order=order, offer=offer,
                      cautions=cautions(current.peak_gib, budget_gib, gpu_gb, ctx.ladder, driver) if fits else [])
+
+
+def _enabling_pair(ctx: _Ctx, cfg, ds, f, current: Estimate, target: float, used: set[str],
+                   keep: frozenset[str]) -> tuple[Candidate, Candidate] | None:
+    """Two moves that lower the peak together where no single move does: a switch that frees
+    nothing alone but lets another move work. Lumina 2 with its text encoder trained keeps Gemma-2
+    on the card whether or not the captions are cached, and stopping the training frees nothing
+    while the cache is off: only both together take Gemma-2 off. Only switches (kind "set", one
+    variant) lead a pair, which keeps the search to a few hundred estimates; it runs only when the
+    greedy loop is stuck."""
+    s = resolve(cfg, ctx.family, ds)
+    best: tuple[tuple, Candidate, Candidate] | None = None
+    for m1 in ctx.ladder.moves:
+        if m1.kind != "set" or m1.name in used or not _applies(m1, ctx.family, cfg, f):
+            continue
+        for cfg1, ds1, ch1 in _variants(m1, ctx.family, cfg, ds, s, ctx.ladder.rank_floor):
+            if not _valid(cfg1, ds1, ctx.family):
+                continue
+            e1 = ctx.est(cfg1, ds1)
+            if e1.peak_gib > current.peak_gib + 1e-9:
+                continue
+            first = Candidate(m1, cfg1, ds1, ch1, e1, _move_cost(m1, ch1))
+            s1 = resolve(cfg1, ctx.family, ds1)
+            f1 = facts(cfg1, ctx.family, ds1, s1, ctx.bf16)
+            for m2 in ctx.ladder.moves:
+                if m2.name == m1.name or (m2.name in used and m2.kind == "set"):
+                    continue
+                if not _applies(m2, ctx.family, cfg1, f1) or e1.peak_phase not in m2.phases:
+                    continue
+                second = _best_candidate(ctx, m2, cfg1, ds1, s1, current.peak_gib, target, None)
+                if second is None:
+                    continue
+                touched = {str(k) for c in (first, second) for k, _o, _n in c.changes}
+                saving = current.peak_gib - second.est.peak_gib
+                cost = first.cost + second.cost
+                # The user's own keys last, then quality-keeping pairs, then GiB per unit of cost.
+                rank = (bool(touched & keep), max(m1.quality_cost, m2.quality_cost) > 0,
+                        second.est.peak_gib > target, -saving / (0.05 + max(cost, 0.0)))
+                if best is None or rank < best[0]:
+                    best = (rank, first, second)
+    return None if best is None else (best[1], best[2])
 
 
 PHASE_WORDS = {
