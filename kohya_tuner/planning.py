@@ -73,7 +73,27 @@ class FittedPlan:
         if phase == "cache_latents":
             return (f"The peak ({peak:.2f} GiB) is the VAE encoding latents: a lower --set resolution helps, rank "
                     "and batch do not; --no-fit writes the preset anyway.")
-        return "Try a smaller --set network_dim or resolution, or --no-fit to write the preset anyway."
+        return f"Try a smaller {self._rank_words()} or resolution, or --no-fit to write the preset anyway."
+
+    def _rank_words(self) -> str:
+        """LyCORIS BOFT builds only at a rank that splits every layer width, so "smaller" names
+        the ranks that do."""
+        from kohya_tuner.memory import lycoris
+
+        cfg = self.plan.config
+        if not lycoris.is_boft(cfg):
+            return "--set network_dim"
+        try:
+            rank = int(cfg.get("network_dim") or 4)
+        except (TypeError, ValueError):
+            return "--set network_dim"
+        # Each width needs some even block size up to the rank whose cofactor is a power of two,
+        # so the ranks that build are every rank from the smallest one that does.
+        low = next((r for r in range(1, rank)
+                    if not lycoris.unsplittable(self.plan.family.name, {**cfg, "network_dim": r})), None)
+        if low is None:
+            return "resolution (no smaller LyCORIS BOFT rank splits this model's layers)"
+        return f"--set network_dim (LyCORIS BOFT builds on this model down to {low})"
 
 
 # sd-scripts' docs recommend this T5-XXL file below 10 GB; with fp8_base sd-scripts keeps

@@ -32,3 +32,22 @@ def presets_family(name: str):
     from kohya_tuner.families import get_family
 
     return get_family(name)
+
+
+def test_a_boft_plan_names_the_smallest_rank_that_still_builds(tmp_path):
+    """LyCORIS BOFT stops at network creation below the rank that splits every layer width: the
+    hint names that rank, and LyCORIS' own rule (memory.lycoris) agrees at it and one below."""
+    import re
+
+    from kohya_tuner.memory import lycoris
+
+    res = invoke("config", "--model", "flux", "--network", "lycoris:boft", "--job", "style", "--gpu", "6",
+                 "--out", tmp_path / "o")
+    assert res.exit_code == 2
+    hint = " ".join(res.stderr.split())
+    m = re.search(r"BOFT builds on this model down to (\d+)", hint)
+    assert m, hint
+    low = int(m.group(1))
+    cfg = {"network_module": "lycoris.kohya", "network_args": ["algo=boft"], "network_train_unet_only": True}
+    assert not lycoris.unsplittable("flux", {**cfg, "network_dim": low})
+    assert lycoris.unsplittable("flux", {**cfg, "network_dim": low - 1})

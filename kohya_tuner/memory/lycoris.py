@@ -182,14 +182,22 @@ class Count:
         return sum(self.by_component.values())
 
 
+def _args(config: dict[str, Any]) -> dict[str, str]:
+    return dict(str(a).split("=", 1) for a in config.get("network_args") or [] if "=" in str(a))
+
+
+def is_boft(config: dict[str, Any]) -> bool:
+    """LyCORIS BOFT: its network_dim must split every layer width it trains."""
+    return (config.get("network_module") == "lycoris.kohya"
+            and str(_args(config).get("algo", "")).strip().lower() == "boft")
+
+
 def unsplittable(family_name: str, config: dict[str, Any]) -> tuple[int, ...]:
     """The layer widths a config's LyCORIS BOFT cannot split at its network_dim (LyCORIS stops there);
     () for any other network, or where the family's layers are not known."""
-    if config.get("network_module") != "lycoris.kohya":
+    if not is_boft(config):
         return ()
-    args = dict(str(a).split("=", 1) for a in config.get("network_args") or [] if "=" in str(a))
-    if str(args.get("algo", "")).strip().lower() != "boft":
-        return ()
+    args = _args(config)
     try:
         rank = max(1, int(config.get("network_dim") or 4))
     except (TypeError, ValueError):
