@@ -238,12 +238,27 @@ def head_commit(path: Path) -> str | None:
 
 def _local_changes(path: Path) -> list[str] | None:
     """Tracked files edited in the working tree (None when git cannot tell)."""
-    if not shutil.which("git") or not _git_can_read(path):
-        return None
-    out = _git(["status", "--porcelain", "--untracked-files=no"], cwd=path, timeout=LOCAL_QUERY_S)
+    return _status(path)[0]
+
+
+def _status(path: Path) -> tuple[list[str] | None, str]:
+    """(tracked files edited in the working tree, or None when git cannot tell; why it cannot)."""
+    if not shutil.which("git"):
+        return None, "git is not installed"
+    if not _git_can_read(path):
+        return None, "its .git is not a regular file or folder"
+    # A look that leaves the checkout as it was: no index refresh written back
+    # (--no-optional-locks), and no fsmonitor hook from the checkout's own .git/config run.
+    out = _git(["--no-optional-locks", "-c", "core.fsmonitor=false", "status", "--porcelain",
+                "--untracked-files=no"], cwd=path, timeout=LOCAL_QUERY_S)
     if out.returncode != 0:
-        return None
-    return [line[3:].strip() for line in out.stdout.splitlines() if line.strip()]
+        said = (out.stderr or "").strip().splitlines()
+        if any("dubious ownership" in line or "safe.directory" in line for line in said):
+            return None, "git refuses a folder another user owns (its safe.directory check)"
+        if out.returncode == 124:
+            return None, "git did not answer"
+        return None, "git could not read it" + (f" ({said[-1].strip()[:160]})" if said else "")
+    return [line[3:].strip() for line in out.stdout.splitlines() if line.strip()], ""
 
 
 # ---- reading add_argument calls statically -----------------------------------------
@@ -423,6 +438,9 @@ class PinReport:
     checked_by: str  # "commit" or "arguments"
     unchecked: list[str] = field(default_factory=list)  # helpers that could not be read
     local_changes: list[str] = field(default_factory=list)
+    # Why the work tree of a git checkout could not be compared with its commit ("" when it was):
+    # then the commit alone proves nothing, and the arguments are read from the files.
+    changes_unknown: str = ""
 
     @property
     def compatible(self) -> bool:
@@ -476,17 +494,18 @@ def verify(checkout: Checkout) -> PinReport:
     pinned = pinned_commit()
     present = [s for s in entry_scripts() if s in checkout.scripts]
     missing = [s for s in entry_scripts() if s not in checkout.scripts]
-    changes = (_local_changes(checkout.path) or []) if checkout.is_git else []
+    found, unknown = _status(checkout.path) if checkout.is_git else ([], "")
+    changes = found or []
     at_pin = checkout.commit == pinned
     differences: list[str] = []
     unchecked: list[str] = []
     checked_by = "commit"
-    if not at_pin or any(c.endswith(".py") for c in changes):
+    if not at_pin or unknown or any(c.endswith(".py") for c in changes):
         checked_by = "arguments"
         differences, unchecked = compare_arguments(checkout.path, present)
     return PinReport(
         path=str(checkout.path),
-        matches=at_pin and not missing and not changes,
+        matches=at_pin and not missing and not changes and not unknown,
         commit=checkout.commit,
         pinned_commit=pinned,
         missing_scripts=missing,
@@ -494,6 +513,7 @@ def verify(checkout: Checkout) -> PinReport:
         checked_by=checked_by,
         unchecked=unchecked,
         local_changes=changes,
+        changes_unknown=unknown,
     )
 
 

@@ -209,7 +209,7 @@ def test_bitsandbytes():
 class _Pin:
     def __init__(self, **kw):
         self.__dict__.update(dict(path="/sd", matches=False, commit="a" * 40, pinned_commit="b" * 40,
-                                  missing_scripts=[], differences=[], local_changes=[]), **kw)
+                                  missing_scripts=[], differences=[], local_changes=[], changes_unknown=""), **kw)
 
     def to_dict(self):
         return dict(self.__dict__)

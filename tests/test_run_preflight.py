@@ -137,6 +137,15 @@ def test_pinned_commit_with_edited_files_is_named_as_such():
     assert "added: --foo" in by_name(evaluate({}, SD15, args), "sd-scripts")[0].message
 
 
+def test_a_pinned_commit_whose_files_git_cannot_compare_is_not_ok_and_strict_pin_refuses_it():
+    unknown = facts(pin_matches=False, pin_commit="48d368fa" + "0" * 32, pin_at_commit=True,
+                    pin_changes_unknown="git refuses a folder another user owns (its safe.directory check)")
+    c = by_name(evaluate({}, SD15, unknown), "sd-scripts")[0]
+    assert c.status == "warn" and "could not be compared" in c.message and "safe.directory" in c.message
+    assert "local changes to 0 files" not in c.message
+    assert by_name(evaluate({}, SD15, unknown, strict_pin=True), "sd-scripts")[0].status == "fail"
+
+
 def test_cpu_switches_name_what_a_cpu_cannot_run_and_leave_the_rest():
     from kohya_tuner.run.preflight import cpu_switches
 

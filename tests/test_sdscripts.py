@@ -316,6 +316,52 @@ def test_verify_pinned_checkout_matches_and_local_edits_do_not(upstream):
     assert report.differences == ["removed: --network_dim"]
 
 
+@pytest.mark.parametrize("why", ["no git", "another owner", "no answer"])
+def test_an_edited_pinned_checkout_git_cannot_read_is_not_called_a_match(upstream, monkeypatch, why):
+    """The commit from the .git files proves nothing about the files: without git's view of the
+    work tree the arguments are read from the source, and the edit is named."""
+    path, first, _ = upstream
+    git(path, "checkout", "--quiet", "--detach", first)
+    edit(path / "train_network.py", '    parser.add_argument("--network_dim", default=None, help="x")\n', "")
+    real_git = sdscripts._git
+    if why == "no git":
+        monkeypatch.setattr(sdscripts.shutil, "which", lambda name: None)
+    else:
+        said = {"another owner": (128, "fatal: detected dubious ownership in repository at '/x'\n"
+                                       "To add an exception for this directory, call: git config --global "
+                                       "--add safe.directory /x"),
+                "no answer": (124, "git did not answer within 3 s")}[why]
+
+        def refusing(args, cwd=None, **kw):
+            if "status" in args:
+                return subprocess.CompletedProcess(args, said[0], "", said[1])
+            return real_git(args, cwd, **kw)
+
+        monkeypatch.setattr(sdscripts, "_git", refusing)
+    report = sdscripts.verify(sdscripts.inspect(path))
+    assert report.commit == first
+    assert not report.matches and report.changes_unknown
+    assert report.checked_by == "arguments" and report.differences == ["removed: --network_dim"]
+    if why == "another owner":
+        assert "safe.directory" in report.changes_unknown
+
+
+def test_verify_runs_no_hook_of_the_checkout_and_leaves_its_index_alone(upstream, tmp_path):
+    """A look at a checkout: its .git/config's fsmonitor command is not run, and git's index
+    refresh is not written back."""
+    path, first, _ = upstream
+    git(path, "checkout", "--quiet", "--detach", first)
+    marker = tmp_path / "hook-ran"
+    git(path, "config", "core.fsmonitor", f"echo ran >> '{marker}'; false")
+    (path / "train_network.py").touch()
+    os.utime(path / "train_network.py", (1, 1))
+    index = (path / ".git" / "index").read_bytes()
+    report = sdscripts.verify(sdscripts.inspect(path))
+    assert report.matches, report
+    assert not marker.exists()
+    assert (path / ".git" / "index").read_bytes() == index
+
+
 def test_verify_other_commit_with_same_arguments_is_compatible_not_matching(upstream):
     path, _, second = upstream
     report = sdscripts.verify(sdscripts.inspect(path))

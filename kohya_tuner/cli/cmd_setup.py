@@ -91,6 +91,8 @@ def _render(checkout, action: str, report, pip_cmd: list[str], installed: int | 
             reasons.append("another commit" if report.commit else "commit unknown")
         if report.local_changes:
             reasons.append(f"local changes in {len(report.local_changes)} file(s)")
+        if report.changes_unknown:
+            reasons.append(f"its files could not be compared with the commit ({report.changes_unknown})")
         if report.missing_scripts:
             reasons.append("missing " + ", ".join(report.missing_scripts))
         paragraph(f"{'; '.join(reasons)}. kohya-tuner will use it with a warning; `run --strict-pin` refuses it.",

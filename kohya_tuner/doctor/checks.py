@@ -528,6 +528,8 @@ def check_sd_scripts(f: Facts) -> list[Check]:
             reasons.append(f"commit {r.commit[:12] if r.commit else 'unknown'} (pinned {r.pinned_commit[:12]})")
         if r.local_changes:
             reasons.append(f"local changes in {len(r.local_changes)} file(s)")
+        if r.changes_unknown:
+            reasons.append(f"its files could not be compared with the commit ({r.changes_unknown})")
         if r.differences:
             reasons.append(f"{len(r.differences)} argument difference(s) from the pin")
         out.append(Check("sd-scripts", "warn", f"{r.path}: " + "; ".join(reasons) + ".",

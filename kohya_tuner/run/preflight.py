@@ -78,6 +78,7 @@ class Facts:
     # The pinned commit itself, with these work-tree files changed (git status).
     pin_at_commit: bool = False
     pin_local_changes: tuple[str, ...] = ()
+    pin_changes_unknown: str = ""
     python: str = ""
     python_probe: dict[str, Any] = field(default_factory=dict)
     own_pids: frozenset[int] = frozenset()
@@ -231,12 +232,17 @@ def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_ind
         shown = ", ".join(facts.pin_local_changes[:4]) + (f" (+{n - 4} more)" if n > 4 else "")
         diffs = "; ".join(facts.pin_differences[:4])
         more = f" (+{len(facts.pin_differences) - 4} more)" if len(facts.pin_differences) > 4 else ""
+        edits = (f"with local changes to {n} file{'s' if n != 1 else ''}" + (f": {shown}" if shown else "")
+                 if not facts.pin_changes_unknown else
+                 f"but its files could not be compared with the commit ({facts.pin_changes_unknown})")
         checks.append(Check("sd-scripts", "fail" if strict_pin else "warn",
-                            f"sd-scripts at {facts.checkout_path} is the pinned commit with local changes to {n} "
-                            f"file{'s' if n != 1 else ''}" + (f": {shown}" if shown else "")
-                            + (f"; they change its arguments: {diffs}{more}" if diffs else ""),
+                            f"sd-scripts at {facts.checkout_path} is the pinned commit {edits}"
+                            + (f"; its arguments differ from the pin's: {diffs}{more}" if diffs
+                               else "; its arguments match the pin's" if facts.pin_changes_unknown else ""),
                             "Going on; --strict-pin refuses this, `git -C <checkout> stash` (or checkout --) puts the "
-                            "files back."))
+                            "files back." if not facts.pin_changes_unknown else
+                            "Going on; --strict-pin refuses this until git can read the checkout (for a folder "
+                            "another user owns: `git config --global --add safe.directory <checkout>`)."))
     else:
         what = f"commit {facts.pin_commit[:10]}" if facts.pin_commit else "not a git checkout"
         diffs = "; ".join(facts.pin_differences[:4]) or (
@@ -354,6 +360,7 @@ def gather(*, out_dir: Path, python: str, sd_scripts: str | Path | None, cpu: bo
         facts.pin_unchecked = bool(pin.unchecked)
         facts.pin_at_commit = pin.commit == pin.pinned_commit
         facts.pin_local_changes = tuple(pin.local_changes)
+        facts.pin_changes_unknown = pin.changes_unknown
     found = probe_modules(python, ["torch", "accelerate", "xformers", "bitsandbytes"])
     facts.python_probe = dict(found)
     if facts.gpus and not found.get("error") and (found.get("modules") or {}).get("torch"):
