@@ -277,7 +277,8 @@ class _Source:
             file = self.root / rel
             try:
                 self._trees[rel] = ast.parse(_small_text(file, 16 << 20), filename=str(file))
-            except (OSError, SyntaxError, ValueError):
+            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+                # Source nested past the parser's limits is unreadable like a syntax error: unchecked.
                 self._trees[rel] = None
         return self._trees[rel]
 

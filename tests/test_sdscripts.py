@@ -239,9 +239,14 @@ def test_entry_scripts_only_folder_reports_unchecked_not_a_flood_of_removals(tmp
     assert not report.matches and not report.compatible
 
 
-def test_unparsable_entry_script_is_unchecked(tmp_path):
+@pytest.mark.parametrize("text", ["def setup_parser(:\n",
+                                  # nested past the parser's recursion limit, and past its stack
+                                  "def setup_parser():\n    x = " + "1+" * 200_000 + "1\n",
+                                  "def setup_parser():\n    x = " + "-" * 100_000 + "1\n"],
+                         ids=["syntax", "long-expression", "deep-unary"])
+def test_unparsable_entry_script_is_unchecked(tmp_path, text):
     root = make_fake_sd_scripts(tmp_path / "sd")
-    (root / "sdxl_train_network.py").write_text("def setup_parser(:\n")
+    (root / "sdxl_train_network.py").write_text(text)
     report = sdscripts.verify(sdscripts.inspect(root))
     assert "sdxl_train_network.py:setup_parser" in report.unchecked
     assert report.differences == []
