@@ -78,6 +78,12 @@ def _render(checkout, action: str, report, pip_cmd: list[str], installed: int | 
     # Paths and source lines are printed as they are (escaped); only our own words carry style.
     out = lambda text="": console.print(escape(text), soft_wrap=True)  # noqa: E731 - paths must not be wrapped
     styled = lambda text: console.print(text, soft_wrap=True)  # noqa: E731
+
+    def copy_line(text: str) -> None:
+        # A line to paste into a shell goes out as it is: the console turns a tab in a path into spaces.
+        console.file.flush()
+        console.file.write(text + "\n")
+        console.file.flush()
     pinned = report.pinned_commit[:12]
     styled(f"sd-scripts: {escape(action)}: [bold]{escape(str(checkout.path))}[/bold]")
     commit = report.commit[:12] if report.commit else "unknown (not a git checkout)"
@@ -109,14 +115,14 @@ def _render(checkout, action: str, report, pip_cmd: list[str], installed: int | 
             out(f"    not checked (could not read): {item}")
     if not found_by_default and not os.environ.get(sdscripts.ENV_VAR):
         out("  Other commands find it with either of these (each a line to copy):")
-        out(f"    --sd-scripts {shlex.quote(str(checkout.path))}")
-        out(f"    export {sdscripts.ENV_VAR}={shlex.quote(str(checkout.path))}")
+        copy_line(f"    --sd-scripts {shlex.quote(str(checkout.path))}")
+        copy_line(f"    export {sdscripts.ENV_VAR}={shlex.quote(str(checkout.path))}")
     if installed is None:
         env = sdscripts.pin()["environment"]
         out()
         paragraph(f"Trainer environment: install torch >= {env['torch_min']} first (upstream tests Python "
                   f"{env['python']}), then its requirements with the Python that will run training (`run --python`, "
                   "default this one):")
-        out(f"  cd {shlex.quote(str(checkout.path))} && {shlex.join(pip_cmd)}")
+        copy_line(f"  cd {shlex.quote(str(checkout.path))} && {shlex.join(pip_cmd)}")
     else:
         styled("[green]requirements installed[/green]")

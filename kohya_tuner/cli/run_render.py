@@ -207,8 +207,11 @@ def print_dry_run(p: PreparedRun) -> None:
     # The command alone on its own line, exactly as a shell needs it.
     sys.stdout.write(format_command(p.argv) + "\n")
     sys.stdout.flush()
-    console.print(f"Start it supervised with: kohya-tuner run --continue {format_command([str(p.out)])}",
-                  markup=False)
+    console.print("Start it supervised with:", markup=False)
+    sys.stdout.flush()
+    # Raw, like the command above: the console would wrap a long folder inside its quotes.
+    sys.stdout.write(f"kohya-tuner run --continue {format_command([str(p.out)])}\n")
+    sys.stdout.flush()
 
 
 def print_preview(preview: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kohya_tuner.child import run_bounded
 from kohya_tuner.doctor.probe_script import PROBE_MARK, PROBE_SOURCE
 
 DEFAULT_TIMEOUT = 60.0
@@ -78,8 +79,7 @@ def probe_python(python: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
     # started cannot shadow the installed package.
     with tempfile.TemporaryDirectory(prefix="kt-probe-") as cwd:
         try:
-            proc = subprocess.run([exe, "-c", PROBE_SOURCE, opts], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                  capture_output=True, timeout=timeout)
+            proc = run_bounded([exe, "-c", PROBE_SOURCE, opts], cwd=cwd, env=env, timeout_s=timeout)
         except FileNotFoundError:
             return PythonProbe(python=exe, error=f"{exe} does not exist")
         except PermissionError:

@@ -205,14 +205,17 @@ def probe_modules(python: str, modules: list[str], timeout_s: float = 60.0) -> d
     import json
 
     try:
-        proc = subprocess.run([python, "-c", _PROBE, *modules], capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL)
+        from kohya_tuner.child import run_bounded
+
+        proc = run_bounded([python, "-c", _PROBE, *modules], text=True, timeout_s=timeout_s)
     except FileNotFoundError:
         return {"error": f"{python} does not exist"}
     except PermissionError:
         return {"error": f"{python} is not executable"}
     except subprocess.TimeoutExpired:
         return {"error": f"{python} did not answer within {timeout_s:g} s"}
+    except OSError as exc:
+        return {"error": f"{python} cannot be run: {exc.strerror or exc}"}
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return {"error": f"{python} failed: {tail[0]}"}
