@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from kohya_tuner.families import get_family
 from kohya_tuner.gpu import GpuInfo, GpuProcess
 from kohya_tuner.run.preflight import Facts, apply, disk_need_gib, evaluate, host_ram_need_gib
@@ -87,6 +89,14 @@ def test_trainer_python_problems_fail_with_the_install_command():
     no_torch = facts(python_probe={"modules": {"torch": None, "accelerate": "1.6.0"}})
     c = by_name(evaluate({}, SD15, no_torch), "python")[0]
     assert c.status == "fail" and "pip install torch" in c.hint
+    # The command to copy names the interpreter as one shell word, spaces and quotes included.
+    if sys.platform != "win32":
+        import shlex
+
+        odd = facts(python="/home/me/my env's/bin/python", python_probe={"modules": {"torch": None}})
+        hint = by_name(evaluate({}, SD15, odd), "python")[0].hint
+        words = shlex.split(hint.split("Install them: ", 1)[1].split(" (for CUDA", 1)[0])
+        assert words == ["/home/me/my env's/bin/python", "-m", "pip", "install", "torch", "accelerate"]
     cpu_torch = facts(python_probe={**OK_PROBE, "cuda": False, "torch_cuda": None})
     c = by_name(evaluate({}, SD15, cpu_torch), "python")[0]
     assert c.status == "fail" and "CPU-only build" in c.message

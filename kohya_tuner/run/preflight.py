@@ -143,6 +143,12 @@ def disk_need_gib(config: Mapping[str, Any], lora_params: int, total_steps: int,
 PLACEHOLDER = "SD_SCRIPTS_DIR"
 
 
+def _command(argv: list[str]) -> str:
+    from kohya_tuner.run.launcher import format_command
+
+    return format_command([str(a) for a in argv])
+
+
 def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_index: int = 0,
              gpu_ids: tuple[int, ...] = (), num_processes: int = 1, predicted_gib: float | None = None,
              lora_params: int = 0, total_steps: int = 0, images: int = 0, strict: bool = False,
@@ -263,7 +269,7 @@ def evaluate(config: Mapping[str, Any], family: Family, facts: Facts, *, gpu_ind
         missing = [m for m in ("torch", "accelerate") if not mods.get(m)]
         if missing:
             checks.append(Check("python", "fail", f"{facts.python} lacks {', '.join(missing)}",
-                                f"Install them: {facts.python} -m pip install {' '.join(missing)} (for CUDA, torch "
+                                f"Install them: {_command([facts.python, '-m', 'pip', 'install', *missing])} (for CUDA, torch "
                                 "from https://pytorch.org/get-started/locally/), or pass --python of sd-scripts' venv."))
         elif facts.gpus and not cpu and probe.get("cuda") is False:
             build = "a CPU-only build" if not probe.get("torch_cuda") else f"built for CUDA {probe['torch_cuda']}"
