@@ -21,7 +21,8 @@ BASE = {
     FX: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_flux",
          "resolution": "512", "network_dim": 8},
     S3: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_sd3",
-         "resolution": "1024", "network_dim": 8},
+         "resolution": "1024", "network_dim": 8, "clip_l": "l.safetensors", "clip_g": "g.safetensors",
+         "t5xxl": "t5.safetensors"},
     LU: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_lumina",
          "resolution": "1024", "network_dim": 8},
     HY: {"pretrained_model_name_or_path": "m.safetensors", "network_module": "networks.lora_hunyuan_image",
@@ -142,7 +143,8 @@ EXAMPLES = {
     "sd3_te_cache_with_caption_changes": (S3, {"cache_text_encoder_outputs": True, "token_warmup_step": 0.5}, {"cache_text_encoder_outputs": True}, None),
     "sd3_max_token_length_unused": (S3, {"max_token_length": 150}, {}, None),
     "sd3_blocks_to_swap_with_cpu_offload": (S3, {"blocks_to_swap": 4, "cpu_offload_checkpointing": True}, {"cpu_offload_checkpointing": True}, None),
-    "sd3_blocks_to_swap_max": (S3, {"blocks_to_swap": 37}, {"blocks_to_swap": 36}, None),
+    "sd3_blocks_to_swap_max": (S3, {"blocks_to_swap": 23}, {"blocks_to_swap": 22}, None),
+    "model_files_required": (S3, {"clip_g": None}, {}, None),
     "sd3_te_cache_with_t5_training": (S3, {"cache_text_encoder_outputs": True, "network_args": ["train_t5xxl=True"]}, {"network_args": ["train_t5xxl=True"]}, None),
     # Outside argparse's choices in a --config_file, refused by the code that reads them.
     "nothing_with_a_learning_rate": (SD, {"learning_rate": 0.0}, {"learning_rate": 0.0, "unet_lr": 0.0001}, None),
@@ -205,7 +207,7 @@ def _line(rule_id: str) -> str:
 
 
 # Rules on the model's own layers need the family (the script alone trains several).
-EXAMPLE_FAMILY = {"lycoris_boft_unsplittable": "sd35l"}
+EXAMPLE_FAMILY = {"lycoris_boft_unsplittable": "sd35l", "sd3_blocks_to_swap_max": "sd3"}
 
 
 def _fires(rule_id, script, config, dataset, **kw):
@@ -309,9 +311,44 @@ def test_file_rule_fires_on_missing_files_and_not_on_present_ones(rule_id, tmp_p
     assert rule_id not in [p.rule for p in res.problems + res.warnings]
 
 
+# script -> the model files its load_target_model opens (each key as the entry script names it)
+MODEL_FILES = {FX: ("clip_l", "t5xxl", "ae"), S3: ("clip_l", "clip_g", "t5xxl"), LU: ("gemma2", "ae"),
+               HY: ("text_encoder", "byt5", "vae"), AN: ("qwen3", "vae")}
+
+
+@pytest.mark.parametrize("script", sorted(MODEL_FILES))
+def test_each_model_file_a_script_opens_is_required_and_must_exist(script, tmp_path):
+    files = {}
+    for key in MODEL_FILES[script]:
+        (tmp_path / f"{key}.safetensors").write_bytes(b"0")
+        files[key] = str(tmp_path / f"{key}.safetensors")
+    (tmp_path / "m.safetensors").write_bytes(b"0")
+    cfg = {**BASE[script], "pretrained_model_name_or_path": str(tmp_path / "m.safetensors"), **files}
+
+    def rules(c, **kw):
+        res = engine.check(c, script, complete=True, **kw)
+        return [p.rule for p in res.problems + res.warnings]
+
+    assert "model_files_required" not in rules(cfg, filesystem=True)
+    assert "model_file_missing" not in rules(cfg, filesystem=True)
+    for key in MODEL_FILES[script]:
+        gone = {k: v for k, v in cfg.items() if k != key}
+        assert rules(gone).count("model_files_required") == 1, key
+        moved = {**cfg, key: str(tmp_path / "gone" / f"{key}.safetensors")}
+        found = rules(moved, filesystem=True)
+        # A missing VAE is vae_missing's to say, once.
+        assert found.count("model_file_missing") == (0 if key == "vae" else 1), (key, found)
+        assert found.count("vae_missing") == (1 if key == "vae" else 0), (key, found)
+        assert "model_file_missing" not in rules(moved, filesystem=False)
+    # Chroma runs on flux_train_network.py without CLIP-L.
+    if script == FX:
+        chroma = {k: v for k, v in cfg.items() if k != "clip_l"}
+        assert "model_files_required" not in rules({**chroma, "model_type": "chroma"})
+
+
 def test_every_rule_has_a_test_and_a_source_line():
     ids = {r.id for r in engine.rules()}
-    assert ids == set(EXAMPLES) | set(FILE_RULES)
+    assert ids == set(EXAMPLES) | set(FILE_RULES) | {"model_file_missing"}
     for r in engine.rules():
         path, _, line = r.line.partition(":")
         assert path.endswith(".py") and line.isdigit(), r.line

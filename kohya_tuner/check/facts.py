@@ -125,6 +125,20 @@ def _lycoris_unsplittable(family: str | None, c: dict[str, Any]) -> str | None:
     return ", ".join(map(str, lycoris.unsplittable(family, c))) or None
 
 
+_SD3_SWAP_LIMIT = {"sd3": 22, "sd35m": 22, "sd35l": 36}
+# The model files each entry script's load_target_model hands to a loader that opens the path,
+# with no default and no fallback (a path of None stops the run while the models load). SD3's
+# loaders would take the encoders from an all-in-one base file, but strip only part of their key
+# prefix at the pin (sd3_utils.py:113), so the weights stay unplaced. Chroma uses no CLIP-L.
+_MODEL_FILES = {
+    "flux_train_network.py": ("clip_l", "t5xxl", "ae"),
+    "sd3_train_network.py": ("clip_l", "clip_g", "t5xxl"),
+    "lumina_train_network.py": ("gemma2", "ae"),
+    "hunyuan_image_train_network.py": ("text_encoder", "byt5", "vae"),
+    "anima_train_network.py": ("qwen3", "vae"),
+}
+
+
 class Context:
     """Everything a rule may read, for one config (and its dataset file) and one script."""
 
@@ -370,6 +384,14 @@ class Context:
         if c.get("split_mode") and swap is None and self.script == "flux_train_network.py":
             swap = 18
         d["@blocks_to_swap"] = swap
+        # The MMDiT swaps at most depth - 2 blocks (sd3_models.py:1078): 22 for SD3 / SD3.5 Medium
+        # (24 blocks), 36 for SD3.5 Large (38). Without the family, only Large's limit is certain.
+        limit = _SD3_SWAP_LIMIT.get(self.family or "", 36)
+        d["@sd3_swap_limit"] = limit
+        d["@sd3_swap_over"] = (isinstance(swap, int) and not isinstance(swap, bool) and swap > limit) or None
+        needs = tuple(k for k in _MODEL_FILES.get(self.script, ())
+                      if not (k == "clip_l" and c.get("model_type") == "chroma"))
+        d["@model_files_unset"] = ", ".join(k for k in needs if not c.get(k)) or None
         d["@train_t5xxl"] = net.get("train_t5xxl") == "True"
         res = c.get("resolution")
         d["@resolution_parts"] = len(res.split(",")) if isinstance(res, str) else None
@@ -389,13 +411,16 @@ class Context:
 
             d["@dataset_config_is"] = safeio.describe(self._path(ds_path))
         d["@dataset_config_suffix"] = (Path(ds_path).suffix.lower() if isinstance(ds_path, str) else None)
-        for key in ("resume", "network_weights", "pretrained_model_name_or_path", "train_data_dir", "vae"):
+        for key in ("resume", "network_weights", "pretrained_model_name_or_path", "train_data_dir", "vae",
+                    *_MODEL_FILES.get(self.script, ())):
             v = c.get(key)
             exists = not self.filesystem or not isinstance(v, str) or self._path(v).exists()
             if key in _HUB_LOADED.get(self.script, ("pretrained_model_name_or_path",)) and isinstance(v, str) \
                     and looks_like_hub_id(v):
                 exists = True
             d[f"@missing:{key}"] = not exists
+        d["@model_files_missing"] = "; ".join(f"{k} {c.get(k)}" for k in _MODEL_FILES.get(self.script, ())
+                                              if k != "vae" and d.get(f"@missing:{k}") and c.get(k)) or None
         d["@no_training_data"] = self._no_training_data()
         return d
 
