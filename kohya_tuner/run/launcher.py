@@ -326,25 +326,82 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 10.0, first: str = "SIGI
             sent.append("taskkill")
         return sent
     pgid = proc.pid  # start_new_session makes the child the leader of its own group
+    # torchrun starts each rank in a session of its own, out of reach of the group's signals: the
+    # ranks are tracked as descendants while the launcher lives (afterwards they belong to init),
+    # left to the launcher's own forwarding of SIGINT and SIGTERM, and killed with the group.
+    others = _Descendants(proc.pid, pgid)
     order = ["SIGINT", "SIGTERM", "SIGKILL"]
     order = order[order.index(first):]
     for name in order:
-        if not _group_alive(pgid):
+        others.refresh()
+        if not _group_alive(pgid) and not others.alive():
             break
         try:
             os.killpg(pgid, getattr(signal, name))
         except ProcessLookupError:
-            break
+            pass
+        if name == "SIGKILL":
+            others.kill()
         sent.append(name)
         deadline = time.monotonic() + (grace_s if name != "SIGKILL" else 5.0)
         while time.monotonic() < deadline:
-            if proc.poll() is not None and not _group_alive(pgid):
+            others.refresh()
+            if proc.poll() is not None and not _group_alive(pgid) and not others.alive():
                 break
             if hurry is not None and hurry.is_set() and name != "SIGKILL":
                 break
             time.sleep(0.05)
+    # Whatever outlived the escalation (a rank deaf to signals whose launcher died first).
+    if others.alive():
+        others.kill()
+        if "SIGKILL" not in sent:
+            sent.append("SIGKILL")
     proc.poll()
     return sent
+
+
+class _Descendants:
+    """The processes below the launcher that left its process group (psutil objects, so a
+    reused pid is never signalled)."""
+
+    def __init__(self, root_pid: int, pgid: int):
+        self.root_pid = root_pid
+        self.pgid = pgid
+        self.seen: dict[int, Any] = {}
+
+    def refresh(self) -> None:
+        import psutil
+
+        try:
+            found = psutil.Process(self.root_pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for p in found:
+            try:
+                if os.getpgid(p.pid) != self.pgid:
+                    self.seen.setdefault(p.pid, p)
+            except OSError:
+                pass
+
+    def alive(self) -> bool:
+        import psutil
+
+        def running(p) -> bool:
+            try:
+                return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                return False
+
+        return any(running(p) for p in self.seen.values())
+
+    def kill(self) -> None:
+        import psutil
+
+        for p in self.seen.values():
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
 
 
 def _reader(stream, name: str, out: queue.Queue, log, log_lock: threading.Lock) -> None:
