@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -27,6 +29,7 @@ class FakeStep:
     resume_safe: bool = True
     reason: str = "cheaper"
     saved_gib: float = 1.0
+    note: str = ""
 
 
 @dataclass
@@ -485,6 +488,19 @@ def test_a_shortfall_within_the_estimates_error_keeps_the_saved_state_instead_of
     # Without a figure for the shortfall nothing can be judged near: the covering move.
     bare = SimpleNamespace(outcome="oom", phase="training", oom=None, error=None, advice=[])
     assert decide(bare, PLAN, SD15, s, facts(end_step=30), next_step=FakeLadder(moves)).move == "rank_half"
+
+
+def test_a_move_with_its_own_note_reads_as_words_with_or_without_a_second_clause():
+    s = state(newest_state=StateRecord("/o/lora-step00000030-state", 30, 1),
+              user_keys=frozenset({"mixed_precision"}))
+    own = FakeStep("precision", [("mixed_precision", "no", "bf16")],
+                   note="changes mixed_precision, which you set yourself: no other move is left for this phase")
+    for tried, free in ((60.0, 0.5), (0.3, 0.1), (None, None)):
+        diag = oom(tried=tried, free=free) if tried else SimpleNamespace(outcome="oom", phase="training", oom=None,
+                                                                         error=None, advice=[])
+        action = decide(diag, PLAN, SD15, s, facts(end_step=30), next_step=FakeLadder([own]))
+        assert isinstance(action, Retry) and own.note in action.note
+        assert not re.search(r"\bNone\b", action.note), action.note
 
 
 # ---- continuing through moves the saved state cannot follow ----------------------------------

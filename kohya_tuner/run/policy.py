@@ -561,8 +561,9 @@ def _redone(start: int, end: int) -> str:
     return f"; step {end} is redone" if end == start + 1 else f"; steps {start + 1}-{end} are redone"
 
 
-def _join(a: str | None, b: str) -> str:
-    return f"{a}; {b}" if a else b
+def _join(a: str | None, b: str | None) -> str:
+    """Two clauses of a note, either of which may be missing (never the word "None")."""
+    return "; ".join(x for x in (a, b) if x)
 
 
 # ---- progress bookkeeping (pure, fed with parser events) -------------------------------------
