@@ -29,7 +29,7 @@ from kohya_tuner.run.states import (AttemptOutput, attempt_config, attempt_outpu
 # A process killed with signal 9 by someone other than kohya-tuner (the kernel's OOM killer), as Python,
 # a shell, and torchrun's record of a failed rank say it. On several ranks the peers' collective errors
 # ("Connection reset by peer") may come first; the kill is still the cause.
-_KILLED = re.compile(r"(died with <Signals\.SIGKILL: 9>|exit status -9\b|exit status 137\b|Killed\s*$"
+_KILLED = re.compile(r"(died with <Signals\.SIGKILL: 9>|exit status -9\b|exit status 137\b|Killed\s*$|\b\d+ Killed\s+\S"
                      r"|^\s*exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received by PID)")
 
 
