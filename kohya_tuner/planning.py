@@ -122,7 +122,7 @@ def fit_plan(plan: Plan, dataset: dict[str, Any], gpu_gb: float, *, others_gib: 
             return ladder.tune({**plan.config, **sample_size_key(plan), **extra}, plan.family, budget,
                                dataset=dataset, history=hist,
                                gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16 is not False, cpu=cpu,
-                               keep=user_keys(plan), driver=driver)
+                               keep=user_keys(plan), driver=driver, gpus=gpus)
 
         result = tune({})
         offer = result.offer

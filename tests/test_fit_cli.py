@@ -150,3 +150,19 @@ def test_estimate_and_fit_read_what_config_writes(model, gb, tmp_path):
     fitted = invoke("fit", cfg, "--gpu", gb, "--out", out, "--json")
     assert fitted.exit_code in (0, 1), fitted.output
     assert json.loads(fitted.stdout)["model"] == model
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+@pytest.mark.parametrize("gb", [11, 16])
+def test_a_fit_for_several_gpus_fits_each_of_them(gpus, gb, tmp_path):
+    """Each rank holds the whole model and DDP's gradient buckets: what `fit --gpus N` writes, the
+    per-card estimate for N GPUs says fits."""
+    src = tmp_path / "heavy.toml"
+    src.write_text(HEAVY_SDXL)
+    out = tmp_path / "fitted.toml"
+    res = invoke("fit", src, "--model", "sdxl", "--gpu", gb, "--gpus", gpus, "--out", out, "--json")
+    assert res.exit_code == 0, res.stdout + res.stderr
+    fitted = config_io.read_config(out, model="sdxl")
+    per_card = estimate(fitted.config, fitted.family, gpus=gpus).peak_gib
+    assert per_card <= budget_gib(gb) + 1e-6
+    assert json.loads(res.stdout)["after"]["peak_gib"] == pytest.approx(per_card, abs=1e-3)

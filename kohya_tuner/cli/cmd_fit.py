@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kohya_tuner.cli.argtypes import gpu_size, out_path
+from kohya_tuner.cli.argtypes import gpu_size, out_path, positive_int
 
 if TYPE_CHECKING:
     from kohya_tuner import ladder
@@ -148,6 +148,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", "-d", type=Path, metavar="FILE", help="The --dataset_config file.")
     p.add_argument("--model", "-m", help="Model family (sd15, sdxl, flux, sd2, sd3, sd35m, sd35l, chroma, lumina2, hunyuan21, anima), "
                                          "when the file does not say.")
+    p.add_argument("--gpus", type=positive_int, default=1, metavar="N",
+                   help="Number of GPUs it trains on (data parallel): the fit is for each card, which holds the "
+                        "whole model and DDP's gradient buckets.")
     p.add_argument("--policy", choices=POLICIES, default="default",
                    help="default: most GiB per cost, quality-keeping moves first; roadmap: the guides' fixed "
                         "order.")
@@ -191,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
 
     result = ladder.fit(loaded.config, family, budget, policy=policy, dataset=ds, history=hist,
                         gpu_name=gpu_name, gpu_gb=choice.gb, bf16=choice.bf16 is not False,
-                        caches_done=done_phases(family.name, loaded.config, ds), driver=choice.driver)
+                        caches_done=done_phases(family.name, loaded.config, ds), driver=choice.driver,
+                        gpus=args.gpus)
     corrected = [a for a in result.after.assumptions if a.startswith("scaled by")]
 
     written: Path | None = None

@@ -21,7 +21,7 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
         dataset: dict[str, Any] | None = None, history: list | None = None, gpu_name: str | None = None,
         gpu_gb: float | None = None, bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
         keep=frozenset(), caches_done: frozenset[str] = frozenset(), driver: str | None = None,
-        refit: bool = True) -> FitResult:
+        refit: bool = True, gpus: int = 1) -> FitResult:
     """Apply the fewest, cheapest moves until the estimate is within `budget_gib`.
     With `cpu`, moves a CPU cannot run are left out; a move that changes a key in `keep` (the
     user's own) is taken only when no other move is left. With `refit`, a plan whose pruning
@@ -30,7 +30,8 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
     lad = ladder or load_ladder()
-    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad, frozenset(caches_done), driver)
+    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad, frozenset(caches_done), driver,
+               gpus=gpus)
     cfg = dict(config)
     ds = copy.deepcopy(dataset) if dataset is not None else None
     before = ctx.est(cfg, ds)
@@ -89,7 +90,7 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
 
             alt = fit(config, family, budget_gib, policy=policy, dataset=dataset, history=history,
                       gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16, keep=keep, caches_done=caches_done,
-                      driver=driver, refit=False,
+                      driver=driver, refit=False, gpus=gpus,
                       ladder=replace(ctx.ladder, moves=tuple(m for m in ctx.ladder.moves if m.name not in dropped)))
             if alt.fits and _plan_cost(ctx, alt.steps) < _plan_cost(ctx, steps) - 1e-9:
                 cfg, ds, current, steps = alt.config, alt.dataset, alt.after, alt.steps
@@ -114,7 +115,7 @@ def fit(config: dict[str, Any], family: Family, budget_gib: float, *, policy: st
                 continue
             alt = fit({**config, swap.key: swap.value}, family, budget_gib, policy=policy, dataset=dataset,
                       history=history, gpu_name=gpu_name, gpu_gb=gpu_gb, bf16=bf16, ladder=ctx.ladder,
-                      driver=driver)
+                      driver=driver, gpus=gpus)
             if alt.fits:
                 offer = {"key": swap.key, "value": swap.value, "label": swap.label,
                          "peak_gib": round(alt.after.peak_gib, 3)}

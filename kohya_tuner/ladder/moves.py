@@ -340,8 +340,10 @@ class _Ctx:
     """Shared state of one fit: the family, dataset, history and the estimator calls."""
 
     def __init__(self, family: Family, history, gpu_name, bf16: bool, ladder: Ladder,
-                 caches_done: frozenset[str] = frozenset(), driver: str | None = None):
+                 caches_done: frozenset[str] = frozenset(), driver: str | None = None, gpus: int = 1):
         self.family = family
+        # Each rank holds the whole model and DDP's gradient buckets: the peak is per card.
+        self.gpus = max(1, int(gpus))
         self.driver = driver
         self.history = history
         self.gpu_name = gpu_name
@@ -351,7 +353,7 @@ class _Ctx:
 
     def est(self, cfg, ds) -> Estimate:
         return estimate(cfg, self.family, dataset=ds, history=self.history, gpu_name=self.gpu_name,
-                        caches_done=self.caches_done, driver=self.driver)
+                        caches_done=self.caches_done, driver=self.driver, gpus=self.gpus)
 
 
 def _phase_value(e: Estimate, phase: str | None) -> float:

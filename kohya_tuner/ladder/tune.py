@@ -25,7 +25,7 @@ from kohya_tuner.memory.monitor import context_gib
 def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: dict[str, Any] | None = None,
          history: list | None = None, gpu_name: str | None = None, gpu_gb: float | None = None,
          bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
-         keep: Iterable[str] = frozenset(), driver: str | None = None) -> FitResult:
+         keep: Iterable[str] = frozenset(), driver: str | None = None, gpus: int = 1) -> FitResult:
     """Fit, then remove speed costs (block swap, gradient checkpointing, checkpoint offload,
     8-bit states) as long as the peak stays within the upper target share of the budget.
     Keys in `keep` (the user's own) are never relaxed, and the fit moves them last."""
@@ -44,13 +44,13 @@ def tune(config: dict[str, Any], family: Family, budget_gib: float, *, dataset: 
     # Aim at the upper target first (headroom for a late large bucket); settle for the whole
     # budget when the target cannot be reached.
     result = fit(config, family, high, dataset=dataset, history=history, gpu_name=gpu_name, gpu_gb=gpu_gb,
-                 bf16=bf16, ladder=lad, keep=keep, driver=driver)
+                 bf16=bf16, ladder=lad, keep=keep, driver=driver, gpus=gpus)
     if not result.fits:
         result = fit(config, family, budget_gib, dataset=dataset, history=history, gpu_name=gpu_name,
-                     gpu_gb=gpu_gb, bf16=bf16, ladder=lad, keep=keep, driver=driver)
+                     gpu_gb=gpu_gb, bf16=bf16, ladder=lad, keep=keep, driver=driver, gpus=gpus)
     if not result.fits:
         return result
-    ctx = _Ctx(family, history, gpu_name, bf16, lad, driver=driver)
+    ctx = _Ctx(family, history, gpu_name, bf16, lad, driver=driver, gpus=gpus)
     cfg, ds, current = dict(result.config), result.dataset, result.after
     steps = list(result.steps)
     for r in lad.relaxes:
@@ -127,7 +127,7 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
               require_resume_safe: bool = False, history: list | None = None, gpu_name: str | None = None,
               bf16: bool = True, ladder: Ladder | None = None, cpu: bool = False,
               keep: Iterable[str] = frozenset(), one_at_a_time: bool = False,
-              only: Iterable[str] | None = None, never_keep: bool = False) -> Step | None:
+              only: Iterable[str] | None = None, never_keep: bool = False, gpus: int = 1) -> Step | None:
     """The next move for a run that ran out of memory in `phase`, or None at the floor.
 
     Only moves listed for that phase are considered; moves in `tried` (but a stepped move, whose
@@ -143,7 +143,7 @@ def next_step(config: dict[str, Any], family: Family, *, phase: str, deficit_gib
     if policy not in POLICIES:
         raise UserError(f"Unknown policy {policy!r}.", f"Choose one of: {', '.join(POLICIES)}.")
     lad = ladder or load_ladder()
-    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad)
+    ctx = _Ctx(family, history, gpu_name, bf16, lad.for_cpu() if cpu else lad, gpus=gpus)
     if phase not in PHASE_WORDS:
         phase = "training"  # a log that cannot place the failure: the training step is the usual culprit
     # A combined step is named "a+b"; each of its moves counts as tried.

@@ -337,7 +337,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     short = need
     if again and need is not None:
         need += REPEAT_MARGIN_GIB
-    extra = dict(cpu=state.cpu, keep=state.user_keys, one_at_a_time=again)
+    extra = dict(cpu=state.cpu, keep=state.user_keys, one_at_a_time=again, gpus=state.processes)
     first = _phase_first(lphase, config, family, state, next_step, need, dataset, extra)
     if first is not None:
         name, step = first
