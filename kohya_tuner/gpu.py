@@ -346,6 +346,38 @@ def parse_gb(text: str) -> int:
     return gb
 
 
+def choose_among(text: str, gpu_ids: tuple[int, ...] | list[int], arch: str | None = None
+                 ) -> tuple[GpuChoice, str | None]:
+    """`--gpu auto` for a run on the cards `gpu_ids`: every rank holds the whole model, so the
+    smallest card (the least free memory, then one without bf16) sets the plan. Returns the choice
+    and, when the cards differ, a sentence that says so."""
+    ids = list(gpu_ids) or [0]
+    choices = [choose(text, i, arch=arch) for i in ids]
+    if len(choices) == 1 or str(text).strip().lower() != "auto":
+        return choices[0], None
+
+    def room(c: GpuChoice) -> tuple:
+        free = c.info.total_gib - c.info.others_gib() if c.info else float(c.gb)
+        return (c.gb, free, c.bf16 is not False)
+
+    pick = min(choices, key=room)
+    sizes = {(c.gb, c.bf16) for c in choices}
+    if len(sizes) == 1:
+        return pick, None
+    also = ""
+    oldest = next((c for c in choices if c.bf16 is False), None)
+    if oldest is not None:
+        if pick.bf16 and oldest.arch:
+            # The precision must run on every card: plan as for the one without bf16.
+            from dataclasses import replace
+
+            pick = replace(pick, arch_given=oldest.arch)
+        also = f", in a precision GPU {oldest.info.index if oldest.info else '?'} can run (it has no bf16)"
+    listed = ", ".join(f"GPU {c.info.index} {c.info.name} ({c.gb} GB class)" for c in choices if c.info)
+    return pick, (f"The cards differ ({listed}); every rank holds the whole model, so the plan is for the "
+                  f"smallest, GPU {pick.info.index if pick.info else ids[0]}{also}.")
+
+
 def choose(text: str, index: int = 0, arch: str | None = None) -> GpuChoice:
     """Resolve `--gpu auto` (through NVML) or `--gpu N`, with `--gpu-arch` when given."""
     given = parse_arch(arch) if arch else None

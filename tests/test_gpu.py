@@ -79,3 +79,38 @@ def test_sampler_records_peak_and_stops_without_nvml():
     s.join(timeout=2)
     assert [v for _, v in s.samples] == [1.0, 5.0, 3.0] and s.peak_gib == 5.0
     s.stop()
+
+
+def test_several_cards_of_different_sizes_plan_for_the_smallest(nvml):
+    big = {"name": "NVIDIA GeForce RTX 4090", "total": 24 * GIB, "used": 0, "cc": (8, 9)}
+    small = {"name": "NVIDIA GeForce RTX 3070", "total": 8 * GIB, "used": 0, "cc": (8, 6)}
+    old = {"name": "NVIDIA TITAN RTX", "total": 24 * GIB, "used": 0, "cc": (7, 5)}
+    for order in ([big, small], [small, big]):
+        nvml(order)
+        choice, note = gpu.choose_among("auto", (0, 1))
+        assert choice.gb == 8 and choice.info.name == "NVIDIA GeForce RTX 3070"
+        assert "smallest" in note and "RTX 4090" in note
+    # The same size, one card without bf16: the plan's precision must run on both.
+    nvml([big, old])
+    choice, note = gpu.choose_among("auto", (0, 1))
+    assert choice.gb == 24 and choice.bf16 is False and "no bf16" in note
+    # One card, or equal cards: no note; a size given by hand is taken as given.
+    nvml([big, dict(big)])
+    assert gpu.choose_among("auto", (0, 1))[1] is None
+    assert gpu.choose_among("auto", (1,))[0].info.index == 1
+    assert gpu.choose_among("12", (0, 1)) == (gpu.GpuChoice(gb=12), None)
+
+
+def test_config_for_two_different_cards_plans_for_the_smaller_and_says_so(nvml, tmp_path):
+    from tests.clihelp import invoke
+
+    nvml([{"name": "NVIDIA GeForce RTX 4090", "total": 24 * GIB, "used": 0, "cc": (8, 9)},
+          {"name": "NVIDIA GeForce RTX 3070", "total": 8 * GIB, "used": 0, "cc": (8, 6)}])
+    res = invoke("config", "--model", "sdxl", "--job", "style", "--gpu", "auto", "--gpus", "0,1",
+                 "--out", str(tmp_path / "o"), "--json")
+    assert res.exit_code == 0, res.stderr
+    import json
+
+    data = json.loads(res.stdout)
+    assert data["gpu"]["gb"] == 8 and data["gpu"]["name"] == "NVIDIA GeForce RTX 3070", data["gpu"]
+    assert "smallest" in " ".join(res.stderr.split())

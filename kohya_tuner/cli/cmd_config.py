@@ -148,11 +148,13 @@ def run(args: argparse.Namespace) -> int:
     from kohya_tuner.config_io import show_value
     from kohya_tuner.errors import UserError
     from kohya_tuner.families import get_family
-    from kohya_tuner.gpu import choose, parse_gpus
+    from kohya_tuner.gpu import choose_among, parse_gpus
 
     family = get_family(args.model)
     gpu_ids = parse_gpus(args.gpus)
-    choice = choose(args.gpu, gpu_ids[0] if gpu_ids else 0, arch=args.gpu_arch)
+    choice, cards_note = choose_among(args.gpu, gpu_ids or (0,), arch=args.gpu_arch)
+    if cards_note:
+        warn(cards_note)
     data, out = args.data, args.out
     if os.path.lexists(out) and not Path(out).is_dir():
         from kohya_tuner.safeio import describe

@@ -88,6 +88,7 @@ class _Target:
     choice: GpuChoice
     plan_gb: int
     python: str
+    note: str | None = None  # cards of different sizes: which one the plan is for
 
     @property
     def num_processes(self) -> int:
@@ -130,15 +131,18 @@ def _target(req: RunRequest) -> _Target:
     index = gpu_ids[0] if gpu_ids else 0
     cards = [] if cpu else gpu_mod.list_gpus()
     card = next((c for c in cards if c.index == index), None)
+    note = None
     if str(req.gpu).strip().lower() == "auto":
         if cpu:
             raise UserError("--cpu needs the card size to plan for: give --gpu N (e.g. --gpu 12).")
-        choice = gpu_mod.choose("auto", index, arch=req.gpu_arch)
+        choice, note = gpu_mod.choose_among("auto", gpu_ids or (index,), arch=req.gpu_arch)
+        if choice.info is not None:
+            index, card = choice.info.index, choice.info
     else:
         choice = gpu_mod.GpuChoice(gb=gpu_mod.parse_gb(req.gpu), info=card, arch_given=req.gpu_arch)
     plan_gb = int(emulate_vram) if emulate_vram is not None else choice.gb
     return _Target(family=family, out=out, gpu_ids=gpu_ids, index=index, card=card, choice=choice, plan_gb=plan_gb,
-                   python=req.python or sys.executable)
+                   python=req.python or sys.executable, note=note)
 
 
 def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
@@ -264,6 +268,8 @@ def prepare(req: RunRequest, *, warn: Callable[[str], None]) -> PreparedRun:
     """Plan, check and write a new run's files and run.json; with `dry_run`, its first
     attempt's config too. Raises UserError (PreflightFailed with the report) on refusal."""
     t = _target(req)
+    if t.note:
+        warn(t.note)
     p = _plan(req, t, warn)
     _facts, checks = _preflight(req, t, p)
     written, settings, left_out = _write(req, t, p, _facts)
