@@ -16,6 +16,7 @@ import ast
 import os
 import re
 import shutil
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -109,12 +110,54 @@ def _checkout_at(path: str | Path, origin: str) -> Checkout:
         inner = inspect(p / GUI_SUBDIR)
         if inner.scripts:
             return inner
+    if not found.scripts and (p / _GUI_MARK).is_file():
+        raise UserError(
+            f"\"{printable(str(p))}\" ({origin}) is a kohya_ss GUI install whose sd-scripts/ folder holds none of "
+            "the entry scripts: the GUI was cloned without its submodule.",
+            f"Fetch it with `git -C {shlex.quote(str(p))} submodule update --init --recursive` (the GUI's setup "
+            "script does this), or give an sd-scripts checkout with --sd-scripts.",
+        )
     if not found.scripts:
         raise UserError(
             f"\"{printable(str(p))}\" ({origin}) holds none of the sd-scripts entry scripts ({', '.join(entry_scripts())}).",
             "Give the sd-scripts checkout itself (or a kohya_ss install, whose sd-scripts/ folder is used).",
         )
     return found
+
+
+# Where an install keeps the venv that runs its trainer (POSIX, then a Windows layout).
+_VENV_PYTHONS = ("venv/bin/python", ".venv/bin/python", "venv/Scripts/python.exe", ".venv/Scripts/python.exe")
+# A file at the root of every kohya_ss GUI release: its sd-scripts/ is the GUI's submodule.
+_GUI_MARK = "kohya_gui.py"
+
+
+@dataclass(frozen=True)
+class InstallPython:
+    path: Path
+    where: str  # in words: whose venv it is
+    broken: str | None = None  # why it cannot run (a link to nothing)
+
+
+def install_python(checkout_path: str | Path) -> InstallPython | None:
+    """The interpreter an install trains with: a venv inside the sd-scripts checkout (a manual
+    install), else the kohya_ss GUI's venv beside its sd-scripts/ submodule. None for neither;
+    a venv whose python is a link to nothing is returned with `broken` set, never skipped."""
+    root = Path(checkout_path)
+    places = [(root, "the venv in the sd-scripts checkout")]
+    if root.name == GUI_SUBDIR and (root.parent / _GUI_MARK).is_file():
+        places.append((root.parent, "the kohya_ss GUI's venv"))
+    for base, where in places:
+        for rel in _VENV_PYTHONS:
+            cand = base / rel
+            if cand.is_file():
+                return InstallPython(cand, where)
+            if os.path.lexists(cand):
+                try:
+                    target = os.readlink(cand)
+                except OSError:
+                    target = "something that cannot be read"
+                return InstallPython(cand, where, f"{cand} is a link to {target}, which does not exist")
+    return None
 
 
 def default_dir() -> Path:
@@ -641,7 +684,13 @@ def requirements_command(checkout: Checkout, python: str | None = None) -> list[
     """The pip command that installs the checkout's requirements. It runs from inside
     the checkout because requirements.txt ends with `-e .`."""
     req = pin()["environment"]["requirements_file"]
-    return [python or sys.executable, "-m", "pip", "install", "-r", req]
+    return [python or trainer_python(checkout), "-m", "pip", "install", "-r", req]
+
+
+def trainer_python(checkout: Checkout) -> str:
+    """The interpreter `run`, `doctor` and `setup` use when --python is not given."""
+    found = install_python(checkout.path)
+    return str(found.path) if found is not None else sys.executable
 
 
 def install_requirements(checkout: Checkout, python: str | None = None) -> int:
@@ -650,7 +699,7 @@ def install_requirements(checkout: Checkout, python: str | None = None) -> int:
     req = checkout.path / pin()["environment"]["requirements_file"]
     if not req.is_file():
         raise UserError(f"\"{printable(str(checkout.path))}\" has no {req.name}; cannot install sd-scripts' requirements.")
-    exe = python or sys.executable
+    exe = python or trainer_python(checkout)
     if not (shutil.which(exe) or Path(exe).is_file()):
         raise UserError(f"Python interpreter {exe!r} not found.", "Pass the trainer environment's python with --python.")
     proc = subprocess.run(requirements_command(checkout, exe), cwd=checkout.path, stdout=2,

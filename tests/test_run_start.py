@@ -183,3 +183,76 @@ def test_a_cpu_run_fits_the_cards_plan_then_switches_what_the_cpu_cannot_run(inp
     assert not changed & {"network_dim", "network_args", "full_bf16", "sample_every_n_steps"}, fit.steps
     notes = " ".join(prepared.plan.notes)
     assert "--cpu: fp8_base = True left out" in notes and "--cpu: blocks_to_swap" in notes, notes
+
+
+def _link_python(where: Path, target: str) -> Path:
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.symlink_to(target)
+    return where
+
+
+def _venv_python(where: Path) -> Path:
+    """A venv's python that is this interpreter with its packages (a link would lose them: a venv is
+    found from the path it is started by)."""
+    import shlex
+    import sys
+
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    where.chmod(0o755)
+    return where
+
+
+@pytest.mark.skipif(__import__("sys").platform == "win32", reason="a POSIX venv layout and shell wrapper")
+def test_run_and_doctor_train_with_the_installs_own_venv(inputs, tmp_path):
+    """A manual sd-scripts install with venv/ inside, and a kohya_ss GUI whose venv sits beside its
+    sd-scripts/ submodule: `run` launches with that venv's python, the one `doctor` checks; a venv
+    whose python points at nothing is named as broken, never passed over for another interpreter."""
+    import shutil
+    import sys
+
+    from kohya_tuner import sdscripts
+    from kohya_tuner.doctor.checks import _trainer_python
+
+    data, base = inputs
+    manual = tmp_path / "manual sd-scripts"
+    shutil.copytree(STANDIN, manual)
+    py = _venv_python(manual / "venv" / "bin" / "python")
+    gui = tmp_path / "kohya_ss"
+    shutil.copytree(STANDIN, gui / "sd-scripts")
+    (gui / "kohya_gui.py").write_text("# the GUI's entry point\n")
+    gui_py = _venv_python(gui / "venv" / "bin" / "python")
+    for folder, expected, n in ((manual, py, "m"), (gui, gui_py, "g"), (gui / "sd-scripts", gui_py, "s")):
+        prepared = start.prepare(_request(tmp_path / f"out-{n}", data, base, sd_scripts=folder), warn=lambda m: None)
+        assert prepared.launch.settings.python == str(expected)
+        assert Path(prepared.argv[0]) == expected
+        checkout = sdscripts.locate(folder)
+        assert _trainer_python(None, checkout)[0] == str(expected)
+        assert sdscripts.requirements_command(checkout)[0] == str(expected)
+    # Without a venv: this interpreter. With --python: that one.
+    plain = start.prepare(_request(tmp_path / "out-p", data, base), warn=lambda m: None)
+    assert plain.launch.settings.python == sys.executable
+    given = start.prepare(_request(tmp_path / "out-q", data, base, sd_scripts=manual, python=sys.executable),
+                          warn=lambda m: None)
+    assert given.launch.settings.python == sys.executable
+    # A broken venv is what both name, and the pre-flight refuses it.
+    py.unlink()
+    _link_python(py, str(tmp_path / "gone" / "python3.10"))
+    found = sdscripts.install_python(manual)
+    assert found is not None and found.path == py and "does not exist" in found.broken
+    exe, source = _trainer_python(None, sdscripts.locate(manual))
+    assert exe == str(py) and "broken" in source
+    with pytest.raises(PreflightFailed):
+        start.prepare(_request(tmp_path / "out-b", data, base, sd_scripts=manual, dry_run=False), warn=lambda m: None)
+
+
+def test_a_gui_cloned_without_its_submodule_is_told_how_to_fetch_it(tmp_path):
+    from kohya_tuner import sdscripts
+    from kohya_tuner.errors import UserError
+
+    gui = tmp_path / "kohya_ss"
+    (gui / "sd-scripts").mkdir(parents=True)
+    (gui / "kohya_gui.py").write_text("")
+    with pytest.raises(UserError) as exc:
+        sdscripts.locate(gui)
+    assert "submodule update --init" in exc.value.hint

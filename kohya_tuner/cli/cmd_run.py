@@ -30,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sd-scripts", type=Path, metavar="DIR",
                    help="sd-scripts checkout (default: the one `kohya-tuner setup` made).")
     p.add_argument("--python", metavar="PATH",
-                   help="Interpreter of the environment sd-scripts is installed in (default: this one).")
+                   help="Interpreter of the environment sd-scripts is installed in (default: a venv in the checkout, "
+                        "or the kohya_ss GUI's venv beside it, else this one).")
     p.add_argument("--dry-run", action="store_true",
                    help="Plan, check and write the files, print the command, launch nothing.")
     p.add_argument("--max-attempts", type=int_range(1, 100), metavar="N",

@@ -121,8 +121,8 @@ def _render(checkout, action: str, report, pip_cmd: list[str], installed: int | 
         env = sdscripts.pin()["environment"]
         out()
         paragraph(f"Trainer environment: install torch >= {env['torch_min']} first (upstream tests Python "
-                  f"{env['python']}), then its requirements with the Python that will run training (`run --python`, "
-                  "default this one):")
+                  f"{env['python']}), then its requirements with the Python that will run training (`run --python`; "
+                  "by default the install's own venv where it has one, else this one):")
         copy_line(f"  cd {shlex.quote(str(checkout.path))} && {shlex.join(pip_cmd)}")
     else:
         styled("[green]requirements installed[/green]")

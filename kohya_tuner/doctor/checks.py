@@ -75,16 +75,18 @@ class Facts:
 
 
 def _trainer_python(python: str | None, checkout: Any) -> tuple[str, str]:
-    """The interpreter that will train, and how it was chosen: --python, else a venv
-    inside the sd-scripts checkout (the usual manual install), else this one."""
+    """The interpreter that will train, and how it was chosen: --python, else the install's own
+    venv (sdscripts.install_python, the one `run` uses too), else this one."""
     if python:
         return python, "--python"
     if checkout is not None:
-        root = Path(checkout.path)
-        for rel in ("venv/bin/python", ".venv/bin/python", "venv/Scripts/python.exe", ".venv/Scripts/python.exe"):
-            cand = root / rel
-            if cand.is_file():
-                return str(cand), f"the venv in the sd-scripts checkout ({cand})"
+        from kohya_tuner.sdscripts import install_python
+
+        found = install_python(checkout.path)
+        if found is not None:
+            # A broken venv is checked (and fails), never passed over for another interpreter.
+            return str(found.path), f"{found.where} ({found.path})" + (f"; broken: {found.broken}" if found.broken
+                                                                        else "")
     return sys.executable, "the one running kohya-tuner"
 
 
