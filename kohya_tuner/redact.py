@@ -11,6 +11,7 @@ config, log, journal or report file ever holds them.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -61,3 +62,18 @@ def scrub(data: Any, values: frozenset[str] | set[str] = frozenset()) -> Any:
         return x
 
     return walk(data)
+
+
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]*)(?::[^/@\s]*)?@")
+
+
+def url_credentials(text: str) -> str:
+    """`text` with the password of every URL (scheme://user:password@host) replaced by <hidden>; a
+    lone token in the user part (https://TOKEN@host, as GitHub takes one) is hidden too."""
+    def hide(m: re.Match) -> str:
+        user = m.group("user")
+        had_password = m.group(0).count(":") > 1
+        shown = user if had_password and user else ""
+        return f"{m.group('scheme')}{shown + ':' if shown else ''}{HIDDEN}@"
+
+    return _URL_USERINFO.sub(hide, text)

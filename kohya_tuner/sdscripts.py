@@ -593,10 +593,19 @@ def _is_remote(url: str) -> bool:
     return re.match(r"^[\w.-]+@[\w.-]+:", url) is not None  # scp-like ssh address
 
 
+def _shown_url(url: str) -> str:
+    from kohya_tuner.redact import url_credentials
+
+    return url_credentials(url)
+
+
 def _fail(what: str, proc: subprocess.CompletedProcess, hint: str | None = None) -> UserError:
+    from kohya_tuner.redact import url_credentials
+
     detail = (proc.stderr or "").strip().splitlines()
     tail = f" git said: {detail[-1]}" if detail else ""
-    return UserError(f"{what}.{tail}", hint)
+    # A --repo-url may carry a password or token: git hides it in its own words, and so do we.
+    return UserError(url_credentials(f"{what}.{tail}"), hint)
 
 
 def _update_existing(dest: Path, url: str, commit: str, progress: bool) -> SetupResult:
@@ -659,7 +668,7 @@ def setup_checkout(dest: Path | str | None = None, *, repo_url: str | None = Non
         if cloned.returncode != 0:
             raise _fail(f"git could not clone {url}", cloned, "Check the address and your connection.")
         if not _has_commit(staging, commit):
-            raise UserError(f"{url} does not contain the pinned sd-scripts commit {commit}.",
+            raise UserError(f"{_shown_url(url)} does not contain the pinned sd-scripts commit {commit}.",
                             "Clone from the upstream repository or a mirror that has it.")
         checked = _git(["checkout", "--quiet", "--detach", commit], cwd=staging, capture=True)
         if checked.returncode != 0:

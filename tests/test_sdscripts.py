@@ -565,3 +565,24 @@ def test_preflight_calls_an_edited_checkout_at_the_pin_the_pinned_commit(upstrea
     check = sd_check()
     assert "not the pinned commit" not in check.message and "requirements.txt" in check.message
     assert "change its arguments" not in check.message
+
+
+@pytest.mark.parametrize("url,secret", [
+    ("https://user:S3cretPW999@127.0.0.1:9/kohya/sd-scripts.git", "S3cretPW999"),
+    ("https://ghp_tok3nTOKENtoken@127.0.0.1:9/kohya/sd-scripts.git", "ghp_tok3nTOKENtoken"),
+    ("http://me:p%40ss:word@127.0.0.1:9/x.git", "p%40ss:word"),
+])
+def test_a_clone_that_fails_never_prints_the_urls_password(tmp_path, url, secret):
+    res = _cli(["setup", "--dir", str(tmp_path / "clone"), "--repo-url", url, "--json"])
+    assert res.exit_code == 2, res.output
+    assert secret not in res.output
+    assert "127.0.0.1:9/" in res.output
+
+
+def test_url_credentials_hides_passwords_and_tokens_only():
+    from kohya_tuner.redact import url_credentials
+
+    assert url_credentials("git clone https://u:pw@h/x and ssh://git@h/y") == \
+        "git clone https://u:<hidden>@h/x and ssh://<hidden>@h/y"
+    assert url_credentials("no url here: user@example.com") == "no url here: user@example.com"
+    assert url_credentials("https://example.com/a@b") == "https://example.com/a@b"
