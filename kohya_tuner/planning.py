@@ -6,6 +6,7 @@ would train."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,14 @@ def model_inputs(family, *, base, clip_l, t5xxl, ae, name, out, steps,
             # The trainer would open it and wait on a pipe, or read a device without end.
             raise UserError(f"{flag} {value} is {kind}, not a model file or folder.",
                             f"Give {flag} the model file itself.")
+        if value and re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", str(value)) and not os.path.exists(value):
+            # sd-scripts opens a file or asks the Hugging Face hub for a repo id; an address is neither,
+            # and written into the plan it would carry any password in it into every file.
+            from kohya_tuner.redact import url_credentials
+
+            raise UserError(f"{flag} {url_credentials(str(value))} is a web address; sd-scripts reads a model file "
+                            "on this machine (or a Hugging Face repo id).",
+                            f"Download the file first and give {flag} its path.")
         if value:
             hub = looks_like_hub_id(value) and not os.path.exists(value)
             inputs[key] = value if hub else str(Path(value).expanduser().absolute())

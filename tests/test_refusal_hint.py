@@ -51,3 +51,15 @@ def test_a_boft_plan_names_the_smallest_rank_that_still_builds(tmp_path):
     cfg = {"network_module": "lycoris.kohya", "network_args": ["algo=boft"], "network_train_unet_only": True}
     assert not lycoris.unsplittable("flux", {**cfg, "network_dim": low})
     assert lycoris.unsplittable("flux", {**cfg, "network_dim": low - 1})
+
+
+def test_a_web_address_for_a_model_file_is_refused_without_its_password(tmp_path):
+    for flag, url in (("--base", "https://user:PW99secret@host/m.safetensors"), ("--base", "s3://bucket/m.ckpt")):
+        res = invoke("config", "--model", "sd15", "--job", "style", "--gpu", "8", flag, url, "--out", tmp_path / "o")
+        assert res.exit_code == 2 and "web address" in res.stderr
+        assert "PW99secret" not in res.output
+        assert not (tmp_path / "o").exists()
+    # A Hugging Face repo id is not an address: it stays what sd-scripts asks the hub for.
+    res = invoke("config", "--model", "sd15", "--job", "style", "--gpu", "8", "--base",
+                 "runwayml/stable-diffusion-v1-5", "--out", tmp_path / "hub")
+    assert res.exit_code == 0, res.output
