@@ -76,6 +76,22 @@ def flatten(doc: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+# The tables of the kohya_ss GUI's own settings file (`config example.toml`, copied to config.toml at the
+# GUI's root): defaults for the GUI's form, which the GUI never hands to sd-scripts.
+_GUI_SETTINGS_TABLES = frozenset({"settings", "server", "folders", "configuration", "accelerate_launch",
+                                  "dataset_preparation", "wd14_caption", "huggingface"})
+
+
+def _refuse_gui_settings(doc: dict[str, Any], p: Path) -> None:
+    found = sorted(_GUI_SETTINGS_TABLES & {k for k, v in doc.items() if isinstance(v, dict)})
+    if len(found) >= 3:
+        raise UserError(
+            f"{p} is the kohya_ss GUI's own settings file (its tables {', '.join(f'[{t}]' for t in found)} hold "
+            "defaults for the GUI's form), not a training config: the GUI never gives it to sd-scripts.",
+            "Give the config the GUI saves for a training (the .json of its Save button), or the TOML it writes "
+            "for sd-scripts beside the output (config_lora-<date>.toml).")
+
+
 def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConfig:
     """Read any of the three forms into one flat sd-scripts config."""
     p = Path(path)
@@ -109,6 +125,7 @@ def read_config(path: str | os.PathLike, model: str | None = None) -> LoadedConf
             if re.search(r"\S+\.py\b", text):
                 return parse_command_line(text.lstrip("\ufeff"), model)
     doc = loads_toml(text, str(p))
+    _refuse_gui_settings(doc, p)
     config = flatten(doc)
     nested = [k for k, v in config.items() if isinstance(v, dict)]
     notes = [f"{k} is a nested table; sd-scripts ignores its contents" for k in nested]

@@ -63,3 +63,19 @@ def test_a_web_address_for_a_model_file_is_refused_without_its_password(tmp_path
     res = invoke("config", "--model", "sd15", "--job", "style", "--gpu", "8", "--base",
                  "runwayml/stable-diffusion-v1-5", "--out", tmp_path / "hub")
     assert res.exit_code == 0, res.output
+
+
+def test_the_gui_settings_file_is_named_as_such_not_checked_as_a_training_config(tmp_path):
+    """The kohya_ss GUI's config.toml at its root holds its form's defaults in tables of its own; a
+    training config that happens to use one such table name is still read."""
+    gui = tmp_path / "config.toml"
+    gui.write_text('[settings]\nuse_shell = false\n[server]\nport = 7860\n[folders]\noutput_dir = "./outputs"\n'
+                   '[accelerate_launch]\nmixed_precision = "fp16"\n[basic]\nlearning_rate = 0.0001\n')
+    for cmd in (["check", gui], ["estimate", gui, "--gpu", "12"], ["fit", gui, "--gpu", "12", "--out", tmp_path / "f.toml"]):
+        res = invoke(*cmd)
+        assert res.exit_code == 2 and "GUI's own settings file" in " ".join(res.stderr.split()), res.output
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[settings]\nnetwork_module = "networks.lora"\n[training]\nresolution = "512"\n'
+                    'pretrained_model_name_or_path = "runwayml/stable-diffusion-v1-5"\n')
+    res = invoke("estimate", mine, "--gpu", "12")
+    assert res.exit_code == 0, res.output
