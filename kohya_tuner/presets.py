@@ -320,6 +320,7 @@ def compose(
     user_sets = _user_settings(family.script, (parse_set(s) for s in sets), "--set")
     for key, value in user_sets.items():
         plan.set(key, value, "--set", "You asked for this.")
+    _follow_resolution(plan, user_sets)
 
     length = _job_doc(job).get("length") or {}
     if "max_train_steps" not in plan.config and length.get("image_passes"):
@@ -327,6 +328,23 @@ def compose(
         plan.passes_why = str(length.get("why", ""))
     settle_length(plan)
     return plan
+
+
+def _follow_resolution(plan: Plan, user_sets: dict[str, Any]) -> None:
+    """A resolution the user set below the preset's smallest bucket: the bucket bound follows it (as
+    the fit's resolution move does), since sd-scripts refuses min_bucket_reso above the smaller side.
+    A min_bucket_reso the user set is theirs, and `check` names the clash."""
+    if "resolution" not in user_sets or "min_bucket_reso" in user_sets:
+        return
+    low = plan.config.get("min_bucket_reso")
+    try:
+        sides = [int(float(x)) for x in str(plan.config.get("resolution")).split(",")]
+    except ValueError:
+        return
+    if isinstance(low, int) and not isinstance(low, bool) and sides and low > min(sides) > 0:
+        plan.set("min_bucket_reso", min(sides), "--set",
+                 f"Follows your resolution: sd-scripts needs the smallest bucket at most its smaller side "
+                 f"({min(sides)}), not the preset's {low}.")
 
 
 def effective_batch(config: dict[str, Any], ranks: int = 1) -> tuple[int, int, int]:

@@ -9,6 +9,7 @@ from kohya_tuner import config_io, planfiles, presets, schema
 from kohya_tuner.errors import UserError
 from kohya_tuner.families import FAMILIES
 from kohya_tuner.gpu import choose, parse_gb
+from kohya_tuner.resources import presets_dir
 
 
 @pytest.mark.parametrize("model", presets.preset_models())
@@ -205,3 +206,18 @@ def test_job_sample_prompts_name_the_trigger():
     for job in presets.JOBS:
         plan = presets.compose("sd15", job, 12, bf16=True)
         assert plan.sample_prompts and all("{trigger}" in p for p in plan.sample_prompts)
+
+
+@pytest.mark.parametrize("family", sorted(f for f in FAMILIES if (presets_dir() / "models" / f"{f}.toml").is_file()))
+def test_a_resolution_set_below_the_presets_smallest_bucket_takes_the_bucket_with_it(family):
+    from kohya_tuner.check import check
+
+    plan = presets.compose(family, "style", 12, sets=["resolution=448,448"])
+    assert plan.config["resolution"] == "448,448"
+    low = plan.config.get("min_bucket_reso")
+    assert low is None or low <= 448
+    res = check(plan.config, FAMILIES[family].script, dataset=presets.build_dataset(plan, None), family=family)
+    assert not [p for p in res.problems if "min_bucket_reso" in p.keys], res.problems
+    # The user's own bound is theirs: check names the clash instead.
+    mine = presets.compose(family, "style", 12, sets=["resolution=448,448", "min_bucket_reso=512"])
+    assert mine.config["min_bucket_reso"] == 512
