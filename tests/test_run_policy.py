@@ -647,3 +647,32 @@ def test_the_step_is_said_once(phase, step, words):
     action = decide(oom(phase=phase), PLAN, SD15, state(), facts(end_step=step), next_step=ladder)
     assert words in action.reason, action.reason
     assert "first step before the first step" not in action.reason and "  " not in action.reason
+
+
+def test_the_logs_advice_leaves_out_what_the_config_already_does():
+    from kohya_tuner.run.policy import advice_for
+
+    advice = ["Set the environment variable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before launching.",
+              "The largest bucket can come late: lower `max_bucket_reso` (or `resolution`).",
+              "Then save activation memory: `gradient_checkpointing = true` and `train_batch_size = 1`.",
+              "Make the optimizer state smaller: `optimizer_type = \"AdamW8bit\"`."]
+    done = {"gradient_checkpointing": True, "train_batch_size": 1, "enable_bucket": False,
+            "optimizer_type": "AdamW8bit"}
+    assert advice_for(advice, done) == advice[:1]
+    half = {"gradient_checkpointing": True, "train_batch_size": 2, "enable_bucket": True, "optimizer_type": "AdamW"}
+    assert advice_for(advice, half) == advice
+    # A value of another type is not the same setting: 1 is not true.
+    assert advice_for(advice[2:3], {"gradient_checkpointing": 1, "train_batch_size": 1}) == advice[2:3]
+
+
+def test_the_floor_advice_fits_the_phase_that_ran_out():
+    from kohya_tuner.run.policy import _FLOOR_ADVICE
+
+    for phase, words in (("cache_text_encoder", "text-encoder file"), ("model_load", "model files"),
+                         ("training", "lower resolution")):
+        empty = FakeLadder([])
+        s = state(newest_state=None)
+        diag = SimpleNamespace(outcome="oom", phase=phase, oom=None, error=None, advice=[])
+        stop = decide(diag, PLAN, SD15, s, facts(end_step=0), next_step=empty)
+        assert isinstance(stop, Stop) and words in stop.advice[0], (phase, stop.advice)
+    assert "resolution" not in _FLOOR_ADVICE["cache_text_encoder"]

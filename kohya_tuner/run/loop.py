@@ -400,7 +400,10 @@ class Supervisor:
         record.error = _as_dict(_get(diagnosis, "error")) or None
         if result.failure:
             record.error = {"kind": "supervision", "message": result.failure}
-        record.advice = list(_get(diagnosis, "advice") or [])
+        from kohya_tuner.run.policy import advice_for
+
+        # The log's advice is written for any config: drop what this attempt's config already does.
+        record.advice = advice_for(_get(diagnosis, "advice") or [], config)
         if outcome == "nan_loss":
             from kohya_tuner.run.policy import nan_advice, nan_reason
 

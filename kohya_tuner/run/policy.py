@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kohya_tuner.families import Family
 from kohya_tuner.run.journal import Change, StateRecord
@@ -369,8 +369,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
     if step is None:
         return Stop(f"out of memory{where}{_when(facts.end_step, where)}, and the memory ladder has no cheaper setting "
                     "left for this model (its floor is reached)",
-                    advice=("A smaller model family, a card with more memory, or --set with settings outside the "
-                            "ladder (e.g. a lower resolution) are what is left.",), can_continue=False)
+                    advice=(_FLOOR_ADVICE.get(lphase, _FLOOR_ADVICE["training"]),), can_continue=False)
     changes = _step_changes(step)
     figures = f", {short:.2f} GiB short" if short else ""
     saved = _get(step, "saved_gib")
@@ -559,6 +558,50 @@ def _redone(start: int, end: int) -> str:
     if end <= start:
         return ""
     return f"; step {end} is redone" if end == start + 1 else f"; steps {start + 1}-{end} are redone"
+
+
+# What is left at the ladder's floor, for the phase that ran out: a setting helps only where the
+# phase depends on it (the text encoders encode the captions whatever the resolution).
+_FLOOR_ADVICE = {
+    "training": "A smaller model family, a card with more memory, or --set with settings outside the ladder "
+                "(e.g. a lower resolution) are what is left.",
+    "cache_text_encoder": "The text encoders set this peak, whatever the LoRA settings: a smaller (fp8) text-encoder "
+                          "file where the model has one, or a card with more memory.",
+    "model_load": "Loading the models sets this peak, before any LoRA setting counts: smaller (fp8) model files, "
+                  "a smaller model family, or a card with more memory.",
+    "cache_latents": "The VAE encoding the images sets this peak: a lower --set resolution (and max_bucket_reso), "
+                     "or a card with more memory.",
+}
+
+
+def advice_for(advice: Iterable[str], config: Mapping[str, Any]) -> list[str]:
+    """The log's advice without the items the config already follows: an item whose every
+    `key = value` the config holds already, and the bucket-size item when bucketing is off."""
+    out = []
+    for item in advice:
+        pairs = _ASSIGNMENT.findall(item)
+        if pairs and all(_holds(config, k, v) for k, v in pairs):
+            continue
+        if "`max_bucket_reso`" in item and config.get("enable_bucket") is False:
+            continue
+        out.append(item)
+    return out
+
+
+_ASSIGNMENT = re.compile(r"`([a-z_][a-z0-9_]*)\s*=\s*([^`]+)`")
+
+
+def _holds(config: Mapping[str, Any], key: str, text: str) -> bool:
+    import tomllib
+
+    try:
+        want = tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return False
+    have = config.get(key)
+    if isinstance(want, bool) or isinstance(have, bool):
+        return have is want
+    return have == want
 
 
 def _join(a: str | None, b: str | None) -> str:
