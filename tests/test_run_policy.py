@@ -216,6 +216,13 @@ def test_interrupt_and_hang_stop():
     h = decide(SimpleNamespace(outcome="incomplete"), PLAN, SD15, state(), facts(hung=True, hang_minutes=0.5),
                next_step=FakeLadder([]))
     assert isinstance(h, Stop) and "nothing for 0.5 minutes" in h.reason
+    # The advice offers what --continue will change only where it changes something.
+    assert "max_data_loader_n_workers = 0" in h.advice[0]
+    in_process = {**PLAN, "max_data_loader_n_workers": 0}
+    h0 = decide(SimpleNamespace(outcome="incomplete"), in_process, SD15, replace(state(), processes=2),
+                facts(hung=True, hang_minutes=0.5), next_step=FakeLadder([]))
+    assert "already runs in the training process" in h0.advice[0] and "several ranks" in h0.advice[0]
+    assert "max_data_loader_n_workers = 0" not in h0.advice[0]
 
 
 def test_host_ram_kill_takes_ram_moves_not_vram_moves():

@@ -291,10 +291,7 @@ def decide(diagnosis: Any, config: Mapping[str, Any], family: Family, state: Run
                     advice=tuple(_get(diagnosis, "advice") or ()))
     if facts.hung:
         return Stop(f"the trainer printed nothing for {facts.hang_minutes or DEFAULT_HANG_MINUTES:g} minutes "
-                    f"(hang at step {facts.end_step}); it was stopped",
-                    advice=("A stuck data-loader worker or a deadlocked multi-GPU setup are the usual causes. "
-                            "`kohya-tuner run --continue` resumes from the newest state with the data loader in the "
-                            "training process (max_data_loader_n_workers = 0), which a state does not depend on.",))
+                    f"(hang at step {facts.end_step}); it was stopped", advice=(hang_advice(config, state.processes),))
     ram = facts.killed or outcome == "cpu_oom" or error_kind in ("cpu_oom", "killed")
     if outcome != "oom" and not ram:
         error = _get(diagnosis, "error") or {}
@@ -572,6 +569,20 @@ _FLOOR_ADVICE = {
     "cache_latents": "The VAE encoding the images sets this peak: a lower --set resolution (and max_bucket_reso), "
                      "or a card with more memory.",
 }
+
+
+def hang_advice(config: Mapping[str, Any], processes: int = 1) -> str:
+    """What to try after a hang, given what the config already does."""
+    ranks = ("On several ranks, one rank that stopped (an error, a kill, a stuck read) leaves the others "
+             "waiting in a collective for good: look at each rank's last lines in the log. " if processes > 1 else "")
+    if config.get("max_data_loader_n_workers") == 0:
+        return (ranks + "The data loader already runs in the training process, so a stuck loader worker is not "
+                "the cause: a slow or network disk, a driver or CUDA call that never returned"
+                + (", or a deadlocked multi-GPU setup" if processes > 1 else "")
+                + " are the usual others. `kohya-tuner run --continue` resumes from the newest state as it is.")
+    return (ranks + "A stuck data-loader worker or a deadlocked multi-GPU setup are the usual causes. "
+            "`kohya-tuner run --continue` resumes from the newest state with the data loader in the training "
+            "process (max_data_loader_n_workers = 0), which a state does not depend on.")
 
 
 def advice_for(advice: Iterable[str], config: Mapping[str, Any]) -> list[str]:
