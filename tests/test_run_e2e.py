@@ -327,6 +327,9 @@ def test_ctrl_c_leaves_no_orphans_and_continue_finishes_the_run(tmp_path, images
     assert summary["status"] == "interrupted"
     interrupted = _attempts(out)[-1]
     assert interrupted["outcome"] == "interrupted" and interrupted["states"]
+    # What the stop itself made the trainer print is no error of the attempt, and gets no advice.
+    assert interrupted["advice"] == []
+    assert interrupted["error"] is None or interrupted["error"].get("after_stop") is True
     kinds = [json.loads(line)["event"] for line in events.read_text(encoding="utf-8").splitlines() if line]
     assert kinds[0] == "attempt_start" and "progress" in kinds and kinds[-1] == "finished"
 

@@ -404,6 +404,13 @@ class Supervisor:
 
         # The log's advice is written for any config: drop what this attempt's config already does.
         record.advice = advice_for(_get(diagnosis, "advice") or [], config)
+        if outcome in ("interrupted", "hang") and record.oom is None:
+            # What the stop itself caused (a peer's "Connection reset" once a rank was signalled, the
+            # KeyboardInterrupt, a log that ends early) is not the attempt's error: the record keeps it
+            # as what was logged, without advice for it.
+            if record.error is not None:
+                record.error = {**record.error, "after_stop": True}
+            record.advice = []
         if outcome == "nan_loss":
             from kohya_tuner.run.policy import nan_advice, nan_reason
 
