@@ -341,7 +341,11 @@ def _follow_resolution(plan: Plan, user_sets: dict[str, Any]) -> None:
         sides = [int(float(x)) for x in str(plan.config.get("resolution")).split(",")]
     except ValueError:
         return
-    if isinstance(low, int) and not isinstance(low, bool) and sides and low > min(sides) > 0:
+    step = plan.config.get("bucket_reso_steps")
+    step = step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else 64
+    # Below two bucket steps an image of another aspect ratio rounds a side to no pixels at all
+    # (sd-scripts divides by it): there the preset's bound stays, and the gate names the clash.
+    if isinstance(low, int) and not isinstance(low, bool) and sides and low > min(sides) >= 2 * step:
         plan.set("min_bucket_reso", min(sides), "--set",
                  f"Follows your resolution: sd-scripts needs the smallest bucket at most its smaller side "
                  f"({min(sides)}), not the preset's {low}.")

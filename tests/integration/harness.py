@@ -250,6 +250,32 @@ def cli_steps(run: Run, steps: list[list[str]]):
     return job
 
 
+def config_check_run(pool, name: str, peak_gib: float, tmp_path: Path, real: Real, *, base: Path, files: list[str],
+                     tokcache: Path, harness: tuple[str, ...], planned: int = 3) -> dict[str, tuple]:
+    """Submit the user's path for a family that needs its own model files as one job: `config` for a
+    12 GB card, `check` of what it wrote (with the dataset file launch.sh passes), then `run --cpu` of
+    the same plan with an OOM at the 2nd backward and the resume. The family's `harness` settings
+    join the CPU harness's, less its float32 precision (the plan's own 16-bit one, which a CPU runs
+    as bf16). Returns {name: (its Run, the folder `config` writes, the planned steps)}."""
+    data = image_folder(real, tmp_path / "img", 4)
+    run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=2, SDS_INJECT_ONCE_MARKER=tmp_path / "once",
+                  SDS_INJECT_OOM_MESSAGE=SMALL_OOM_12GB)
+    common = ["--set", f"tokenizer_cache_dir={tokcache}", "--set", "save_every_n_steps=1"]
+    for s in harness:
+        common += ["--set", s]
+    cfg = tmp_path / "cfg"
+    steps = [
+        ["config", "--model", name, "--job", "character", "--gpu", "12", "--out", str(cfg), "--base", str(base),
+         *files, "--data", str(data), "--steps", str(planned), *common,
+         *[a for s in CPU_SETS if not s.startswith("mixed_precision=") for a in ("--set", s)]],
+        ["check", str(cfg / "config.toml"), "--dataset-config", str(cfg / "dataset.toml"), "--json"],
+        run_args(run, real, data, steps=planned, gpu="12", model=name, base=base, tokcache=tokcache,
+                 drop=("mixed_precision=no",), extra=(*files, *common)),
+    ]
+    pool.submit(name, peak_gib, cli_steps(run, steps))
+    return {name: (run, cfg, planned)}
+
+
 def model_scenario(prelaunched, module: str, missing: list[str], what: str, builder: str):
     """The module's prelaunched scenario, or a skip that says how to build the random-weight model."""
     if missing:

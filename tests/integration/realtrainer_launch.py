@@ -150,8 +150,9 @@ def launch(cfg: Path, timeout: int = 420, script: str = "train_network.py",
 # 10.8 (test_real_ranks); "standin" is any launch that stops before any weight is read (the FLUX stand-in, a
 # start-up refusal). The random SDXL in float32 is the host's memory in use at its peak, 15.0-15.4 GB measured
 # (`free`): its tree's summed RSS, 21 GiB, also counts the mapped checkpoint's pages, which the kernel can drop.
-# At 15.5 on a 24 GB host only a launch that stops before reading weights ("standin") runs beside it.
-PEAK_GIB = {"sd15": 6.5, "sdxl": 15.5, "flux": 11.5, "sd15_two_ranks": 11.0, "standin": 2.0}
+# At 15.5 on a 24 GB host only a launch that stops before reading weights ("standin") runs beside it. The random
+# SD3 Medium (test_real_sd3, KOHYA_TUNER_REAL_ALL only) 11.5 on two runs, its bf16 T5-XXL most of it.
+PEAK_GIB = {"sd15": 6.5, "sdxl": 15.5, "flux": 11.5, "sd3": 12.0, "sd15_two_ranks": 11.0, "standin": 2.0}
 
 
 def workers() -> int:

@@ -29,17 +29,12 @@ from pathlib import Path
 
 import pytest
 from harness import (
-    CPU_SETS,
-    SMALL_OOM_12GB,
-    Real,
     check_accounting,
-    cli_steps,
+    config_check_run,
     explain,
-    image_folder,
     lora_metadata,
     model_scenario,
-    new_run,
-    run_args,
+    Real,
 )
 from realtrainer_launch import PEAK_GIB
 
@@ -63,29 +58,11 @@ def prelaunch(pool, cases, tmp_path_factory) -> dict[str, tuple]:
         return {}
     real = Real.from_env()
     flux = {v.rsplit("_FLUX_", 1)[1].lower(): Path(os.environ[v]) for v in FLUX_VARS}
-    tmp_path = tmp_path_factory.mktemp("flux_config_check_run")
-    data = image_folder(real, tmp_path / "img", 4)
-    run = new_run(tmp_path, real, SDS_INJECT_OOM_AT_BACKWARD=2, SDS_INJECT_ONCE_MARKER=tmp_path / "once",
-                  SDS_INJECT_OOM_MESSAGE=SMALL_OOM_12GB)
-    planned = 3
-    files = ["--clip-l", str(flux["clip_l"]), "--t5xxl", str(flux["t5xxl"]), "--ae", str(flux["ae"])]
-    common = ["--set", f"tokenizer_cache_dir={flux['tokcache']}", "--set", "save_every_n_steps=1"]
-    for s in HARNESS:
-        common += ["--set", s]
-    cfg = tmp_path / "cfg"
-    steps = [
-        # 1. config: what a user gets for FLUX.1 dev on a 12 GB card.
-        ["config", "--model", "flux", "--job", "character", "--gpu", "12", "--out", str(cfg),
-         "--base", str(flux["model"]), *files, "--data", str(data), "--steps", str(planned), *common,
-         *[a for s in CPU_SETS if not s.startswith("mixed_precision=") for a in ("--set", s)]],
-        # 2. check: the pinned flux_train_network.py would start it (with the dataset file launch.sh passes).
-        ["check", str(cfg / "config.toml"), "--dataset-config", str(cfg / "dataset.toml"), "--json"],
-        # 3. run: the same plan under supervision, an OOM at the 2nd backward, then the resume.
-        run_args(run, real, data, steps=planned, gpu="12", model="flux", base=flux["model"],
-                 tokcache=flux["tokcache"], drop=("mixed_precision=no",), extra=(*files, *common)),
-    ]
-    pool.submit("flux", PEAK_GIB["flux"], cli_steps(run, steps))
-    return {"flux": (run, cfg, planned)}
+    # What a user gets for FLUX.1 dev on a 12 GB card, checked, then run through an OOM and a resume.
+    return config_check_run(pool, "flux", PEAK_GIB["flux"], tmp_path_factory.mktemp("flux_config_check_run"), real,
+                            base=flux["model"], tokcache=flux["tokcache"], harness=HARNESS,
+                            files=["--clip-l", str(flux["clip_l"]), "--t5xxl", str(flux["t5xxl"]), "--ae",
+                                   str(flux["ae"])])
 
 
 @pytest.fixture(scope="module")

@@ -76,7 +76,8 @@ def _text_encoders(sd3_utils, flux_utils, bf16):
     for q in quiet:  # their log would list every key as missing
         q.setLevel(logging.WARNING)
     try:
-        # The CLIP loaders take their config from no argument, only from a file to read: an empty one.
+        # sd3_utils' CLIP loaders build their fixed configs only on the way to reading weights from a
+        # file; an empty file leaves every weight on the meta device.
         with tempfile.TemporaryDirectory() as tmp:
             empty = Path(tmp) / "empty.safetensors"
             head = b"{}" + b" " * 6
@@ -167,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sd-scripts", type=Path, required=True)
     ap.add_argument("--tokcache", type=Path, required=True, help="the realtrainer's tokenizer cache")
     ap.add_argument("--flux", type=Path, default=None,
-                    help="a finished build_flux_random.py folder whose T5-XXL to use (default: DEST's sibling flux-random)")
+                    help="a finished build_flux_random.py folder whose T5-XXL to use "
+                         "(default: DEST's sibling flux-random)")
     a = ap.parse_args(argv)
     dest = a.dest.absolute()
     dest.mkdir(parents=True, exist_ok=True)
