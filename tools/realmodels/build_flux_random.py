@@ -190,29 +190,38 @@ def _t5_tokenizer(out: Path) -> None:
     os.replace(partial, out)
 
 
-def tokenizers(dest: Path, tokcache: Path) -> Path:
-    """The two names sd-scripts' FLUX strategy looks up under tokenizer_cache_dir."""
+def tokenizers(dest: Path, tokcache: Path, clip_names: tuple[str, ...] = (CLIP_TOKENIZER,)) -> Path:
+    """The names sd-scripts' strategy looks up under tokenizer_cache_dir: the CLIP tokenizer under each
+    of `clip_names` (FLUX's one; SD3 adds CLIP-G's, which shares its vocabulary), and T5's."""
     src = next((d for d in sorted(tokcache.iterdir()) if (d / "vocab.json").is_file()), None)
     if src is None:
         raise SystemExit(f"{tokcache} holds no tokenizer folder (vocab.json)")
     out = dest / "tokcache"
-    if not (out / CLIP_TOKENIZER / "vocab.json").is_file():
-        shutil.copytree(src, out / CLIP_TOKENIZER, dirs_exist_ok=True)
+    for name in clip_names:
+        if not (out / name / "vocab.json").is_file():
+            shutil.copytree(src, out / name, dirs_exist_ok=True)
     if not (out / T5_TOKENIZER / "tokenizer.json").is_file():
         _t5_tokenizer(out / T5_TOKENIZER)
     return out
 
 
-def _finished(dest: Path) -> dict | None:
+def _finished(dest: Path, build: dict | None = None, keys=None) -> dict | None:
+    """The build.json of a finished build of `build` (this builder's by default) holding each of `keys`
+    at its recorded size, else None. An entry's `file` is relative to DEST, or absolute for a file
+    another build made (the SD3 builder records the T5-XXL it reuses from here)."""
+    build = BUILD if build is None else build
     try:
         done = json.loads((dest / "build.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not all(done.get(k) == v for k, v in BUILD.items()):
+    if not all(done.get(k) == v for k, v in build.items()):
         return None
-    for key, name in FILES.items():
-        f = dest / name
-        if not f.is_file() or done.get("files", {}).get(key, {}).get("bytes") != f.stat().st_size:
+    for key in (FILES if keys is None else keys):
+        entry = done.get("files", {}).get(key)
+        if not entry or "file" not in entry:
+            return None
+        f = dest / entry["file"]
+        if not f.is_file() or entry.get("bytes") != f.stat().st_size:
             return None
     return done
 

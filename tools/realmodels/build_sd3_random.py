@@ -38,7 +38,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -127,41 +126,6 @@ def build(dest: Path, sd_scripts: Path, t5xxl: Path | None) -> dict:
     return record
 
 
-def tokenizers(dest: Path, tokcache: Path) -> Path:
-    """The three names sd-scripts' SD3 strategy looks up under tokenizer_cache_dir."""
-    src = next((d for d in sorted(tokcache.iterdir()) if (d / "vocab.json").is_file()), None)
-    if src is None:
-        raise SystemExit(f"{tokcache} holds no tokenizer folder (vocab.json)")
-    out = dest / "tokcache"
-    for name in CLIP_TOKENIZERS:
-        if not (out / name / "vocab.json").is_file():
-            shutil.copytree(src, out / name, dirs_exist_ok=True)
-    if not (out / flux_builder.T5_TOKENIZER / "tokenizer.json").is_file():
-        flux_builder._t5_tokenizer(out / flux_builder.T5_TOKENIZER)
-    return out
-
-
-def _path(dest: Path, entry: dict) -> Path:
-    return dest / entry["file"]  # an absolute `file` (a reused T5-XXL) stays itself
-
-
-def _finished(dest: Path) -> dict | None:
-    try:
-        done = json.loads((dest / "build.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not all(done.get(k) == v for k, v in BUILD.items()):
-        return None
-    for key in FILES:
-        entry = done.get("files", {}).get(key)
-        if not entry:
-            return None
-        f = _path(dest, entry)
-        if not f.is_file() or entry.get("bytes") != f.stat().st_size:
-            return None
-    return done
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dest", type=Path)
@@ -173,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     dest = a.dest.absolute()
     dest.mkdir(parents=True, exist_ok=True)
-    done = _finished(dest)
+    done = flux_builder._finished(dest, BUILD, FILES)
     total = lambda d: sum(f["bytes"] for f in d["files"].values() if not f.get("reused")) / 1e9  # noqa: E731
     if done:
         print(f"kept: {dest} ({total(done):.2f} GB)")
@@ -189,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"built: {dest / f['file']} ({f['keys']} keys, {f['params'] / 1e6:.1f} M params, "
                       f"{f['bytes'] / 1e9:.2f} GB, {f['seconds']} s)")
         print(f"built: {dest} ({total(done):.2f} GB, {done['seconds']} s)")
-    tok = tokenizers(dest, a.tokcache.absolute())
-    files = {key: _path(dest, done["files"][key]) for key in FILES}
+    tok = flux_builder.tokenizers(dest, a.tokcache.absolute(), CLIP_TOKENIZERS)
+    # An absolute `file` (a reused T5-XXL) stays itself under DEST.
+    files = {key: dest / done["files"][key]["file"] for key in FILES}
     print(f"  export KOHYA_TUNER_REAL_SD3_MODEL={files['model']}")
     print(f"  export KOHYA_TUNER_REAL_SD3_CLIP_L={files['clip_l']}")
     print(f"  export KOHYA_TUNER_REAL_SD3_CLIP_G={files['clip_g']}")
