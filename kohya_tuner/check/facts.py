@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kohya_tuner.check import argschema
-from kohya_tuner.families import looks_like_hub_id
+from kohya_tuner.families import FAMILIES, family_for_script, looks_like_hub_id
 
 MISSING = object()
 
@@ -125,18 +125,21 @@ def _lycoris_unsplittable(family: str | None, c: dict[str, Any]) -> str | None:
     return ", ".join(map(str, lycoris.unsplittable(family, c))) or None
 
 
-_SD3_SWAP_LIMIT = {"sd3": 22, "sd35m": 22, "sd35l": 36}
-# The model files each entry script's load_target_model hands to a loader that opens the path,
-# with no default and no fallback (a path of None stops the run while the models load). SD3's
-# loaders would take the encoders from an all-in-one base file, but strip only part of their key
-# prefix at the pin (sd3_utils.py:113), so the weights stay unplaced. Chroma uses no CLIP-L.
-_MODEL_FILES = {
-    "flux_train_network.py": ("clip_l", "t5xxl", "ae"),
-    "sd3_train_network.py": ("clip_l", "clip_g", "t5xxl"),
-    "lumina_train_network.py": ("gemma2", "ae"),
-    "hunyuan_image_train_network.py": ("text_encoder", "byt5", "vae"),
-    "anima_train_network.py": ("qwen3", "vae"),
-}
+def _swap_limit(script: str, family: str | None) -> int:
+    fam = FAMILIES.get(family or "")
+    if fam is not None and fam.script == script and fam.blocks_to_swap_max:
+        return fam.blocks_to_swap_max
+    return max(f.blocks_to_swap_max or 0 for f in FAMILIES.values() if f.script == script)
+def _model_files(script: str, config: dict[str, Any]) -> tuple[str, ...]:
+    """The model files the script's load_target_model hands to a loader that opens the path, with no
+    default and no fallback (a path of None stops the run while the models load): the family's
+    required files but the base, as `family_for_script` picks the family (Chroma by model_type, which
+    uses no CLIP-L). SD3's loaders would take the encoders from an all-in-one base file, but strip
+    only part of their key prefix at the pin (sd3_utils.py:113), so the weights stay unplaced."""
+    fam = family_for_script(script, config)
+    if fam is None:
+        return ()
+    return tuple(k for k in fam.required_files if k != "pretrained_model_name_or_path")
 
 
 class Context:
@@ -384,13 +387,12 @@ class Context:
         if c.get("split_mode") and swap is None and self.script == "flux_train_network.py":
             swap = 18
         d["@blocks_to_swap"] = swap
-        # The MMDiT swaps at most depth - 2 blocks (sd3_models.py:1078): 22 for SD3 / SD3.5 Medium
-        # (24 blocks), 36 for SD3.5 Large (38). Without the family, only Large's limit is certain.
-        limit = _SD3_SWAP_LIMIT.get(self.family or "", 36)
+        # The MMDiT swaps at most depth - 2 blocks (sd3_models.py:1078): the family's blocks_to_swap_max.
+        # Without the family, only the largest of the script's families is certain.
+        limit = _swap_limit("sd3_train_network.py", self.family)
         d["@sd3_swap_limit"] = limit
         d["@sd3_swap_over"] = (isinstance(swap, int) and not isinstance(swap, bool) and swap > limit) or None
-        needs = tuple(k for k in _MODEL_FILES.get(self.script, ())
-                      if not (k == "clip_l" and c.get("model_type") == "chroma"))
+        needs = _model_files(self.script, c)
         d["@model_files_unset"] = ", ".join(k for k in needs if not c.get(k)) or None
         d["@train_t5xxl"] = net.get("train_t5xxl") == "True"
         res = c.get("resolution")
@@ -412,14 +414,14 @@ class Context:
             d["@dataset_config_is"] = safeio.describe(self._path(ds_path))
         d["@dataset_config_suffix"] = (Path(ds_path).suffix.lower() if isinstance(ds_path, str) else None)
         for key in ("resume", "network_weights", "pretrained_model_name_or_path", "train_data_dir", "vae",
-                    *_MODEL_FILES.get(self.script, ())):
+                    *needs):
             v = c.get(key)
             exists = not self.filesystem or not isinstance(v, str) or self._path(v).exists()
             if key in _HUB_LOADED.get(self.script, ("pretrained_model_name_or_path",)) and isinstance(v, str) \
                     and looks_like_hub_id(v):
                 exists = True
             d[f"@missing:{key}"] = not exists
-        d["@model_files_missing"] = "; ".join(f"{k} {c.get(k)}" for k in _MODEL_FILES.get(self.script, ())
+        d["@model_files_missing"] = "; ".join(f"{k} {c.get(k)}" for k in needs
                                               if k != "vae" and d.get(f"@missing:{k}") and c.get(k)) or None
         d["@no_training_data"] = self._no_training_data()
         return d

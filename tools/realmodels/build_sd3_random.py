@@ -37,7 +37,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import sys
 import tempfile
 import time
