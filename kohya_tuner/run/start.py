@@ -142,20 +142,19 @@ def _target(req: RunRequest) -> _Target:
         choice = gpu_mod.GpuChoice(gb=gpu_mod.parse_gb(req.gpu), info=card, arch_given=req.gpu_arch)
     plan_gb = int(emulate_vram) if emulate_vram is not None else choice.gb
     return _Target(family=family, out=out, gpu_ids=gpu_ids, index=index, card=card, choice=choice, plan_gb=plan_gb,
-                   python=req.python or _install_python(req.sd_scripts) or sys.executable, note=note)
+                   python=req.python or _trainer_python(req.sd_scripts), note=note)
 
 
-def _install_python(sd_scripts: Path | None) -> str | None:
-    """The install's own venv (as `doctor` finds it), when the checkout has one; a broken one is
-    still named, so the pre-flight says it cannot run instead of training with another."""
+def _trainer_python(sd_scripts: Path | None) -> str:
+    """`sdscripts.trainer_python` of the checkout `run` will use (the install's own venv, as `doctor`
+    finds it; a broken one is still named, so the pre-flight says it cannot run)."""
     from kohya_tuner import sdscripts
 
     try:
         checkout = sdscripts.locate(sd_scripts)
     except UserError:
-        return None  # the pre-flight says what is wrong with the folder
-    found = sdscripts.install_python(checkout.path) if checkout is not None else None
-    return str(found.path) if found is not None else None
+        checkout = None  # the pre-flight says what is wrong with the folder
+    return sdscripts.trainer_python(checkout) if checkout is not None else sys.executable
 
 
 def _plan(req: RunRequest, t: _Target, warn: Callable[[str], None]) -> _Planned:
