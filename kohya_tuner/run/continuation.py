@@ -10,7 +10,7 @@ from kohya_tuner import safeio
 from kohya_tuner.config_io import flatten
 from kohya_tuner.prompts import resizable_size
 from kohya_tuner.run.journal import AttemptRecord, Change
-from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, decide
+from kohya_tuner.run.policy import AttemptFacts, Retry, RunState, Stop, decide, loader_in_process
 from kohya_tuner.run.settings import RunSettings, read_config_file
 from kohya_tuner.run.states import (AttemptOutput, attempt_name, attempt_outputs, base_name, ensure_resumable,
                                     lineage, lineage_weights, newest_resumable, settle_unfinished)
@@ -85,20 +85,6 @@ def continuation(attempts: list[AttemptRecord], settings: RunSettings, *,
                      note="no saved state to resume from, so it starts from step 0")
     return Retry(config=config, resume_from=newest.path, changes=changes, reason=why, start_step=newest.step,
                  note=f"resumes from the state at step {newest.step}")
-
-
-def loader_in_process(config: dict[str, Any]) -> tuple[dict[str, Any], list[Change]]:
-    """After a hang: data-loader worker processes are the usual thing stuck, and loading in the
-    training process (slower, never stuck on a worker) changes nothing a state holds."""
-    workers = config.get("max_data_loader_n_workers")
-    if workers == 0:
-        return config, []
-    config = dict(config)
-    config["max_data_loader_n_workers"] = 0
-    changes = [Change("max_data_loader_n_workers", workers, 0)]
-    if config.pop("persistent_data_loader_workers", None) is not None:
-        changes.append(Change("persistent_data_loader_workers", True, None))
-    return config, changes
 
 
 @dataclass(frozen=True)

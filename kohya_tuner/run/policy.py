@@ -571,11 +571,25 @@ _FLOOR_ADVICE = {
 }
 
 
+def loader_in_process(config: dict[str, Any]) -> tuple[dict[str, Any], list[Change]]:
+    """After a hang: data-loader worker processes are the usual thing stuck, and loading in the
+    training process (slower, never stuck on a worker) changes nothing a state holds."""
+    workers = config.get("max_data_loader_n_workers")
+    if workers == 0:
+        return config, []
+    config = dict(config)
+    config["max_data_loader_n_workers"] = 0
+    changes = [Change("max_data_loader_n_workers", workers, 0)]
+    if config.pop("persistent_data_loader_workers", None) is not None:
+        changes.append(Change("persistent_data_loader_workers", True, None))
+    return config, changes
+
+
 def hang_advice(config: Mapping[str, Any], processes: int = 1) -> str:
     """What to try after a hang, given what the config already does."""
     ranks = ("On several ranks, one rank that stopped (an error, a kill, a stuck read) leaves the others "
              "waiting in a collective for good: look at each rank's last lines in the log. " if processes > 1 else "")
-    if config.get("max_data_loader_n_workers") == 0:
+    if not loader_in_process(config)[1]:
         return (ranks + "The data loader already runs in the training process, so a stuck loader worker is not "
                 "the cause: a slow or network disk, a driver or CUDA call that never returned"
                 + (", or a deadlocked multi-GPU setup" if processes > 1 else "")
