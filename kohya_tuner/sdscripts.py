@@ -279,11 +279,6 @@ def head_commit(path: Path) -> str | None:
     return _read_head_files(path)
 
 
-def _local_changes(path: Path) -> list[str] | None:
-    """Tracked files edited in the working tree (None when git cannot tell)."""
-    return _status(path)[0]
-
-
 def _status(path: Path) -> tuple[list[str] | None, str]:
     """(tracked files edited in the working tree, or None when git cannot tell; why it cannot)."""
     if not shutil.which("git"):
@@ -624,7 +619,7 @@ def _update_existing(dest: Path, url: str, commit: str, progress: bool) -> Setup
             f"\"{printable(str(dest))}\" is a git checkout of another repository, so setup leaves it alone.",
             "Choose an empty or new folder with --dir.",
         )
-    changes = _local_changes(dest)
+    changes, _why = _status(dest)
     if changes:
         raise UserError(
             f"\"{printable(str(dest))}\" has local changes ({', '.join(changes[:5])}); setup will not move it to the pinned commit.",
